@@ -1,0 +1,1 @@
+"""computeall: train transformer language models on a network of ordinary machines."""

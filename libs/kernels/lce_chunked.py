@@ -1,0 +1,102 @@
+"""Fused tied LM head + cross-entropy, chunked over tokens, gradients computed in the forward.
+
+For each chunk of C tokens: logits (C, V) = x_c W^T in fp32, turned in place into
+dlogits = (softmax - onehot) * row_scale, then immediately consumed by dx_c = dlogits W and
+dW += dlogits^T x_c (accumulated in fp32). Peak extra memory is one (C, V) chunk plus the
+gradients themselves; the N x V logits never exist. backward() only scales the saved gradients
+by grad_output, so a tied embedding weight simply gets this gradient added by autograd.
+"""
+
+from typing import Callable
+
+import torch
+
+# A row-chunk's fp32 logits take at most this many elements (32 MiB): big enough for efficient
+# matmuls, small next to the weight and its gradient.
+CHUNK_ELEMENTS = 8 * 1024 * 1024
+
+# (logits (C, V) fp32, targets (C,) in range, row_scale (C,) fp32) -> row loss (C,) fp32;
+# overwrites logits with row_scale * (softmax - onehot).
+CeGrad = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def ce_grad_torch_(logits: torch.Tensor, targets: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
+    target_logit = logits.gather(1, targets[:, None]).squeeze(1)  # (C,)
+    row_max = logits.amax(dim=1, keepdim=True)  # (C, 1)
+    probs = logits.sub_(row_max).exp_()  # (C, V), unnormalized
+    row_sum = probs.sum(dim=1, keepdim=True)  # (C, 1)
+    loss = (row_max + row_sum.log()).squeeze(1) - target_logit  # (C,)
+    probs.mul_(row_scale[:, None] / row_sum)
+    probs.scatter_add_(1, targets[:, None], -row_scale[:, None])
+    return loss
+
+
+def chunk_rows(vocab: int, n: int) -> int:
+    return max(1, min(n, CHUNK_ELEMENTS // vocab))
+
+
+def fused_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int,
+    reduction: str,
+    ce_grad_: CeGrad,
+    need_grad_x: bool,
+    need_grad_w: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """x (N, D), weight (V, D), targets (N,) -> loss () fp32, grad_x (N, D) or None, grad_w32 (V, D) fp32 or None."""
+    n, _ = x.shape
+    vocab = weight.shape[0]
+    valid = targets != ignore_index  # (N,)
+    safe_targets = torch.where(valid, targets, 0)  # (N,): ignored rows get weight 0 below
+    # Mean over valid tokens; an all-ignored batch yields loss 0 and zero gradients (torch gives nan).
+    denom = valid.sum().clamp_min(1) if reduction == "mean" else torch.ones((), device=x.device)
+    row_scale = valid.float() / denom  # (N,): loss weight of each token, no host sync
+    loss = torch.zeros((), dtype=torch.float32, device=x.device)
+    grad_x = torch.empty_like(x) if need_grad_x else None  # (N, D)
+    grad_w32 = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad_w else None  # (V, D)
+    rows = chunk_rows(vocab, n)
+    for s in range(0, n, rows):
+        e = min(s + rows, n)
+        x_c = x[s:e]  # (C, D)
+        logits = (x_c @ weight.t()).float()  # (C, V), a no-op cast for fp32
+        row_loss = ce_grad_(logits, safe_targets[s:e], row_scale[s:e])  # logits now hold dlogits
+        loss += (row_loss * row_scale[s:e]).sum()
+        if grad_x is not None:
+            grad_x[s:e] = logits.to(x.dtype) @ weight  # (C, D)
+        if grad_w32 is not None:
+            grad_w32.addmm_(logits.t(), x_c.float())  # (V, D) += (V, C) @ (C, D), fp32
+    return loss, grad_x, grad_w32
+
+
+class FusedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, targets, ignore_index: int, reduction: str, ce_grad_: CeGrad):
+        loss, grad_x, grad_w32 = fused_forward(
+            x, weight, targets, ignore_index, reduction, ce_grad_, ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        )
+        grad_w = grad_w32.to(weight.dtype) if grad_w32 is not None else None  # no-op for fp32 weights
+        ctx.save_for_backward(grad_x, grad_w)
+        return loss.to(x.dtype) if x.dtype != torch.float32 else loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_x, grad_w = ctx.saved_tensors
+        scale = grad_loss.float()
+        dx = (grad_x * scale).to(grad_x.dtype) if grad_x is not None else None
+        dw = (grad_w * scale).to(grad_w.dtype) if grad_w is not None else None
+        return dx, dw, None, None, None, None
+
+
+def linear_cross_entropy_chunked(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    ce_grad_: CeGrad = ce_grad_torch_,
+) -> torch.Tensor:
+    """x (..., D), weight (V, D), targets (...) -> scalar loss."""
+    x2 = x.reshape(-1, x.shape[-1])  # (N, D)
+    return FusedLinearCrossEntropy.apply(x2, weight, targets.reshape(-1), ignore_index, reduction, ce_grad_)

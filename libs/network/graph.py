@@ -1,0 +1,92 @@
+"""The VNode graph: topological order, edges, what crosses between PNodes, init seeds."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+
+from .ops import DATA_INPUTS, OPS
+from .schema import NetworkSpec, VNodeSpec
+
+BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+TOKEN_BYTES = 8  # token ids are int64 on the PNode
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str  # a VNode id or a dataset input (data.tokens, data.targets)
+    dst: str
+    features: int | None  # None: token ids
+
+
+class Graph:
+    def __init__(self, spec: NetworkSpec) -> None:
+        self.spec = spec
+        self.vnodes: dict[str, VNodeSpec] = {v.id: v for v in spec.vnodes}
+
+    @cached_property
+    def order(self) -> list[str]:
+        """Topological order, stable: ties keep the file's order (Kahn's algorithm)."""
+        indegree = {vid: sum(1 for i in v.inputs if i in self.vnodes) for vid, v in self.vnodes.items()}
+        position = {v.id: n for n, v in enumerate(self.spec.vnodes)}
+        ready = sorted((vid for vid, d in indegree.items() if d == 0), key=position.get)
+        out: list[str] = []
+        while ready:
+            vid = ready.pop(0)
+            out.append(vid)
+            for consumer in self.consumers(vid):
+                indegree[consumer] -= 1
+                if indegree[consumer] == 0:
+                    ready.append(consumer)
+                    ready.sort(key=position.get)
+        if len(out) != len(self.vnodes):
+            raise ValueError("the network has a cycle")
+        return out
+
+    def consumers(self, vid: str) -> list[str]:
+        return [v.id for v in self.spec.vnodes if vid in v.inputs]
+
+    @cached_property
+    def out_features(self) -> dict[str, int | None]:
+        feats: dict[str, int | None] = {name: None for name in DATA_INPUTS}
+        for vid in self.order:
+            v = self.vnodes[vid]
+            op = OPS[v.op]
+            if op.out_features is None:
+                feats[vid] = feats[v.inputs[0]]
+            else:
+                feats[vid] = op.out_features(op.params.model_validate(v.params))
+        return feats
+
+    @cached_property
+    def edges(self) -> list[Edge]:
+        return [Edge(src, v.id, self.out_features[src]) for v in self.spec.vnodes for src in v.inputs]
+
+    def edge_bytes_per_step(self, edge: Edge, batch_size: int) -> int:
+        """Bytes an edge carries per step when it crosses PNodes: the activation forward, its gradient back."""
+        tokens = batch_size * self.spec.context
+        if edge.features is None:
+            return tokens * TOKEN_BYTES
+        element = BYTES_PER_ELEMENT[self.vnodes[edge.src].precision]
+        return 2 * tokens * edge.features * element
+
+    def param_count(self, vid: str) -> int:
+        v = self.vnodes[vid]
+        op = OPS[v.op]
+        return op.param_count(op.params.model_validate(v.params))
+
+    def tie_groups(self) -> list[set[str]]:
+        """Sets of VNodes that share a weight and so must live on one PNode."""
+        groups: dict[str, set[str]] = {}
+        for v in self.spec.vnodes:
+            if v.tie:
+                groups.setdefault(v.tie, {v.tie}).add(v.id)
+        return list(groups.values())
+
+
+def init_seed(session_seed: int, vnode_id: str) -> int:
+    """The seed of a VNode's parameter init: a function of the session seed and the VNode id only,
+    so where a VNode lives never changes its weights."""
+    h = hashlib.blake2b(f"{session_seed}:{vnode_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & ((1 << 63) - 1)

@@ -1,0 +1,245 @@
+"""YAML text -> validated `NetworkSpec`, or a `NetworkError` naming the VNode and field at fault."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .ops import DATA_INPUTS, OPS
+from .schema import NetworkFile, NetworkSpec, RepeatEntry, VNodeEntry, VNodeSpec
+
+_PLACEHOLDER = re.compile(r"\{(i|in)\}")
+
+
+class NetworkError(ValueError):
+    """Everything wrong with a network file, one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid network:\n  " + "\n  ".join(problems))
+
+
+def load_network_file(path: str | Path) -> NetworkSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise NetworkError([f"cannot read {path}: {exc.strerror}"]) from None
+    return load_network(text, source=str(path))
+
+
+def load_network(text: str, source: str = "<network>") -> NetworkSpec:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise NetworkError([f"{source} is not valid YAML: {exc}"]) from None
+    if not isinstance(raw, dict):
+        raise NetworkError([f"{source} must be a YAML mapping with name, vocab_size, context and vnodes"])
+    try:
+        file = NetworkFile.model_validate(raw)
+    except ValidationError as exc:
+        raise NetworkError([_describe(err) for err in exc.errors()]) from None
+    spec = NetworkSpec(
+        name=file.name,
+        vocab_size=file.vocab_size,
+        context=file.context,
+        vnodes=_resolve(file, expand(file)),
+    )
+    problems = validate(spec)
+    if problems:
+        raise NetworkError(problems)
+    return spec
+
+
+def expand(file: NetworkFile) -> list[VNodeEntry]:
+    """Unroll `repeat` macros into plain VNode entries."""
+    out: list[VNodeEntry] = []
+    for entry in file.vnodes:
+        if isinstance(entry, VNodeEntry):
+            out.append(entry)
+            continue
+        rep = entry.repeat
+        current_input = rep.input
+        for i in range(rep.count):
+            subst = {"i": str(i), "in": current_input}
+            for v in rep.vnodes:
+                data = v.model_dump()
+                data["id"] = _fill(data["id"], subst)
+                data["inputs"] = [_fill(s, subst) for s in data["inputs"]]
+                if data.get("tie"):
+                    data["tie"] = _fill(data["tie"], subst)
+                out.append(VNodeEntry.model_validate(data))
+            current_input = _fill(rep.output, subst)
+    return out
+
+
+def _fill(text: str, subst: dict[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: subst[m.group(1)], text)
+
+
+def _resolve(file: NetworkFile, entries: list[VNodeEntry]) -> list[VNodeSpec]:
+    """Merge defaults into each VNode's parameters; unknown ops are caught by `validate`."""
+    default_precision = file.defaults.get("precision", "fp32")
+    shared = {"vocab_size": file.vocab_size, **{k: v for k, v in file.defaults.items() if k != "precision"}}
+    resolved = []
+    for e in entries:
+        op = OPS.get(e.op)
+        params: dict[str, Any] = {}
+        if op is not None:
+            fields = op.params.model_fields
+            params = {k: v for k, v in shared.items() if k in fields}
+        params.update(e.op_params)
+        resolved.append(
+            VNodeSpec(
+                id=e.id,
+                op=e.op,
+                inputs=e.inputs,
+                tie=e.tie,
+                precision=e.precision or default_precision,
+                params=params,
+            )
+        )
+    return resolved
+
+
+def validate(spec: NetworkSpec) -> list[str]:
+    """Every problem of a resolved network, each naming the VNode and field."""
+    problems: list[str] = []
+    by_id: dict[str, VNodeSpec] = {}
+    for v in spec.vnodes:
+        if v.id in by_id:
+            problems.append(f"vnode {v.id!r}, field 'id': defined twice")
+        if v.id.startswith("data."):
+            problems.append(f"vnode {v.id!r}, field 'id': the 'data.' prefix is reserved for dataset inputs")
+        by_id[v.id] = v
+
+    for v in spec.vnodes:
+        op = OPS.get(v.op)
+        where = f"vnode {v.id!r}"
+        if op is None:
+            problems.append(f"{where}, field 'op': unknown op {v.op!r}; known ops: {', '.join(sorted(OPS))}")
+            continue
+        try:
+            params = op.params.model_validate(v.params)
+        except ValidationError as exc:
+            for err in exc.errors():
+                field = ".".join(str(x) for x in err["loc"]) or "params"
+                problems.append(f"{where}, field {field!r}: {err['msg']}")
+            continue
+        if len(v.inputs) != op.n_inputs:
+            problems.append(f"{where}, field 'inputs': op {v.op} takes {op.n_inputs} input(s), got {len(v.inputs)}")
+            continue
+        for name in v.inputs:
+            if name not in by_id and name not in DATA_INPUTS:
+                problems.append(f"{where}, field 'inputs': no VNode or dataset input named {name!r}")
+        problems += _check_tie(v, op.ties_weight, params, by_id)
+        problems += _check_shapes(v, params, by_id)
+
+    cycle = find_cycle(spec)
+    if cycle:
+        problems.append(f"vnode {cycle[0]!r}, field 'inputs': cycle {' -> '.join(cycle)}")
+    if not problems:
+        problems += _check_features(spec)
+    if not any(OPS[v.op].is_loss for v in spec.vnodes if v.op in OPS):
+        problems.append("network, field 'vnodes': no loss VNode (e.g. op tied_lm_head_ce)")
+    return problems
+
+
+def _check_tie(v: VNodeSpec, ties: bool, params: Any, by_id: dict[str, VNodeSpec]) -> list[str]:
+    where = f"vnode {v.id!r}, field 'tie'"
+    if not ties:
+        return [f"{where}: op {v.op} has no tied weight"] if v.tie else []
+    if not v.tie:
+        return [f"{where}: op {v.op} needs the id of the embedding whose weight it shares"]
+    target = by_id.get(v.tie)
+    if target is None:
+        return [f"{where}: no VNode named {v.tie!r} to tie to"]
+    if target.op != "embedding":
+        return [f"{where}: {v.tie!r} is a {target.op}, not an embedding"]
+    problems = []
+    for key in ("vocab_size", "dim"):
+        if target.params.get(key) != getattr(params, key):
+            problems.append(f"{where}: {key} {getattr(params, key)} differs from {v.tie!r}'s {target.params.get(key)}")
+    return problems
+
+
+def _check_shapes(v: VNodeSpec, params: Any, by_id: dict[str, VNodeSpec]) -> list[str]:
+    where = f"vnode {v.id!r}"
+    if v.op == "attention":
+        if params.dim % params.heads:
+            return [f"{where}, field 'heads': dim {params.dim} is not divisible by {params.heads} heads"]
+        if (params.dim // params.heads) % 2:
+            return [f"{where}, field 'heads': head size {params.dim // params.heads} must be even for RoPE"]
+    if v.op == "embedding" and v.inputs != ["data.tokens"]:
+        return [f"{where}, field 'inputs': an embedding reads data.tokens"]
+    if v.op == "tied_lm_head_ce" and v.inputs[1:] != ["data.targets"]:
+        return [f"{where}, field 'inputs': the second input of tied_lm_head_ce is data.targets"]
+    return []
+
+
+def _check_features(spec: NetworkSpec) -> list[str]:
+    """Walk in topological order and check each input's feature size against what the op expects."""
+    from .graph import Graph
+
+    problems = []
+    feats: dict[str, int | None] = {name: None for name in DATA_INPUTS}
+    for vid in Graph(spec).order:
+        v = spec.vnode(vid)
+        op = OPS[v.op]
+        params = op.params.model_validate(v.params)
+        vnode_inputs = [i for i in v.inputs if i not in DATA_INPUTS]
+        got = [feats[i] for i in vnode_inputs]
+        if op.out_features is None:  # elementwise: inputs agree, output matches
+            if len(set(got)) > 1:
+                problems.append(f"vnode {v.id!r}, field 'inputs': feature sizes differ {dict(zip(vnode_inputs, got))}")
+            feats[v.id] = got[0] if got else None
+            continue
+        want = getattr(params, "dim", None)
+        for name, size in zip(vnode_inputs, got):
+            if want is not None and size is not None and size != want:
+                problems.append(f"vnode {v.id!r}, field 'dim': expects {want} features but {name!r} gives {size}")
+        feats[v.id] = op.out_features(params)
+    return problems
+
+
+def find_cycle(spec: NetworkSpec) -> list[str]:
+    """A cycle as a list of ids (first == last), or [] when the graph is acyclic."""
+    ids = {v.id: v for v in spec.vnodes}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(vid: str) -> list[str]:
+        state[vid] = 1
+        stack.append(vid)
+        for dep in ids[vid].inputs:
+            if dep not in ids:
+                continue
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[vid] = 2
+        return []
+
+    for vid in ids:
+        if vid not in state:
+            found = visit(vid)
+            if found:
+                return found
+    return []
+
+
+def _describe(err: dict) -> str:
+    loc = err["loc"]
+    # pydantic locations look like ('vnodes', 3, 'VNodeEntry', 'op'): name the entry and the field
+    if loc and loc[0] == "vnodes" and len(loc) > 1:
+        rest = [str(x) for x in loc[2:] if x not in ("VNodeEntry", "RepeatEntry")]
+        return f"vnodes[{loc[1]}], field {'.'.join(rest) or 'entry'!r}: {err['msg']}"
+    return f"network, field {'.'.join(str(x) for x in loc)!r}: {err['msg']}"

@@ -1,0 +1,98 @@
+"""The network YAML, as typed models: what users write and what it resolves to.
+
+A file holds network-level settings, `defaults` (op parameters and precision that
+every VNode inherits) and a list of entries: a VNode or a `repeat` macro.
+
+    name: tiny-gpt
+    vocab_size: 4096
+    context: 256
+    defaults: {dim: 256, heads: 8, hidden: 688, precision: fp32}
+    vnodes:
+      - {id: embed, op: embedding, inputs: [data.tokens]}
+      - repeat: {count: 4, input: embed, output: "b{i}.res2", vnodes: [...]}
+      - {id: head, op: tied_lm_head_ce, inputs: [norm_f, data.targets], tie: embed}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+class VNodeEntry(BaseModel):
+    """One VNode as written; op parameters sit beside the fixed fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(..., min_length=1, max_length=128)
+    op: str
+    inputs: list[str] = Field(default_factory=list)
+    tie: str | None = None
+    precision: Precision | None = None
+
+    @property
+    def op_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RepeatSpec(BaseModel):
+    """`count` copies of `vnodes`; `{i}` is the copy's index, `{in}` its input.
+
+    `{in}` is `input` in the first copy and the previous copy's `output` after that.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(..., ge=1, le=4096)
+    input: str
+    output: str
+    vnodes: list[VNodeEntry]
+
+
+class RepeatEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    repeat: RepeatSpec
+
+
+class NetworkFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., min_length=1)
+    vocab_size: int = Field(..., ge=2, le=1 << 20)
+    context: int = Field(..., ge=1)
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    vnodes: list[Union[RepeatEntry, VNodeEntry]]
+
+
+class VNodeSpec(BaseModel):
+    """A resolved VNode: macros expanded, defaults merged, parameters checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    op: str
+    inputs: list[str]
+    tie: str | None = None
+    precision: Precision
+    params: dict[str, Any]
+
+
+class NetworkSpec(BaseModel):
+    """What the rest of the system works with; sent to PNodes inside their plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    vocab_size: int
+    context: int
+    vnodes: list[VNodeSpec]
+
+    def vnode(self, vid: str) -> VNodeSpec:
+        for v in self.vnodes:
+            if v.id == vid:
+                return v
+        raise KeyError(vid)

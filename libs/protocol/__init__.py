@@ -1,0 +1,1 @@
+"""The only contract between services: subjects, typed messages, the tensor wire codec, the event log."""

@@ -1,0 +1,52 @@
+"""Session commands, published on `ca.cmd.session.<sid>` and recorded in CA_LOG.
+
+`Nats-Msg-Id` is the envelope id, so JetStream drops a duplicate within its
+duplicate window; the orchestrator also ignores an id it has already handled.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import SessionConfig
+from .envelope import Envelope
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateSession(_Command):
+    type: Literal["CreateSession"] = "CreateSession"
+    config: SessionConfig
+    start: bool = True
+
+
+class StartSession(_Command):
+    type: Literal["StartSession"] = "StartSession"
+
+
+class PauseSession(_Command):
+    type: Literal["PauseSession"] = "PauseSession"
+
+
+class ResumeSession(_Command):
+    type: Literal["ResumeSession"] = "ResumeSession"
+
+
+class StopSession(_Command):
+    type: Literal["StopSession"] = "StopSession"
+
+
+class ValidateSession(_Command):
+    type: Literal["ValidateSession"] = "ValidateSession"
+
+
+Command = Annotated[
+    Union[CreateSession, StartSession, PauseSession, ResumeSession, StopSession, ValidateSession],
+    Field(discriminator="type"),
+]
+
+CommandEnvelope = Envelope[Command]

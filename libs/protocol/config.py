@@ -1,0 +1,80 @@
+"""Typed session configuration: what a user asks for when creating a session."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+class LrSchedule(BaseModel):
+    """Linear warmup to `peak`, then cosine decay to `min_lr` at the last step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    peak: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(10, ge=0)
+    min_lr: float = Field(3e-4, ge=0)
+
+    def at(self, step: int, total_steps: int) -> float:
+        if step < self.warmup_steps:
+            return self.peak * (step + 1) / self.warmup_steps
+        span = max(1, total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        return self.min_lr + 0.5 * (self.peak - self.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+class OptimizerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = Field(0.1, ge=0)
+
+
+class DataConfig(BaseModel):
+    """Where batches come from: a dataset by name, or files turned into one on the fly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str | None = None
+    files: list[str] = Field(default_factory=list)
+    split: str = "train"
+    validation_split: str = "val"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DataConfig":
+        if not self.dataset and not self.files:
+            raise ValueError("name a dataset or give data files")
+        return self
+
+
+class SessionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    network_yaml: str = Field(..., description="the network YAML text, inline")
+    data: DataConfig
+    steps: int = Field(..., ge=1)
+    batch_size: int = Field(8, ge=1, description="sequences per step, over all micro-batches")
+    micro_batches: int = Field(1, ge=1)
+    seed: int = 0
+    lr: LrSchedule = Field(default_factory=LrSchedule)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    precision: Precision | None = Field(None, description="overrides the network's default precision")
+    checkpoint_every: int = Field(0, ge=0, description="0 = only on pause and stop")
+    validate_every: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _micro_divides_batch(self) -> "SessionConfig":
+        if self.batch_size % self.micro_batches:
+            raise ValueError(
+                f"batch_size {self.batch_size} is not a multiple of micro_batches {self.micro_batches}"
+            )
+        return self
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.batch_size // self.micro_batches

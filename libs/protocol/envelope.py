@@ -1,0 +1,43 @@
+"""The envelope every command and event travels in.
+
+The envelope's `type` always equals `payload.type`: the payload models form a
+discriminated union on that field, so a message parses into exactly one typed
+model or is rejected with a reason.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+P = TypeVar("P")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Envelope(BaseModel, Generic[P]):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    type: str = ""
+    ts: float = Field(default_factory=time.time)
+    actor: str = "system"
+    session_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    payload: P
+
+    @model_validator(mode="after")
+    def _type_matches_payload(self) -> "Envelope[P]":
+        payload_type = getattr(self.payload, "type", "")
+        if not self.type:
+            self.type = payload_type
+        elif self.type != payload_type:
+            raise ValueError(f"envelope type {self.type!r} does not match payload type {payload_type!r}")
+        return self

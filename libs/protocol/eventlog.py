@@ -1,0 +1,123 @@
+"""The event log: CA_LOG and CA_TEL setup, appends with optimistic concurrency, reads.
+
+Appends to a session use `Nats-Expected-Last-Subject-Sequence` together with
+`Nats-Expected-Last-Subject-Sequence-Subject: <prefix>.evt.session.<sid>.>`, so the
+expected sequence covers all event types of that session and two writers can never
+both extend one session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy, AckPolicy, DiscardPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+
+from .commands import CommandEnvelope
+from .events import EventEnvelope
+from .subjects import LOG_STREAM, TEL_STREAM, Subjects
+
+
+class ConcurrencyError(RuntimeError):
+    """Another writer appended to the session first."""
+
+
+@dataclass
+class Recorded:
+    seq: int
+    subject: str
+    data: bytes
+
+
+async def ensure_streams(js: JetStreamContext, subjects: Subjects, tel_max_age_s: float = 3600.0) -> None:
+    """Create CA_LOG (kept forever, dedup window) and CA_TEL (bounded) if missing."""
+    log = StreamConfig(
+        name=LOG_STREAM,
+        subjects=subjects.log_subjects(),
+        storage=StorageType.FILE,
+        duplicate_window=120.0,
+        max_msg_size=1 << 20,
+    )
+    tel = StreamConfig(
+        name=TEL_STREAM,
+        subjects=subjects.tel_subjects(),
+        storage=StorageType.FILE,
+        max_age=tel_max_age_s,
+        max_bytes=256 << 20,
+        discard=DiscardPolicy.OLD,
+    )
+    for config in (log, tel):
+        try:
+            await js.add_stream(config)
+        except BadRequestError:
+            await js.update_stream(config)
+
+
+class EventLog:
+    def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
+        self.js = js
+        self.subjects = subjects
+
+    async def append_session_event(self, event: EventEnvelope, expected_seq: int | None) -> int:
+        """Append one session event; `expected_seq` is the last sequence of that session's events (0: none)."""
+        sid = event.session_id
+        assert sid, "session events carry a session id"
+        headers = {"Nats-Msg-Id": event.id}
+        if expected_seq is not None:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_seq)
+            headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.subjects.session_evt_all(sid)
+        try:
+            ack = await self.js.publish(
+                self.subjects.session_evt(sid, event.type), event.model_dump_json().encode(), headers=headers
+            )
+        except APIError as exc:
+            if exc.err_code == 10071:  # wrong last sequence
+                raise ConcurrencyError(f"session {sid} was extended by another writer") from None
+            raise
+        return ack.seq
+
+    async def append_event(self, subject: str, event: EventEnvelope) -> int:
+        """Append an event that needs no concurrency check (PNode and dataset events)."""
+        ack = await self.js.publish(subject, event.model_dump_json().encode(), headers={"Nats-Msg-Id": event.id})
+        return ack.seq
+
+    async def publish_command(self, command: CommandEnvelope) -> int:
+        """Record a command; a repeated command id is dropped by JetStream's duplicate window."""
+        sid = command.session_id
+        assert sid, "session commands carry a session id"
+        ack = await self.js.publish(
+            self.subjects.session_cmd(sid), command.model_dump_json().encode(), headers={"Nats-Msg-Id": command.id}
+        )
+        return ack.seq
+
+    async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512) -> list[Recorded]:
+        """Every message on `filter_subject` from `start_seq` up to now, in log order."""
+        config = ConsumerConfig(
+            filter_subject=filter_subject,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(1, start_seq),
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+        )
+        sub = await self.js.pull_subscribe(filter_subject, stream=LOG_STREAM, config=config)
+        out: list[Recorded] = []
+        try:
+            info = await sub.consumer_info()
+            pending = info.num_pending
+            while pending > 0:
+                try:
+                    msgs = await sub.fetch(min(batch, pending), timeout=5.0)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    break
+                for msg in msgs:
+                    out.append(Recorded(msg.metadata.sequence.stream, msg.subject, msg.data))
+                    pending = msg.metadata.num_pending
+        finally:
+            try:
+                await sub.unsubscribe()
+            except (NotFoundError, nats.errors.Error):
+                pass
+        return out

@@ -1,0 +1,137 @@
+"""Domain events recorded in CA_LOG: sessions, PNodes and datasets.
+
+Events are small (well under 1 MB): tensors never go into the log.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import SessionConfig
+from .envelope import Envelope
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- sessions -----------------------------------------------------------------
+
+
+class SessionCreated(_Event):
+    type: Literal["SessionCreated"] = "SessionCreated"
+    config: SessionConfig
+    owner: str
+
+
+class SessionStarted(_Event):
+    type: Literal["SessionStarted"] = "SessionStarted"
+
+
+class VNodePlacement(BaseModel):
+    vnode: str
+    op: str
+    pnode: str
+    params: int
+    precision: str
+
+
+class EdgeTraffic(BaseModel):
+    src: str
+    dst: str
+    bytes_per_step: int
+
+
+class Allocated(_Event):
+    type: Literal["Allocated"] = "Allocated"
+    placements: list[VNodePlacement]
+    edges: list[EdgeTraffic]
+    pnodes: list[str]
+    bytes_across_per_step: int
+
+
+class StepCompleted(_Event):
+    type: Literal["StepCompleted"] = "StepCompleted"
+    step: int
+    loss: float
+    tokens: int
+    step_time_s: float
+    lr: float
+    loss_scale: float = 1.0
+    compute_s: float = 0.0
+    wait_s: float = 0.0
+
+
+class SessionCompleted(_Event):
+    type: Literal["SessionCompleted"] = "SessionCompleted"
+    steps: int
+    final_loss: float | None
+
+
+class SessionFailed(_Event):
+    type: Literal["SessionFailed"] = "SessionFailed"
+    reason: str
+
+
+class CommandRejected(_Event):
+    type: Literal["CommandRejected"] = "CommandRejected"
+    command_id: str
+    command_type: str
+    reason: str
+
+
+SessionEvent = Annotated[
+    Union[
+        SessionCreated,
+        SessionStarted,
+        Allocated,
+        StepCompleted,
+        SessionCompleted,
+        SessionFailed,
+        CommandRejected,
+    ],
+    Field(discriminator="type"),
+]
+
+# -- pnodes -------------------------------------------------------------------
+
+
+class PNodeJoined(_Event):
+    type: Literal["PNodeJoined"] = "PNodeJoined"
+    pnode: str
+    host: str
+    os_pid: int
+    device: str
+    memory_bytes: int
+
+
+class PNodeLeft(_Event):
+    type: Literal["PNodeLeft"] = "PNodeLeft"
+    pnode: str
+
+
+PNodeEvent = Annotated[Union[PNodeJoined, PNodeLeft], Field(discriminator="type")]
+
+# -- datasets -----------------------------------------------------------------
+
+
+class DatasetCreated(_Event):
+    type: Literal["DatasetCreated"] = "DatasetCreated"
+    name: str
+    files: list[str]
+    vocab_size: int
+    documents: int
+    tokens: int
+    tokenizer_digest: str
+
+
+DatasetEvent = Annotated[Union[DatasetCreated], Field(discriminator="type")]
+
+Event = Annotated[
+    Union[SessionEvent, PNodeEvent, DatasetEvent],
+    Field(discriminator="type"),
+]
+
+EventEnvelope = Envelope[Event]

@@ -1,0 +1,85 @@
+"""Orchestrator -> PNode requests on `ca.pn.<pid>.ctl` and their replies.
+
+These are not recorded: they drive a step. What happened is recorded by the
+orchestrator as events once the replies are in.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import OptimizerConfig
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BatchSource(BaseModel):
+    """Everything a PNode needs to ask the dataset service for a batch."""
+
+    dataset: str
+    split: str
+    seed: int
+    micro_batch_size: int
+    context: int
+
+
+class LoadPlan(_Request):
+    """The stage plan: the whole network and where every VNode lives.
+
+    Each PNode derives its own VNodes, where their inputs come from and where their
+    outputs go from `assignment`, so every PNode reads the same routes.
+    """
+
+    type: Literal["LoadPlan"] = "LoadPlan"
+    session_id: str
+    network: dict  # a validated NetworkSpec, as JSON
+    assignment: dict[str, str]  # vnode id -> pnode id
+    seed: int
+    batches: BatchSource
+    micro_batches: int
+    optimizer: OptimizerConfig
+
+
+class RunStep(_Request):
+    """Forward and backward of every micro-batch of `step`; reply once the local backward is done."""
+
+    type: Literal["RunStep"] = "RunStep"
+    session_id: str
+    step: int
+    loss_scale: float = 1.0
+
+
+class ApplyStep(_Request):
+    """Run the optimizer on the accumulated gradients of `step`, or drop them (`skip`)."""
+
+    type: Literal["ApplyStep"] = "ApplyStep"
+    session_id: str
+    step: int
+    lr: float
+    skip: bool = False
+
+
+class Unload(_Request):
+    type: Literal["Unload"] = "Unload"
+    session_id: str
+
+
+PNodeRequest = Annotated[Union[LoadPlan, RunStep, ApplyStep, Unload], Field(discriminator="type")]
+
+
+class PNodeReply(BaseModel):
+    """One reply shape for every request: `ok` or an `error` that says why."""
+
+    ok: bool
+    error: str | None = None
+    pnode: str
+    step: int | None = None
+    loss_sum: float | None = None  # summed over the tokens of the loss VNodes this PNode hosts
+    tokens: int = 0
+    grads_finite: bool = True
+    compute_s: float = 0.0
+    wait_s: float = 0.0

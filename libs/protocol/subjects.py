@@ -1,0 +1,82 @@
+"""Subject names: the one place that spells them.
+
+Every subject starts with a configurable prefix (default ``ca``) so that two
+deployments can share one NATS server without seeing each other.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+DEFAULT_PREFIX = "ca"
+LOG_STREAM = "CA_LOG"
+TEL_STREAM = "CA_TEL"
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def check_token(value: str, what: str) -> str:
+    """A subject token may not contain dots, spaces or wildcards."""
+    if not _TOKEN.match(value):
+        raise ValueError(f"{what} {value!r} may only contain letters, digits, '_' and '-'")
+    return value
+
+
+class Subjects:
+    """Builds every subject of one deployment."""
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self.prefix = prefix or os.environ.get("COMPUTEALL_PREFIX", DEFAULT_PREFIX)
+
+    # -- recorded in CA_LOG -------------------------------------------------
+    def session_cmd(self, sid: str) -> str:
+        return f"{self.prefix}.cmd.session.{check_token(sid, 'session id')}"
+
+    def session_evt(self, sid: str, type_: str) -> str:
+        return f"{self.prefix}.evt.session.{check_token(sid, 'session id')}.{type_}"
+
+    def session_evt_all(self, sid: str) -> str:
+        return f"{self.prefix}.evt.session.{check_token(sid, 'session id')}.>"
+
+    def pnode_evt(self, pid: str, type_: str) -> str:
+        return f"{self.prefix}.evt.pnode.{check_token(pid, 'pnode id')}.{type_}"
+
+    def dataset_evt(self, name: str, type_: str) -> str:
+        return f"{self.prefix}.evt.dataset.{check_token(name, 'dataset name')}.{type_}"
+
+    def log_subjects(self) -> list[str]:
+        return [f"{self.prefix}.cmd.>", f"{self.prefix}.evt.>"]
+
+    # -- telemetry (CA_TEL) -------------------------------------------------
+    def tel(self, pid: str, kind: str) -> str:
+        return f"{self.prefix}.tel.{check_token(pid, 'pnode id')}.{kind}"
+
+    def tel_subjects(self) -> list[str]:
+        return [f"{self.prefix}.tel.>"]
+
+    # -- not recorded ------------------------------------------------------
+    def heartbeat(self, pid: str) -> str:
+        return f"{self.prefix}.hb.{check_token(pid, 'pnode id')}"
+
+    def heartbeat_all(self) -> str:
+        return f"{self.prefix}.hb.*"
+
+    def pnode_ctl(self, pid: str) -> str:
+        """Orchestrator -> PNode requests (plan, step, apply, ...)."""
+        return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.ctl"
+
+    def pnode_tensor(self, pid: str) -> str:
+        """Tensors sent to a PNode by other PNodes (activations and gradients)."""
+        return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.tensor"
+
+    def step_reports(self, sid: str) -> str:
+        """PNode -> orchestrator reports about a step (backward done, applied)."""
+        return f"{self.prefix}.pn.report.{check_token(sid, 'session id')}"
+
+    def dataset_api(self, verb: str) -> str:
+        return f"{self.prefix}.ds.{verb}"
+
+    def orchestrator_api(self, verb: str) -> str:
+        """Queries answered by the orchestrator (not recorded)."""
+        return f"{self.prefix}.orch.{verb}"

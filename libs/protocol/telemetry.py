@@ -1,0 +1,51 @@
+"""Telemetry on `ca.tel.<pid>.<kind>`, recorded in CA_TEL (limited age and size)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Heartbeat(BaseModel):
+    """On `ca.hb.<pid>` every second; not recorded. Also how a PNode advertises itself."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pnode: str
+    host: str
+    os_pid: int
+    device: str
+    memory_bytes: int
+    ts: float
+    sessions: list[str] = Field(default_factory=list)
+
+
+class RequestStatus(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["RequestStatus"] = "RequestStatus"
+    pnode: str
+    session_id: str
+    request: str  # LoadPlan, RunStep, ApplyStep, ...
+    step: int | None = None
+    state: Literal["queued", "running", "done", "failed"]
+    ts: float
+    duration_s: float | None = None
+
+
+class MemorySample(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["MemorySample"] = "MemorySample"
+    pnode: str
+    ts: float
+    rss_bytes: int
+    gpu_allocated_bytes: int | None = None
+    gpu_reserved_bytes: int | None = None
+    bytes_by_category: dict[str, int] = Field(default_factory=dict)  # weights, master, optimizer, activations
+    pending_requests: int = 0
+    hosted_vnodes: list[str] = Field(default_factory=list)
+
+
+Telemetry = Annotated[Union[RequestStatus, MemorySample], Field(discriminator="type")]

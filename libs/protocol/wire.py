@@ -1,0 +1,194 @@
+"""Tensor wire codec: a validated header plus raw bytes, chunked below `max_payload`.
+
+A frame is ``MAGIC | u32 header length | header JSON | chunk bytes``. The header
+names the tensor (`key`), its dtype and shape, the chunk's index and count and a
+digest of the whole tensor. The receiver checks every field before it keeps a
+byte, reassembles the chunks and verifies the digest: nothing is unpickled and a
+bad frame is rejected with a reason (`WireError`), never trusted.
+
+This module knows bytes, not torch: `computeall.tensorcore.wire` converts tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+import time
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MAGIC = b"CAT1"
+_HEADER_LEN = struct.Struct("<I")
+MAX_HEADER_BYTES = 4096
+DEFAULT_MAX_TENSOR_BYTES = 1 << 31
+
+ITEMSIZE = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "uint32": 4,
+    "uint16": 2,
+    "uint8": 1,
+    "bool": 1,
+}
+
+
+class WireError(ValueError):
+    """A frame that cannot be accepted; the message says why."""
+
+
+class TensorHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(..., max_length=512)
+    dtype: str
+    shape: list[int] = Field(..., max_length=8)
+    chunk: int = Field(..., ge=0)
+    chunks: int = Field(..., ge=1)
+    offset: int = Field(..., ge=0)
+    total_bytes: int = Field(..., ge=0)
+    digest: str = Field(..., min_length=32, max_length=32)
+    meta: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+def digest(data: bytes | memoryview) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def encode(
+    key: str,
+    dtype: str,
+    shape: list[int] | tuple[int, ...],
+    data: bytes | memoryview,
+    chunk_bytes: int,
+    meta: dict[str, str | int | float | bool] | None = None,
+) -> list[bytes]:
+    """Split one tensor's bytes into frames whose size stays below `chunk_bytes`."""
+    if dtype not in ITEMSIZE:
+        raise WireError(f"dtype {dtype!r} cannot go on the wire; use one of {sorted(ITEMSIZE)}")
+    data = memoryview(data).cast("B")
+    body = max(1, chunk_bytes - MAX_HEADER_BYTES - len(MAGIC) - _HEADER_LEN.size)
+    chunks = max(1, math.ceil(len(data) / body))
+    whole = digest(data)
+    frames = []
+    for i in range(chunks):
+        part = data[i * body : (i + 1) * body]
+        header = TensorHeader(
+            key=key,
+            dtype=dtype,
+            shape=list(shape),
+            chunk=i,
+            chunks=chunks,
+            offset=i * body,
+            total_bytes=len(data),
+            digest=whole,
+            meta=meta or {},
+        )
+        raw = header.model_dump_json().encode()
+        frames.append(MAGIC + _HEADER_LEN.pack(len(raw)) + raw + bytes(part))
+    return frames
+
+
+def decode_frame(frame: bytes, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> tuple[TensorHeader, memoryview]:
+    """Parse and check one frame; raise `WireError` with the reason when it is bad."""
+    view = memoryview(frame)
+    prefix = len(MAGIC) + _HEADER_LEN.size
+    if len(view) < prefix or bytes(view[: len(MAGIC)]) != MAGIC:
+        raise WireError("not a tensor frame (bad magic)")
+    (header_len,) = _HEADER_LEN.unpack(view[len(MAGIC) : prefix])
+    if header_len > MAX_HEADER_BYTES or prefix + header_len > len(view):
+        raise WireError(f"header length {header_len} is out of range (truncated frame?)")
+    try:
+        header = TensorHeader.model_validate(json.loads(bytes(view[prefix : prefix + header_len])))
+    except (ValueError, ValidationError) as exc:
+        raise WireError(f"malformed header: {exc}") from None
+    if header.dtype not in ITEMSIZE:
+        raise WireError(f"unknown dtype {header.dtype!r}")
+    if any(d < 0 for d in header.shape):
+        raise WireError(f"negative dimension in shape {header.shape}")
+    expected = math.prod(header.shape) * ITEMSIZE[header.dtype]
+    if expected != header.total_bytes:
+        raise WireError(f"shape {header.shape} of {header.dtype} needs {expected} bytes, header says {header.total_bytes}")
+    if header.total_bytes > max_tensor_bytes:
+        raise WireError(f"tensor of {header.total_bytes} bytes exceeds the limit of {max_tensor_bytes}")
+    if header.chunk >= header.chunks:
+        raise WireError(f"chunk {header.chunk} of {header.chunks} is out of range")
+    body = view[prefix + header_len :]
+    if header.offset + len(body) > header.total_bytes:
+        raise WireError("chunk runs past the end of the tensor")
+    last = header.chunk == header.chunks - 1
+    if last and header.offset + len(body) != header.total_bytes:
+        raise WireError("last chunk does not end the tensor (truncated)")
+    return header, body
+
+
+@dataclass
+class _Partial:
+    header: TensorHeader
+    buffer: bytearray
+    seen: set[int] = field(default_factory=set)
+    received: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Tensor:
+    """A reassembled, digest-verified tensor as bytes."""
+
+    key: str
+    dtype: str
+    shape: list[int]
+    data: bytearray
+    meta: dict[str, str | int | float | bool]
+
+
+class Reassembler:
+    """Collects frames per key; returns a `Tensor` once all chunks arrived and the digest matches.
+
+    Bounded: at most `max_pending` tensors in flight and each expires after `ttl_s`,
+    so a sender that dies half-way cannot make the receiver grow without bound.
+    """
+
+    def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, max_pending: int = 256, ttl_s: float = 120.0):
+        self.max_tensor_bytes = max_tensor_bytes
+        self.max_pending = max_pending
+        self.ttl_s = ttl_s
+        self._pending: dict[str, _Partial] = {}
+
+    def feed(self, frame: bytes) -> Tensor | None:
+        header, body = decode_frame(frame, self.max_tensor_bytes)
+        self._expire()
+        partial = self._pending.get(header.key)
+        if partial is None:
+            if len(self._pending) >= self.max_pending:
+                raise WireError(f"too many tensors in flight ({self.max_pending}); dropping {header.key!r}")
+            partial = _Partial(header, bytearray(header.total_bytes))
+            self._pending[header.key] = partial
+        elif (partial.header.digest, partial.header.chunks, partial.header.total_bytes) != (
+            header.digest,
+            header.chunks,
+            header.total_bytes,
+        ):
+            del self._pending[header.key]
+            raise WireError(f"chunk of {header.key!r} disagrees with earlier chunks; tensor dropped")
+        if header.chunk in partial.seen:
+            return None  # a redelivered chunk: already have it
+        partial.buffer[header.offset : header.offset + len(body)] = body
+        partial.seen.add(header.chunk)
+        partial.received += len(body)
+        if len(partial.seen) < header.chunks:
+            return None
+        del self._pending[header.key]
+        if partial.received != header.total_bytes or digest(partial.buffer) != header.digest:
+            raise WireError(f"digest mismatch for {header.key!r}; tensor dropped")
+        return Tensor(header.key, header.dtype, header.shape, partial.buffer, header.meta)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, p in self._pending.items() if now - p.started > self.ttl_s]:
+            del self._pending[key]

@@ -1,0 +1,95 @@
+"""Per-VNode forward and backward, with an autograd boundary at every VNode.
+
+Every input of a VNode (local or remote) enters as a fresh leaf, so each VNode's
+backward is its own small autograd call: gradients flow VNode by VNode, in the
+same order whichever PNode hosts what. That is what makes a session on 1 PNode and
+on 5 PNodes compute the same numbers, and what lets a PNode start the backward of
+one VNode while another PNode still works on a later one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from computeall.network import Graph
+from computeall.network.ops import DATA_INPUTS
+
+from .ops import build_vnode
+
+
+@dataclass
+class _Saved:
+    leaves: list[torch.Tensor | None]  # None for dataset inputs (token ids)
+    output: torch.Tensor
+
+
+class VNodeRuntime:
+    """The VNodes one PNode hosts, for one session."""
+
+    def __init__(self, graph: Graph, vnode_ids: list[str], session_seed: int, device: torch.device) -> None:
+        self.graph = graph
+        self.device = device
+        self.order = [v for v in graph.order if v in set(vnode_ids)]
+        self.modules: dict[str, nn.Module] = {}
+        # tied VNodes point at their partner, so build the partners (embeddings) first
+        for vid in sorted(self.order, key=lambda v: graph.vnodes[v].tie is not None):
+            self.modules[vid] = build_vnode(graph.vnodes[vid], session_seed, device, tied=self.modules)
+        self._saved: dict[tuple[int, str], _Saved] = {}
+
+    def parameters(self) -> dict[str, nn.Parameter]:
+        """Every parameter once, named `<vnode>.<param>` (a tied weight under its owner)."""
+        out: dict[str, nn.Parameter] = {}
+        for vid in self.order:
+            for name, p in self.modules[vid].named_parameters():
+                out[f"{vid}.{name}"] = p
+        return out
+
+    def forward(self, vid: str, micro: int, inputs: list[torch.Tensor]) -> torch.Tensor:
+        """Run one VNode; keep what its backward needs under (micro, vid)."""
+        spec = self.graph.vnodes[vid]
+        leaves: list[torch.Tensor | None] = []
+        args = []
+        for name, x in zip(spec.inputs, inputs):
+            if name in DATA_INPUTS:
+                leaves.append(None)
+                args.append(x)
+            else:
+                leaf = x.detach().requires_grad_(True)
+                leaves.append(leaf)
+                args.append(leaf)
+        with torch.enable_grad():
+            out = self.modules[vid](*args)
+        self._saved[(micro, vid)] = _Saved(leaves, out)
+        return out.detach()
+
+    def backward(self, vid: str, micro: int, grad_output: torch.Tensor) -> list[torch.Tensor | None]:
+        """Backward of one VNode; accumulates its parameters' gradients, returns its inputs' gradients."""
+        saved = self._saved.pop((micro, vid))
+        leaves = [leaf for leaf in saved.leaves if leaf is not None]
+        params = [p for p in self.modules[vid].parameters()] + [
+            p for p in getattr(self.modules[vid], "tied_weight", [])
+        ]
+        grads = torch.autograd.grad(
+            saved.output, leaves + params, grad_outputs=grad_output, allow_unused=True
+        )
+        for p, g in zip(params, grads[len(leaves):]):
+            if g is None:
+                continue
+            p.grad = g if p.grad is None else p.grad.add_(g)
+        it = iter(grads[: len(leaves)])
+        return [None if leaf is None else next(it) for leaf in saved.leaves]
+
+    def drop(self, micro: int | None = None) -> None:
+        """Forget saved activations (of one micro-batch, or all): after an abort."""
+        for key in [k for k in self._saved if micro is None or k[0] == micro]:
+            del self._saved[key]
+
+    def zero_grad(self) -> None:
+        for p in self.parameters().values():
+            p.grad = None
+
+    def activation_bytes(self) -> int:
+        return sum(s.output.numel() * s.output.element_size() for s in self._saved.values())
