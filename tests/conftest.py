@@ -1,0 +1,30 @@
+"""Shared fixtures: a real nats-server with JetStream on a free port."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from computeall.cli.nats_server import EmbeddedNats
+
+REPO = Path(__file__).resolve().parent.parent
+SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path):
+    with EmbeddedNats(tmp_path / "nats") as server:
+        yield server
+
+
+@pytest.fixture
+def nats_url(nats_server: EmbeddedNats) -> str:
+    return nats_server.url
+
+
+@pytest.fixture
+def shakespeare() -> Path:
+    if not SHAKESPEARE.exists():
+        pytest.skip(f"{SHAKESPEARE} is not present")
+    return SHAKESPEARE
