@@ -5,5 +5,6 @@ that picks among them by device, dtype and measured speed.
 """
 
 from .attention import flash_attention
+from .lce import linear_cross_entropy
 
-__all__ = ["flash_attention"]
+__all__ = ["flash_attention", "linear_cross_entropy"]

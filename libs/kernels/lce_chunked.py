@@ -78,7 +78,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         )
         grad_w = grad_w32.to(weight.dtype) if grad_w32 is not None else None  # no-op for fp32 weights
         ctx.save_for_backward(grad_x, grad_w)
-        return loss.to(x.dtype) if x.dtype != torch.float32 else loss
+        return loss  # fp32 whatever the input dtype: a bf16 sum over many tokens would round badly
 
     @staticmethod
     def backward(ctx, grad_loss):
@@ -97,6 +97,6 @@ def linear_cross_entropy_chunked(
     reduction: str = "mean",
     ce_grad_: CeGrad = ce_grad_torch_,
 ) -> torch.Tensor:
-    """x (..., D), weight (V, D), targets (...) -> scalar loss."""
+    """x (..., D), weight (V, D), targets (...) -> scalar fp32 loss."""
     x2 = x.reshape(-1, x.shape[-1])  # (N, D)
     return FusedLinearCrossEntropy.apply(x2, weight, targets.reshape(-1), ignore_index, reduction, ce_grad_)

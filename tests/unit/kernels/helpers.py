@@ -3,6 +3,7 @@
 import torch
 
 from computeall.kernels.attention_reference import attention_reference
+from computeall.kernels.lce_reference import linear_cross_entropy_reference
 
 # Absolute tolerances against the fp32 reference on O(1) values: fp32 paths agree to rounding;
 # bf16 keeps 8 mantissa bits (~4e-3 relative), fp16 keeps 11 (~5e-4).
@@ -26,3 +27,20 @@ def check_attention(attn, b, h, t, d, dtype, causal, device="cpu"):
     for got, want in zip(grads, expected_grads):
         # Gradients sum over T terms, so their rounding grows with T.
         assert_close(got, want, dtype, scale=4.0)
+
+
+def check_linear_cross_entropy(lce, n, d, vocab, dtype, reduction, device="cpu"):
+    """lce(x, weight, targets, ignore_index, reduction) matches the reference in loss and gradients."""
+    x = torch.randn(n, d, device=device).to(dtype).requires_grad_()
+    weight = (torch.randn(vocab, d, device=device) / d**0.5).to(dtype).requires_grad_()
+    targets = torch.randint(0, vocab, (n,), device=device)
+    targets[1::5] = -100  # ignored tokens (none when n == 1)
+    loss = lce(x, weight, targets, -100, reduction)
+    # A non-unit upstream gradient checks that backward scales the precomputed gradients.
+    grads = torch.autograd.grad(loss * 3.0, (x, weight))
+    expected = linear_cross_entropy_reference(x, weight, targets, -100, reduction)
+    expected_grads = torch.autograd.grad(expected * 3.0, (x, weight))
+    assert_close(loss, expected, dtype, scale=n if reduction == "sum" else 1.0)
+    for got, want in zip(grads, expected_grads):
+        assert got.dtype == dtype
+        assert_close(got, want, dtype)
