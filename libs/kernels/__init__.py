@@ -4,7 +4,16 @@ Each kernel has a plain-torch reference, a CPU path, a Triton path for CUDA and 
 that picks among them by device, dtype and measured speed.
 """
 
-from .attention import flash_attention
-from .lce import linear_cross_entropy
+from .adamw_fused import FusedAdamW
+from .attention import attention_choices, flash_attention
+from .grad_check import found_nonfinite
+from .lce import linear_cross_entropy, linear_cross_entropy_choices
 
-__all__ = ["flash_attention", "linear_cross_entropy"]
+__all__ = [
+    "FusedAdamW",
+    "attention_choices",
+    "flash_attention",
+    "found_nonfinite",
+    "linear_cross_entropy",
+    "linear_cross_entropy_choices",
+]

@@ -44,3 +44,39 @@ def check_linear_cross_entropy(lce, n, d, vocab, dtype, reduction, device="cpu")
     for got, want in zip(grads, expected_grads):
         assert got.dtype == dtype
         assert_close(got, want, dtype)
+
+
+def check_fused_adamw(impl, dtype, device="cpu", steps=3):
+    """FusedAdamW matches the unfused reference over several steps, with loss scaling, lr changes and one overflow."""
+    from computeall.kernels import FusedAdamW
+    from computeall.kernels.adamw_reference import adamw_reference_step
+
+    shapes = [(5, 3), (7,), (33, 2)]
+    params = [torch.randn(s, device=device).to(dtype).requires_grad_() for s in shapes]
+    ref_params = [p.detach().clone().requires_grad_() for p in params]
+    masters = [p.detach().float() for p in params]
+    exp_avgs = [torch.zeros_like(m) for m in masters]
+    exp_avg_sqs = [torch.zeros_like(m) for m in masters]
+    opt = FusedAdamW(params, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1, impl=impl)
+    scale, applied = 64.0, 0
+    for i in range(steps + 1):
+        lr = 1e-2 * (i + 1)  # a schedule changes lr every step
+        grads = [torch.randn(s, device=device) * scale for s in shapes]
+        if i == 1:
+            grads[1][0] = float("inf")  # this step must be skipped entirely
+        for p, r, g in zip(params, ref_params, grads):
+            p.grad, r.grad = g.to(dtype), g.to(dtype)
+        opt.lr = lr
+        found = opt.step(grad_scale=scale)
+        assert found.item() == (1.0 if i == 1 else 0.0)
+        if i != 1:
+            applied += 1
+            adamw_reference_step(ref_params, masters, exp_avgs, exp_avg_sqs, applied, lr, (0.9, 0.99), 1e-8, 0.1, scale)
+    state = opt.state_dict()
+    for j, (p, r) in enumerate(zip(params, ref_params)):
+        assert p.dtype == dtype
+        # Masters agree to fp32 rounding, so the casts agree up to one low-precision ulp.
+        torch.testing.assert_close(p.detach(), r.detach(), atol=1e-6, rtol=TOL[dtype])
+        torch.testing.assert_close(state[f"{j}.master"], masters[j], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(state[f"{j}.exp_avg_sq"], exp_avg_sqs[j], atol=1e-6, rtol=1e-5)
+        assert state[f"{j}.step"].item() == applied

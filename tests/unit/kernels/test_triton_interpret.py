@@ -17,7 +17,7 @@ pytest.importorskip("triton", reason="triton not installed (optional extra `kern
 
 from computeall.kernels.attention_triton import flash_attention_triton  # noqa: E402
 
-from .helpers import check_attention, check_linear_cross_entropy  # noqa: E402
+from .helpers import check_attention, check_fused_adamw, check_linear_cross_entropy  # noqa: E402
 
 # The interpreter's tl.dot mishandles bf16 (numpy has no bf16), so bf16 is covered on CUDA only.
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -33,3 +33,8 @@ def test_linear_cross_entropy_triton(dtype, reduction):
     from computeall.kernels.lce_triton import linear_cross_entropy_triton
 
     check_linear_cross_entropy(linear_cross_entropy_triton, 13, 32, 300, dtype, reduction)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fused_adamw_triton(dtype):
+    check_fused_adamw("triton", dtype)
