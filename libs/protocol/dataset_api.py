@@ -3,13 +3,26 @@
 Replies to `batch` are a tensor frame (see `wire`): token ids, shape (B, T+1),
 uint16 or uint32. Every other reply is a `DatasetReply` JSON. A failed request
 answers `{"ok": false, "error": "..."}`, never silence.
+
+While `create` runs, the service publishes `DatasetProgress` on
+`ca.ds.progress.<name>` so a client can draw progress bars.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .subjects import Subjects, check_token
+
+BYTE_ALPHABET = 256
+EOT_TOKEN = "<|endoftext|>"  # between documents in every token stream
+PAD_TOKEN = "<|pad|>"
+SPECIAL_TOKENS = [EOT_TOKEN, PAD_TOKEN]
+MIN_VOCAB = BYTE_ALPHABET + len(SPECIAL_TOKENS)
+MAX_VOCAB = 262144
+SPLIT_METHODS = ("random-doc", "tail", "hash-doc")
 
 
 class _Request(BaseModel):
@@ -17,18 +30,35 @@ class _Request(BaseModel):
 
 
 class SplitSpec(BaseModel):
-    """How a validation split is cut from the corpus: `random-doc:0.1`, `tail:0.05`, `hash-doc:0.1`."""
+    """How a validation split is cut from the corpus: `random-doc:0.1`, `tail:0.05`, `hash-doc:0.1`.
+
+    Every method cuts between documents, so no document is in two splits.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     method: Literal["random-doc", "tail", "hash-doc"] = "random-doc"
     fraction: float = Field(0.1, gt=0, lt=1)
-    name: str = "val"
+    name: str = Field("val", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+
+    @field_validator("name")
+    @classmethod
+    def _not_train(cls, value: str) -> str:
+        if value == "train":
+            raise ValueError("the held-out split cannot be called 'train'")
+        return value
 
     @classmethod
     def parse(cls, text: str) -> "SplitSpec":
+        """`METHOD[:FRACTION]`; raises ValueError naming the accepted forms."""
         method, _, fraction = text.partition(":")
-        return cls(method=method, fraction=float(fraction or 0.1))
+        if method not in SPLIT_METHODS:
+            raise ValueError(f"unknown split method {method!r} in {text!r}; use one of {', '.join(SPLIT_METHODS)} (e.g. random-doc:0.1)")
+        try:
+            value = float(fraction) if fraction else 0.1
+        except ValueError:
+            raise ValueError(f"split fraction {fraction!r} in {text!r} is not a number (e.g. random-doc:0.1)") from None
+        return cls(method=method, fraction=value)
 
 
 class CreateDataset(_Request):
@@ -36,12 +66,26 @@ class CreateDataset(_Request):
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9_-]{1,64}$")
     files: list[str] = Field(..., min_length=1)
-    vocab_size: int = Field(4096, ge=257, le=262144)
+    vocab_size: int = Field(4096, le=MAX_VOCAB)
     split: SplitSpec = Field(default_factory=SplitSpec)
-    tokenizer_from: str | None = None
+    tokenizer_from: str | None = Field(None, description="reuse the tokenizer of this dataset instead of training one")
     jsonl_field: str = "text"
+    # A plain text file holds many documents separated by blank lines ("paragraph"), or is one ("file").
+    document_unit: Literal["paragraph", "file"] = "paragraph"
+    on_invalid_utf8: Literal["error", "skip"] = "error"
     seed: int = 0
+    shard_tokens: int = Field(1 << 24, ge=1024, description="tokens per shard file (the last one may be shorter)")
     if_exists: Literal["error", "reuse"] = "error"
+
+    @field_validator("vocab_size")
+    @classmethod
+    def _vocab_covers_bytes(cls, value: int) -> int:
+        if value < MIN_VOCAB:
+            raise ValueError(
+                f"vocab size {value} is below the byte alphabet: a byte-level BPE needs at least {MIN_VOCAB} "
+                f"({BYTE_ALPHABET} bytes + {len(SPECIAL_TOKENS)} special tokens)"
+            )
+        return value
 
 
 class GetDataset(_Request):
@@ -50,16 +94,51 @@ class GetDataset(_Request):
     name: str
 
 
+class ListDatasets(_Request):
+    """`ca.ds.list`: every dataset's manifest, local or published."""
+
+
 class BatchRequest(_Request):
-    """`ca.ds.batch`: tokens (B, T+1) for (dataset, split, seed, step, micro): a pure function of these."""
+    """`ca.ds.batch`: tokens (B, T+1) for (dataset, split, seed, step, micro): a pure function of these.
+
+    Sample `b` of the batch is sample ((step * micro_batches) + micro) * batch + b of the
+    split's seeded order of non-overlapping windows, so no window repeats inside an epoch.
+    """
 
     dataset: str
     split: str = "train"
     seed: int = 0
     step: int = Field(..., ge=0)
     micro: int = Field(0, ge=0)
+    micro_batches: int = Field(1, ge=1)
     batch: int = Field(..., ge=1, le=4096)
     context: int = Field(..., ge=1, le=1 << 20)
+
+    @model_validator(mode="after")
+    def _micro_in_range(self) -> "BatchRequest":
+        if self.micro >= self.micro_batches:
+            raise ValueError(f"micro {self.micro} is out of range for micro_batches {self.micro_batches}")
+        return self
+
+
+class SampleRequest(_Request):
+    """`ca.ds.sample`: the decoded text of the first `n` samples of a real batch (step 0)."""
+
+    dataset: str
+    split: str = "val"
+    n: int = Field(2, ge=1, le=64)
+    context: int = Field(128, ge=1, le=1 << 16)
+    seed: int = 0
+
+
+class DatasetProgress(BaseModel):
+    """Progress of one stage of a create: `done` of `total` `unit`s."""
+
+    name: str
+    stage: Literal["scan", "train-tokenizer", "tokenize", "write-splits", "publish"]
+    done: int
+    total: int
+    unit: str = "B"
 
 
 class DatasetReply(BaseModel):
@@ -67,3 +146,8 @@ class DatasetReply(BaseModel):
     error: str | None = None
     dataset: dict[str, Any] | None = None  # the manifest: name, vocab_size, documents, splits, shards, digests
     datasets: list[dict[str, Any]] | None = None
+    samples: list[str] | None = None
+
+
+def progress_subject(subjects: Subjects, name: str) -> str:
+    return subjects.dataset_api(f"progress.{check_token(name, 'dataset name')}")

@@ -117,7 +117,43 @@ PNodeEvent = Annotated[Union[PNodeJoined, PNodeLeft], Field(discriminator="type"
 # -- datasets -----------------------------------------------------------------
 
 
+class TokenizerTrained(_Event):
+    """A dataset's tokenizer: trained on its corpus, or copied from `tokenizer_from`."""
+
+    type: Literal["TokenizerTrained"] = "TokenizerTrained"
+    name: str
+    vocab_size: int  # the real size (training may stop below the requested size)
+    requested_vocab_size: int
+    tokenizer_digest: str
+    tokenizer_from: str | None = None
+    seconds: float
+
+
+class Tokenized(_Event):
+    type: Literal["Tokenized"] = "Tokenized"
+    name: str
+    documents: int
+    text_bytes: int
+    tokens: int
+    dtype: str
+    skipped_invalid_utf8: int = 0
+    seconds: float
+
+
+class SplitCreated(_Event):
+    type: Literal["SplitCreated"] = "SplitCreated"
+    name: str
+    split: str
+    method: str  # random-doc, tail, hash-doc
+    documents: int
+    tokens: int
+    shards: int
+    shard_digests: list[str]
+
+
 class DatasetCreated(_Event):
+    """Recorded last: a dataset exists (and is published) once this is in the log."""
+
     type: Literal["DatasetCreated"] = "DatasetCreated"
     name: str
     files: list[str]
@@ -125,9 +161,15 @@ class DatasetCreated(_Event):
     documents: int
     tokens: int
     tokenizer_digest: str
+    dtype: str = "uint16"
+    splits: dict[str, int] = Field(default_factory=dict)  # split name -> tokens
+    recipe_digest: str = ""
+    object_store_bucket: str = ""
 
 
-DatasetEvent = Annotated[Union[DatasetCreated], Field(discriminator="type")]
+DatasetEvent = Annotated[
+    Union[TokenizerTrained, Tokenized, SplitCreated, DatasetCreated], Field(discriminator="type")
+]
 
 Event = Annotated[
     Union[SessionEvent, PNodeEvent, DatasetEvent],

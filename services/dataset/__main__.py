@@ -1,0 +1,73 @@
+"""`python -m computeall.dataset --nats URL --data-dir DIR [--prefix ca]`: run one dataset service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import nats
+
+from computeall.protocol.eventlog import ensure_streams
+from computeall.protocol.subjects import Subjects
+
+from .service import DatasetService
+from .store import DatasetStore
+
+log = logging.getLogger("computeall.dataset")
+
+# Object Store chunks well below the default 1 MiB max_payload, big enough for few round trips.
+_OBJECT_CHUNK_BYTES = 512 << 10
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m computeall.dataset", description=__doc__)
+    parser.add_argument("--nats", required=True, help="NATS URL, e.g. nats://127.0.0.1:4222")
+    parser.add_argument("--data-dir", required=True, type=Path, help="where datasets are kept (datasets/<name>/)")
+    parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
+    parser.add_argument("--bucket", default=None, help="Object Store bucket for shards (default: <prefix>-datasets)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    subjects = Subjects(args.prefix)
+    nc = await nats.connect(args.nats, name="computeall-dataset", max_reconnect_attempts=-1)
+    js = nc.jetstream()
+    await ensure_streams(js, subjects)
+    store = DatasetStore(args.data_dir, js, args.bucket or f"{subjects.prefix}-datasets", min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
+    await store.open()
+    service = DatasetService(nc, subjects, store)
+    await service.start()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("dataset service ready (data dir %s, bucket %s)", args.data_dir, store.bucket)
+    await stop.wait()
+    log.info("stopping")
+    await service.stop()
+    await nc.drain()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        asyncio.run(serve(args))
+    except (OSError, nats.errors.NoServersError) as exc:
+        log.error("cannot reach NATS at %s: %s", args.nats, exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""The dataset service: request handlers on `ca.ds.<verb>`, in a queue group.
+
+Plain nats-py core request/reply, not FastStream: the replies are raw tensor frames
+as often as JSON, the work is answered, not acknowledged (nothing here is a
+JetStream message, so there is no ack policy to get wrong), and the Object Store
+API is nats-py's. Each request runs as its own task so a create that trains a
+tokenizer for minutes never delays a batch; the heavy parts run in threads.
+Every failure becomes a `DatasetReply(ok=False, error=...)`: the service never
+dies on a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+from tokenizers import Tokenizer
+
+from computeall.protocol import wire
+from computeall.protocol.dataset_api import (
+    BatchRequest,
+    CreateDataset,
+    DatasetReply,
+    GetDataset,
+    ListDatasets,
+    SampleRequest,
+)
+from computeall.protocol.envelope import Envelope
+from computeall.protocol.eventlog import EventLog
+from computeall.protocol.events import DatasetCreated, SplitCreated, Tokenized, TokenizerTrained
+from computeall.protocol.subjects import Subjects
+
+from . import builder, tokenizer as bpe
+from .batches import make_batch
+from .errors import DatasetUserError
+from .manifest import Manifest
+from .progress import ProgressReporter
+from .shards import SplitStream
+from .sources import Reader
+from .store import DatasetStore
+
+log = logging.getLogger(__name__)
+
+QUEUE_GROUP = "dataset"
+ACTOR = "dataset-service"
+
+
+@dataclass
+class _Open:
+    """A dataset ready to serve: its manifest and memory-mapped splits."""
+
+    manifest: Manifest
+    root: Path
+    streams: dict[str, SplitStream] = field(default_factory=dict)
+    tokenizer: Tokenizer | None = None
+
+    def stream(self, split: str) -> SplitStream:
+        if split not in self.manifest.splits:
+            raise DatasetUserError(
+                f"dataset {self.manifest.name!r} has no split {split!r}; its splits are {', '.join(self.manifest.splits)}"
+            )
+        if split not in self.streams:
+            self.streams[split] = SplitStream(self.root, self.manifest.splits[split], self.manifest.dtype)
+        return self.streams[split]
+
+
+class DatasetService:
+    def __init__(self, nc, subjects: Subjects, store: DatasetStore) -> None:
+        self.nc = nc
+        self.subjects = subjects
+        self.store = store
+        self.events = EventLog(nc.jetstream(), subjects)
+        self._open: dict[str, _Open] = {}
+        self._creating: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._subs = []
+        self._handlers = {
+            "create": (CreateDataset, self.create),
+            "get": (GetDataset, self.get),
+            "list": (ListDatasets, self.list_datasets),
+            "batch": (BatchRequest, self.batch),
+            "sample": (SampleRequest, self.sample),
+        }
+
+    async def start(self) -> None:
+        for verb in self._handlers:
+            self._subs.append(await self.nc.subscribe(self.subjects.dataset_api(verb), queue=QUEUE_GROUP, cb=self._on_message))
+        log.info("serving %s on %s", ", ".join(self._handlers), self.subjects.dataset_api("*"))
+
+    async def stop(self) -> None:
+        """Stop taking requests and let the ones in flight answer."""
+        for sub in self._subs:
+            await sub.unsubscribe()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=30)
+
+    async def _on_message(self, msg) -> None:
+        task = asyncio.create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg) -> None:
+        verb = msg.subject.rsplit(".", 1)[-1]
+        model, handler = self._handlers[verb]
+        try:
+            request = model.model_validate_json(msg.data)
+            reply = await handler(request)
+        except ValidationError as exc:
+            reply = _error(f"invalid {verb} request: {_describe(exc)}")
+        except DatasetUserError as exc:
+            reply = _error(str(exc))
+        except Exception as exc:  # a bug, or the bus failing: answer anyway, keep serving
+            log.exception("%s request failed", verb)
+            reply = _error(f"the dataset service failed on this {verb} request ({type(exc).__name__}: {exc}); see its log")
+        if not msg.reply:
+            log.warning("a %s request without a reply subject was dropped", verb)
+            return
+        await msg.respond(reply if isinstance(reply, bytes) else reply.model_dump_json(exclude_none=True).encode())
+
+    # -- handlers ------------------------------------------------------------
+    async def create(self, request: CreateDataset) -> DatasetReply:
+        if request.name in self._creating:
+            raise DatasetUserError(f"dataset {request.name!r} is being created right now; wait for it or choose another name")
+        self._creating.add(request.name)
+        try:
+            return await self._create(request)
+        finally:
+            self._creating.discard(request.name)
+
+    async def _create(self, request: CreateDataset) -> DatasetReply:
+        reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)
+        scan = await asyncio.to_thread(reader.scan, request.files)
+        tokenizer_from = None
+        if request.tokenizer_from:
+            source = await self.store.find(request.tokenizer_from)
+            if source is None:
+                raise DatasetUserError(f"--tokenizer-from {request.tokenizer_from!r}: no such dataset; `computeall dataset list` shows them")
+            tokenizer_from = (source.name, self.store.path(source.name) / source.tokenizer.file)
+
+        existing = self.store.local(request.name) or await self.store.published(request.name)
+        if existing:
+            recipe = builder.recipe_digest(request, scan, tokenizer_from and bpe.file_digest(tokenizer_from[1]))
+            if request.if_exists == "reuse" and existing.recipe_digest == recipe:
+                return DatasetReply(ok=True, dataset=existing.model_dump())
+            differs = " with other inputs or settings" if request.if_exists == "reuse" else ""
+            raise DatasetUserError(f"dataset {request.name!r} already exists{differs}; choose another name")
+
+        reporter = ProgressReporter(self.nc, self.subjects, request.name, asyncio.get_running_loop())
+        staging = self.store.staging()
+        try:
+            result = await asyncio.to_thread(builder.build, request, scan, reader, staging, reporter, tokenizer_from)
+            self.store.commit(staging, result.manifest)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        finally:
+            reporter.close()
+        manifest = result.manifest
+        try:
+            await self.store.publish(manifest)
+        except BaseException:
+            shutil.rmtree(self.store.path(manifest.name), ignore_errors=True)
+            raise
+        await self._record(manifest, result)
+        log.info("created dataset %s: %d documents, vocab %d, %s", manifest.name, manifest.documents, manifest.vocab_size,
+                 ", ".join(f"{s.name} {s.tokens} tokens" for s in manifest.splits.values()))
+        return DatasetReply(ok=True, dataset=manifest.model_dump())
+
+    async def _record(self, manifest: Manifest, result: builder.BuildResult) -> None:
+        """TokenizerTrained, Tokenized, SplitCreated..., then DatasetCreated: the last one marks it complete."""
+        tokens = sum(s.tokens for s in manifest.splits.values())
+        events = [
+            TokenizerTrained(
+                name=manifest.name,
+                vocab_size=manifest.vocab_size,
+                requested_vocab_size=manifest.requested_vocab_size,
+                tokenizer_digest=manifest.tokenizer.digest,
+                tokenizer_from=manifest.tokenizer.tokenizer_from,
+                seconds=result.train_seconds,
+            ),
+            Tokenized(
+                name=manifest.name,
+                documents=manifest.documents,
+                text_bytes=manifest.text_bytes,
+                tokens=tokens,
+                dtype=manifest.dtype,
+                skipped_invalid_utf8=manifest.skipped_invalid_utf8,
+                seconds=result.tokenize_seconds,
+            ),
+            *(
+                SplitCreated(
+                    name=manifest.name,
+                    split=s.name,
+                    method="rest" if s.name == "train" else manifest.split.method,
+                    documents=s.documents,
+                    tokens=s.tokens,
+                    shards=len(s.shards),
+                    shard_digests=[shard.digest for shard in s.shards],
+                )
+                for s in manifest.splits.values()
+            ),
+            DatasetCreated(
+                name=manifest.name,
+                files=manifest.files,
+                vocab_size=manifest.vocab_size,
+                documents=manifest.documents,
+                tokens=tokens,
+                tokenizer_digest=manifest.tokenizer.digest,
+                dtype=manifest.dtype,
+                splits={s.name: s.tokens for s in manifest.splits.values()},
+                recipe_digest=manifest.recipe_digest,
+                object_store_bucket=self.store.bucket,
+            ),
+        ]
+        for event in events:
+            await self.events.append_event(self.subjects.dataset_evt(manifest.name, event.type), Envelope(actor=ACTOR, payload=event))
+
+    async def get(self, request: GetDataset) -> DatasetReply:
+        return DatasetReply(ok=True, dataset=(await self._dataset(request.name)).manifest.model_dump())
+
+    async def list_datasets(self, request: ListDatasets) -> DatasetReply:
+        found = {m.name: m for m in await self.store.all_published()}
+        for folder in sorted(self.store.root.iterdir()):
+            manifest = self.store.local(folder.name) if not folder.name.startswith(".") else None
+            if manifest:
+                found[manifest.name] = manifest
+        return DatasetReply(ok=True, datasets=[found[name].model_dump() for name in sorted(found)])
+
+    async def batch(self, request: BatchRequest) -> bytes | DatasetReply:
+        dataset = await self._dataset(request.dataset)
+        tokens = make_batch(dataset.stream(request.split), request, f"{request.dataset}/{request.split}")
+        key = f"{request.dataset}/{request.split}/{request.seed}/{request.step}/{request.micro}"
+        frames = wire.encode(key, dataset.manifest.dtype, tokens.shape, tokens.data, chunk_bytes=self.nc.max_payload)
+        if len(frames) > 1:
+            raise DatasetUserError(
+                f"a batch of {request.batch}x{request.context + 1} {dataset.manifest.dtype} tokens ({tokens.nbytes} bytes) "
+                f"does not fit in one message (max_payload {self.nc.max_payload}); ask for a smaller batch or context"
+            )
+        return frames[0]
+
+    async def sample(self, request: SampleRequest) -> DatasetReply:
+        dataset = await self._dataset(request.dataset)
+        batch_request = BatchRequest(dataset=request.dataset, split=request.split, seed=request.seed, step=0, batch=request.n, context=request.context)
+        tokens = make_batch(dataset.stream(request.split), batch_request, f"{request.dataset}/{request.split}")
+        if dataset.tokenizer is None:
+            dataset.tokenizer = bpe.load(dataset.root / dataset.manifest.tokenizer.file)
+        texts = [dataset.tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
+        return DatasetReply(ok=True, samples=texts)
+
+    async def _dataset(self, name: str) -> _Open:
+        if name not in self._open:
+            manifest = await self.store.find(name)
+            if manifest is None:
+                raise DatasetUserError(f"no dataset named {name!r}; `computeall dataset list` shows them, `computeall dataset create` makes one")
+            self._open[name] = _Open(manifest, self.store.path(name))
+        return self._open[name]
+
+
+def _error(message: str) -> DatasetReply:
+    return DatasetReply(ok=False, error=message)
+
+
+def _describe(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'message'}: {e['msg']}" for e in exc.errors())

@@ -1,0 +1,131 @@
+"""The dataset service as a real subprocess against a real nats-server: create, get, batch, restarts, Object Store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nats
+import numpy as np
+import pytest
+
+from computeall.protocol import dataset_client as client
+from computeall.protocol.dataset_api import BatchRequest, CreateDataset, SampleRequest, SplitSpec
+from computeall.protocol.subjects import Subjects
+
+SUBJECTS = Subjects("ca")
+
+
+class DatasetProcess:
+    """`python -m computeall.dataset` in its own process, with its own data directory."""
+
+    def __init__(self, nats_url: str, data_dir: Path) -> None:
+        self.nats_url = nats_url
+        self.data_dir = data_dir
+        self.log = data_dir.parent / f"{data_dir.name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "DatasetProcess":
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "computeall.dataset", "--nats", self.nats_url, "--data-dir", str(self.data_dir), "--prefix", "ca"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "ab"),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        asyncio.run(self._wait_ready())
+        return self
+
+    async def _wait_ready(self, timeout: float = 20.0) -> None:
+        nc = await nats.connect(self.nats_url)
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                assert self.process.poll() is None, f"dataset service exited; log:\n{self.log.read_text()}"
+                try:
+                    await client.list_datasets(nc, SUBJECTS, timeout=0.5)
+                    return
+                except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                    await asyncio.sleep(0.1)
+            raise TimeoutError(f"dataset service not ready; log:\n{self.log.read_text()}")
+        finally:
+            await nc.close()
+
+    def stop(self) -> int:
+        self.process.terminate()
+        return self.process.wait(15)
+
+
+@pytest.fixture
+def service(nats_url: str, tmp_path: Path):
+    proc = DatasetProcess(nats_url, tmp_path / "data-a").start()
+    yield proc
+    if proc.process.poll() is None:
+        proc.stop()
+
+
+async def call(nats_url: str, fn, *args, timeout: float = 60.0):
+    nc = await nats.connect(nats_url)
+    try:
+        return await fn(nc, SUBJECTS, *args, timeout=timeout)
+    finally:
+        await nc.close()
+
+
+def batch_array(nats_url: str, request: BatchRequest) -> np.ndarray:
+    dtype, shape, data = asyncio.run(call(nats_url, client.fetch_batch, request))
+    return np.frombuffer(bytes(data), dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
+
+
+def test_create_get_batch_restart_and_fetch_elsewhere(service: DatasetProcess, nats_url: str, shakespeare: Path, tmp_path: Path):
+    request = CreateDataset(name="shk", files=[str(shakespeare)], vocab_size=1024, split=SplitSpec(method="random-doc", fraction=0.1), shard_tokens=1 << 16)
+    manifest = asyncio.run(call(nats_url, client.create_dataset, request))
+    assert manifest["name"] == "shk" and manifest["vocab_size"] == 1024 and manifest["dtype"] == "uint16"
+    assert set(manifest["splits"]) == {"train", "val"}
+    assert len(manifest["splits"]["train"]["shards"]) > 1  # several fixed-size shards
+    assert manifest == asyncio.run(call(nats_url, client.get_dataset, "shk"))
+
+    req = BatchRequest(dataset="shk", split="train", seed=3, step=5, micro=1, micro_batches=2, batch=16, context=256)
+    first = batch_array(nats_url, req)
+    assert first.shape == (16, 257) and first.dtype == np.uint16 and first.max() < 1024
+    assert service.stop() == 0  # SIGTERM: clean exit
+
+    service.start()  # same data directory: the same batch
+    assert np.array_equal(first, batch_array(nats_url, req))
+
+    # another service with an empty data directory fetches the shards through the Object Store
+    service.stop()
+    other = DatasetProcess(nats_url, tmp_path / "data-b").start()
+    try:
+        assert np.array_equal(first, batch_array(nats_url, req))
+        assert (tmp_path / "data-b" / "datasets" / "shk" / "manifest.json").exists()
+        samples = asyncio.run(call(nats_url, client.sample_text, SampleRequest(dataset="shk", split="val", n=2, context=64)))
+        assert len(samples) == 2 and all(len(s) > 20 for s in samples)
+        again = asyncio.run(call(nats_url, client.create_dataset, request.model_copy(update={"if_exists": "reuse"})))
+        assert again["recipe_digest"] == manifest["recipe_digest"]
+    finally:
+        other.stop()
+
+
+def test_bad_requests_get_clear_errors(service: DatasetProcess, nats_url: str, tmp_path: Path):
+    async def raw(subject: str, payload: bytes) -> dict:
+        nc = await nats.connect(nats_url)
+        try:
+            return json.loads((await nc.request(subject, payload, timeout=10)).data)
+        finally:
+            await nc.close()
+
+    bad = asyncio.run(raw("ca.ds.batch", b"not json"))
+    assert bad["ok"] is False and "invalid batch request" in bad["error"]
+    bad = asyncio.run(raw("ca.ds.create", json.dumps({"name": "x", "files": ["a"], "vocab_size": 100}).encode()))
+    assert "below the byte alphabet" in bad["error"]
+    with pytest.raises(client.DatasetError, match="no dataset named 'nope'"):
+        batch_array(nats_url, BatchRequest(dataset="nope", step=0, batch=1, context=8))
+    missing = str(tmp_path / "missing.txt")
+    with pytest.raises(client.DatasetError, match="no such file"):
+        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="m", files=[missing], vocab_size=300)))
+    assert service.process.poll() is None  # still serving
