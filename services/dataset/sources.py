@@ -22,7 +22,7 @@ from .errors import DatasetUserError
 
 log = logging.getLogger(__name__)
 
-_PARAGRAPHS = re.compile(rb"\n[ \t\r]*\n")
+_PARAGRAPHS = re.compile(rb"\n(?:[ \t\r]*\n)+")
 _SNIFF_BYTES = 8192
 
 
