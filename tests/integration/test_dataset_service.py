@@ -129,3 +129,63 @@ def test_bad_requests_get_clear_errors(service: DatasetProcess, nats_url: str, t
     with pytest.raises(client.DatasetError, match="no such file"):
         asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="m", files=[missing], vocab_size=300)))
     assert service.process.poll() is None  # still serving
+
+
+def test_failed_creates_leave_nothing_behind(service: DatasetProcess, nats_url: str, tmp_path: Path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text\n\nthen \xff\xfe broken")
+    with pytest.raises(client.DatasetError, match=r"bad.txt: invalid UTF-8 at byte offset 16.*--skip-invalid-utf8"):
+        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="bad", files=[str(bad)], vocab_size=300)))
+    one_doc = tmp_path / "one.txt"
+    one_doc.write_text("a single document " * 50)
+    # fails after the tokenizer is trained: the split needs two documents
+    with pytest.raises(client.DatasetError, match="needs at least 2"):
+        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="one", files=[str(one_doc)], vocab_size=300, document_unit="file")))
+    assert list((service.data_dir / "datasets").iterdir()) == []  # no dataset, no staging folder
+    assert asyncio.run(call(nats_url, client.list_datasets)) == []  # nothing published either
+    with pytest.raises(client.DatasetError, match="no dataset named 'one'"):
+        asyncio.run(call(nats_url, client.get_dataset, "one"))
+
+    skipped = asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="skip", files=[str(bad), str(one_doc)], vocab_size=300, on_invalid_utf8="skip")))
+    assert skipped["skipped_invalid_utf8"] == 1 and skipped["documents"] == 2
+
+
+def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess, nats_url: str, tmp_path: Path):
+    data = tmp_path / "docs.jsonl"
+    data.write_text("\n".join(json.dumps({"content": f"record {i} says " + "hello world " * (i % 5 + 1)}) for i in range(200)))
+    request = CreateDataset(name="js", files=[str(data)], vocab_size=320, jsonl_field="content", split=SplitSpec(method="hash-doc", fraction=0.2))
+    first = asyncio.run(call(nats_url, client.create_dataset, request))
+    assert first["documents"] == 200
+    with pytest.raises(client.DatasetError, match="dataset 'js' already exists; choose another name"):
+        asyncio.run(call(nats_url, client.create_dataset, request))
+    with pytest.raises(client.DatasetError, match="already exists with other inputs"):
+        asyncio.run(call(nats_url, client.create_dataset, request.model_copy(update={"vocab_size": 300, "if_exists": "reuse"})))
+    reused = asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="js2", files=[str(data)], jsonl_field="content", tokenizer_from="js")))
+    assert reused["tokenizer"]["digest"] == first["tokenizer"]["digest"] and reused["tokenizer"]["tokenizer_from"] == "js"
+    with pytest.raises(client.DatasetError, match="--tokenizer-from 'nope': no such dataset"):
+        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="js3", files=[str(data)], jsonl_field="content", tokenizer_from="nope")))
+
+    async def events() -> list[str]:
+        from computeall.protocol.eventlog import EventLog
+        from computeall.protocol.events import EventEnvelope
+
+        nc = await nats.connect(nats_url)
+        try:
+            records = await EventLog(nc.jetstream(), SUBJECTS).read(SUBJECTS.dataset_evt("js", ">"))
+            return [EventEnvelope.model_validate_json(r.data).type for r in records]
+        finally:
+            await nc.close()
+
+    assert asyncio.run(events()) == ["TokenizerTrained", "Tokenized", "SplitCreated", "SplitCreated", "DatasetCreated"]
+
+
+def test_vocab_262144_serves_uint32_batches(service: DatasetProcess, nats_url: str, tmp_path: Path):
+    rng = np.random.default_rng(1)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = ["".join(w) for w in letters[rng.integers(0, 26, size=(60_000, 5))]]  # enough distinct words for > 65,536 merges
+    corpus = tmp_path / "words.txt"
+    corpus.write_text("\n\n".join(" ".join(words[i : i + 100]) for i in range(0, len(words), 100)))
+    manifest = asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="big", files=[str(corpus)], vocab_size=262144)))
+    assert manifest["vocab_size"] > 65536 and manifest["dtype"] == "uint32"
+    batch = batch_array(nats_url, BatchRequest(dataset="big", step=0, batch=16, context=256))
+    assert batch.dtype == np.uint32 and batch.shape == (16, 257) and batch.max() > 65535
