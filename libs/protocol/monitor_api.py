@@ -1,0 +1,60 @@
+"""Monitor requests on `<prefix>.mon.<verb>` (NATS request/reply, not recorded).
+
+Only the monitor opens its DuckDB file, so clients (the CLI, `computeall up`) reach users,
+keys and rebuilds through these requests. Every reply is a `MonitorReply`: `ok` true with the
+verb's fields, or `ok` false with an `error` a person can act on, never silence.
+
+NATS is the trust boundary of a deployment (anyone on the bus can publish commands), so these
+requests are not authenticated themselves; API keys guard the monitor's HTTP API.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .subjects import Subjects
+
+USER_CREATE = "user.create"
+AUTH = "auth"
+DEFAULT_KEY = "user.default-key"
+REBUILD = "rebuild"
+
+USER_NAME_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
+
+
+def monitor_subject(subjects: Subjects, verb: str) -> str:
+    return f"{subjects.prefix}.mon.{verb}"
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UserCreate(_Request):
+    """Create a user (or add a key to an existing one) and return a fresh key, shown once."""
+
+    name: str = Field(..., pattern=USER_NAME_PATTERN)
+
+
+class Auth(_Request):
+    """Resolve an API key to its user."""
+
+    api_key: str
+
+
+class DefaultKey(_Request):
+    """The key of the local default user, for `computeall up` to print."""
+
+
+class Rebuild(_Request):
+    """Drop every projected row and project the whole log again (users and keys are kept)."""
+
+
+class MonitorReply(BaseModel):
+    ok: bool = True
+    error: str | None = None
+    user: str | None = None
+    api_key: str | None = None
+    # rebuild: rows in the events table afterwards, and the last stream sequences projected
+    events: int | None = None
+    positions: dict[str, int] | None = None

@@ -1,0 +1,157 @@
+"""Durable JetStream consumers on CA_LOG and CA_TEL feeding the projector, plus heartbeats.
+
+Ack policy, chosen on purpose: `AckPolicy.ALL`, acked after the batch's transaction committed.
+The truth about what is projected is the position in DuckDB, not the server's ack floor: on
+start (and after any write failure) the durable consumer is recreated to begin right after the
+stored position, and a redelivered message at or below it is skipped. Acking only the last
+message of a batch keeps the ack traffic to one message per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+from pydantic import ValidationError
+
+from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
+from computeall.protocol.telemetry import Heartbeat
+
+from . import store
+from .db import Database
+from .projector import Message, project
+from .pubsub import PubSub
+
+log = logging.getLogger(__name__)
+
+DURABLE = "monitor"
+
+
+@dataclass
+class IngestStats:
+    positions: dict[str, int] = field(default_factory=dict)
+    ingested: int = 0
+
+
+class Ingestor:
+    def __init__(
+        self, db: Database, nc: NATS, js: JetStreamContext, subjects: Subjects, pubsub: PubSub, batch_size: int = 4096
+    ) -> None:
+        self.db = db
+        self.nc = nc
+        self.js = js
+        self.subjects = subjects
+        self.pubsub = pubsub
+        self.batch_size = batch_size
+        self.stats = IngestStats()
+        self._progress = asyncio.Condition()
+        self._heartbeats: dict[str, Heartbeat] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._hb_sub = None
+
+    async def start(self) -> None:
+        self.stats.positions = await self.db.read(store.positions)
+        self._hb_sub = await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_heartbeat)
+        for stream in (LOG_STREAM, TEL_STREAM):
+            self._tasks.append(asyncio.create_task(self._consume(stream), name=f"ingest-{stream}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._hb_sub is not None:
+            try:
+                await self._hb_sub.unsubscribe()
+            except nats.errors.Error:
+                pass
+            self._hb_sub = None
+
+    async def wait_for(self, stream: str, seq: int, timeout: float) -> None:
+        """Until every message of `stream` up to `seq` is committed."""
+        async with self._progress:
+            await asyncio.wait_for(
+                self._progress.wait_for(lambda: self.stats.positions.get(stream, 0) >= seq), timeout
+            )
+
+    async def _on_heartbeat(self, msg: Msg) -> None:
+        try:
+            hb = Heartbeat.model_validate_json(msg.data)
+        except ValidationError:
+            log.debug("ignoring a malformed heartbeat on %s", msg.subject)
+            return
+        self._heartbeats[hb.pnode] = hb
+
+    async def _subscribe(self, stream: str) -> JetStreamContext.PullSubscription:
+        start = self.stats.positions.get(stream, 0) + 1
+        name = f"{DURABLE}_{stream}"
+        try:
+            await self.js.delete_consumer(stream, name)
+        except NotFoundError:
+            pass
+        config = ConsumerConfig(
+            durable_name=name,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start,
+            ack_policy=AckPolicy.ALL,
+            ack_wait=60.0,
+            max_ack_pending=8 * self.batch_size,
+        )
+        await self.js.add_consumer(stream, config)
+        return await self.js.pull_subscribe_bind(name, stream=stream)
+
+    async def _consume(self, stream: str) -> None:
+        while True:
+            try:
+                sub = await self._subscribe(stream)
+                await self._pump(stream, sub)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # a failed transaction rolled back: start over from the committed position
+                log.exception("ingesting %s failed; resuming from the stored position", stream)
+                await asyncio.sleep(1.0)
+
+    async def _pump(self, stream: str, sub: JetStreamContext.PullSubscription) -> None:
+        while True:
+            try:
+                msgs = await sub.fetch(self.batch_size, timeout=1.0)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                if stream == LOG_STREAM and self._heartbeats:
+                    await self._commit(stream, [])
+                continue
+            done = self.stats.positions.get(stream, 0)
+            messages = [
+                Message(stream, m.metadata.sequence.stream, m.subject, m.data)
+                for m in msgs
+                if m.metadata.sequence.stream > done
+            ]
+            await self._commit(stream, messages)
+            await msgs[-1].ack()
+
+    async def _commit(self, stream: str, messages: list[Message]) -> None:
+        heartbeats = []
+        if stream == LOG_STREAM:
+            heartbeats, self._heartbeats = list(self._heartbeats.values()), {}
+        batch = await self.db.write(self._apply, messages, heartbeats)
+        for topic, item in batch.notices:
+            self.pubsub.publish(topic, item)
+        if heartbeats:
+            self.pubsub.publish("pnodes", {"type": "Heartbeat"})
+        async with self._progress:
+            self.stats.positions.update(batch.positions)
+            self.stats.ingested += len(messages)
+            self._progress.notify_all()
+
+    def _apply(self, con, messages: list[Message], heartbeats: list[Heartbeat]):
+        # projecting runs on the writer thread too: it is CPU work the event loop should not do
+        batch = project(messages)
+        store.apply(self.db, con, batch, heartbeats)
+        return batch

@@ -1,0 +1,156 @@
+"""Read queries behind the GraphQL resolvers: plain functions of a DuckDB cursor.
+
+Every session-scoped read takes the owner, so a key can never reach another user's rows:
+someone else's session reads exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import duckdb
+
+SESSION_FIELDS = (
+    "id", "owner", "status", "config", "created_at", "started_at", "ended_at", "step", "last_loss", "tokens",
+    "tokens_per_s", "loss_scale", "reason", "pnodes", "bytes_across_per_step",
+)
+SESSION_SQL = (
+    "SELECT id, owner, status, config, created_ts, started_ts, ended_ts, step, last_loss, tokens, tokens_per_s, "
+    "loss_scale, reason, pnodes, bytes_across_per_step FROM sessions"
+)
+PNODE_FIELDS = (
+    "id", "host", "os_pid", "device", "memory_bytes", "state", "joined_at", "left_at", "last_heartbeat", "rss_bytes",
+    "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests", "hosted_v_nodes",
+)
+
+
+def _rows(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], sql: str, args: list) -> list[dict[str, Any]]:
+    return [dict(zip(fields, row)) for row in cur.execute(sql, args).fetchall()]
+
+
+def _session(row: dict[str, Any]) -> dict[str, Any]:
+    row["config"] = json.loads(row["config"]) if row["config"] else None
+    row["pnodes"] = json.loads(row["pnodes"]) if row["pnodes"] else []
+    return row
+
+
+def sessions(cur: duckdb.DuckDBPyConnection, owner: str, limit: int) -> list[dict[str, Any]]:
+    rows = _rows(cur, SESSION_FIELDS, f"{SESSION_SQL} WHERE owner = ? ORDER BY created_ts DESC LIMIT ?", [owner, limit])
+    return [_session(r) for r in rows]
+
+
+def session(cur: duckdb.DuckDBPyConnection, owner: str, sid: str) -> dict[str, Any] | None:
+    rows = _rows(cur, SESSION_FIELDS, f"{SESSION_SQL} WHERE owner = ? AND id = ?", [owner, sid])
+    return _session(rows[0]) if rows else None
+
+
+def owns(cur: duckdb.DuckDBPyConnection, owner: str, sid: str) -> bool:
+    return cur.execute("SELECT 1 FROM sessions WHERE owner = ? AND id = ?", [owner, sid]).fetchone() is not None
+
+
+def validations(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]]:
+    rows = _rows(cur, ("step", "ts", "loss", "detail"),
+                 "SELECT step, ts, loss, detail FROM validations WHERE session_id = ? ORDER BY step", [sid])
+    for r in rows:
+        r["detail"] = json.loads(r["detail"])
+    return rows
+
+
+def checkpoints(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]]:
+    rows = _rows(cur, ("step", "ts", "detail"),
+                 "SELECT step, ts, detail FROM checkpoints WHERE session_id = ? ORDER BY step", [sid])
+    for r in rows:
+        r["detail"] = json.loads(r["detail"])
+    return rows
+
+
+def events(cur: duckdb.DuckDBPyConnection, sid: str, after: int, limit: int, types: list[str] | None) -> list[dict]:
+    sql = "SELECT seq, id, type, ts, actor, session_id, payload FROM events WHERE session_id = ? AND kind = 'event' AND seq > ?"
+    args: list[Any] = [sid, after]
+    if types:
+        sql += " AND list_contains(?, type)"
+        args.append(types)
+    rows = _rows(cur, ("seq", "id", "type", "ts", "actor", "session_id", "payload"), f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
+    for r in rows:
+        r["payload"] = json.loads(r["payload"])
+    return rows
+
+
+def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: float) -> dict[str, Any]:
+    vnodes = _rows(cur, ("id", "op", "params", "precision", "pnode"),
+                   "SELECT vnode, op, params, precision, pnode FROM vnodes WHERE session_id = ? ORDER BY vnode", [sid])
+    edges = _rows(cur, ("src", "dst", "bytes_per_step"),
+                  "SELECT src, dst, bytes_per_step FROM edges WHERE session_id = ? ORDER BY src, dst", [sid])
+    allocations = _rows(cur, ("seq", "ts", "type", "pnodes", "bytes_across_per_step"),
+                        "SELECT seq, ts, type, pnodes, bytes_across_per_step FROM allocations WHERE session_id = ? ORDER BY seq",
+                        [sid])
+    for a in allocations:
+        a["pnodes"] = json.loads(a["pnodes"])
+    hosts = sorted({v["pnode"] for v in vnodes} | {p for a in allocations[-1:] for p in a["pnodes"]})
+    return {
+        "session_id": sid,
+        "vnodes": vnodes,
+        "edges": edges,
+        "allocations": allocations,
+        "bytes_across_per_step": allocations[-1]["bytes_across_per_step"] if allocations else None,
+        "pnodes": [p for p in pnodes(cur, heartbeat_timeout_s) if p["id"] in hosts],
+    }
+
+
+def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float) -> list[dict[str, Any]]:
+    rows = _rows(
+        cur, PNODE_FIELDS,
+        "SELECT id, host, os_pid, device, memory_bytes, state, joined_ts, left_ts, last_heartbeat, rss_bytes, "
+        "gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, pending_requests, hosted_vnodes FROM pnodes ORDER BY id",
+        [],
+    )
+    now = time.time()
+    for r in rows:
+        r["bytes_by_category"] = json.loads(r["bytes_by_category"]) if r["bytes_by_category"] else None
+        r["hosted_v_nodes"] = json.loads(r["hosted_v_nodes"]) if r["hosted_v_nodes"] else []
+        r["heartbeat_age_s"] = now - r["last_heartbeat"] if r["last_heartbeat"] else None
+        r["state"] = r["state"] or "live"
+        # liveness is the heartbeat's to say: an event may not have been written yet for a dead PNode
+        if r["state"] == "live" and r["heartbeat_age_s"] is not None and r["heartbeat_age_s"] > heartbeat_timeout_s:
+            r["state"] = "lost"
+    return rows
+
+
+def memory(cur: duckdb.DuckDBPyConnection, pnode: str, since: float | None) -> list[dict[str, Any]]:
+    since = since or 0.0
+    return _rows(
+        cur,
+        ("ts", "rss_bytes", "rss_max_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "pending_requests", "samples"),
+        "SELECT bucket_ts, rss_avg, rss_max, gpu_allocated_max, gpu_reserved_max, pending_avg, samples "
+        "FROM memory_samples_agg WHERE pnode = ? AND bucket_ts >= ? "
+        "UNION ALL SELECT ts, rss_bytes, rss_bytes, gpu_allocated_bytes, gpu_reserved_bytes, pending_requests, 1 "
+        "FROM memory_samples WHERE pnode = ? AND ts >= ? ORDER BY 1",
+        [pnode, since, pnode, since],
+    )
+
+
+def requests(cur: duckdb.DuckDBPyConnection, pnode: str, owner: str, limit: int) -> list[dict[str, Any]]:
+    # only requests of the caller's own sessions: a shared PNode must not leak others' work
+    return _rows(
+        cur, ("session_id", "request", "step", "state", "ts", "duration_s"),
+        "SELECT r.session_id, r.request, r.step, r.state, r.ts, r.duration_s FROM requests r "
+        "JOIN sessions s ON s.id = r.session_id WHERE r.pnode = ? AND s.owner = ? ORDER BY r.ts DESC LIMIT ?",
+        [pnode, owner, limit],
+    )
+
+
+def stats(cur: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    rows = cur.execute("SELECT stream, seq, malformed FROM positions").fetchall()
+    (events_count,) = cur.execute("SELECT count(*) FROM events").fetchone()
+    return {
+        "positions": {s: seq for s, seq, _ in rows},
+        "malformed": sum(m for _, _, m in rows),
+        "events": events_count,
+    }
+
+
+def user_keys(cur: duckdb.DuckDBPyConnection, user: str) -> list[dict[str, Any]]:
+    return _rows(cur, ("id", "label", "created_at", "revoked_at"),
+                 "SELECT id, label, created_ts, revoked_ts FROM api_keys WHERE user_name = ? ORDER BY created_ts", [user])

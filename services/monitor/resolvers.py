@@ -1,0 +1,110 @@
+"""Query and object-field resolvers. Every DuckDB read goes through `db.read` (off the loop)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ariadne import ObjectType, QueryType, ScalarType
+from graphql import GraphQLResolveInfo
+
+from . import downsample, reads
+from .context import Context
+
+json_scalar = ScalarType("JSON")  # values pass through as JSON-compatible Python objects
+query = QueryType()
+session_type = ObjectType("Session")
+pnode_type = ObjectType("PNode")
+user_type = ObjectType("User")
+
+MAX_LIST = 10_000
+
+
+def ctx(info: GraphQLResolveInfo) -> Context:
+    return info.context
+
+
+@query.field("me")
+async def resolve_me(_: Any, info: GraphQLResolveInfo) -> dict[str, Any]:
+    return {"name": ctx(info).user}
+
+
+@user_type.field("apiKeys")
+async def resolve_api_keys(user: dict, info: GraphQLResolveInfo) -> list[dict]:
+    return await ctx(info).services.db.read(reads.user_keys, user["name"])
+
+
+@query.field("sessions")
+async def resolve_sessions(_: Any, info: GraphQLResolveInfo, limit: int = 100) -> list[dict]:
+    c = ctx(info)
+    return await c.services.db.read(reads.sessions, c.user, min(max(limit, 0), MAX_LIST))
+
+
+@query.field("session")
+async def resolve_session(_: Any, info: GraphQLResolveInfo, id: str) -> dict | None:
+    c = ctx(info)
+    return await c.services.db.read(reads.session, c.user, id)
+
+
+@query.field("topology")
+async def resolve_topology(_: Any, info: GraphQLResolveInfo, session_id: str) -> dict | None:
+    c = ctx(info)
+    if not await c.services.db.read(reads.owns, c.user, session_id):
+        return None
+    return await c.services.db.read(reads.topology, session_id, c.services.heartbeat_timeout_s)
+
+
+@query.field("pnodes")
+async def resolve_pnodes(_: Any, info: GraphQLResolveInfo) -> list[dict]:
+    c = ctx(info)
+    return await c.services.db.read(reads.pnodes, c.services.heartbeat_timeout_s)
+
+
+@query.field("monitor")
+async def resolve_monitor(_: Any, info: GraphQLResolveInfo) -> dict:
+    return await ctx(info).services.db.read(reads.stats)
+
+
+# -- Session fields: the parent row was already scoped to the caller --------------
+
+
+@session_type.field("steps")
+async def resolve_steps(
+    s: dict, info: GraphQLResolveInfo, max_points: int = 1000, metric: str = "LOSS", **rng: int | None
+) -> list[dict]:
+    return await ctx(info).services.db.read(
+        downsample.steps, s["id"], rng.get("from"), rng.get("to"), max(1, max_points), metric
+    )
+
+
+@session_type.field("validations")
+async def resolve_validations(s: dict, info: GraphQLResolveInfo) -> list[dict]:
+    return await ctx(info).services.db.read(reads.validations, s["id"])
+
+
+@session_type.field("checkpoints")
+async def resolve_checkpoints(s: dict, info: GraphQLResolveInfo) -> list[dict]:
+    return await ctx(info).services.db.read(reads.checkpoints, s["id"])
+
+
+@session_type.field("events")
+async def resolve_events(
+    s: dict, info: GraphQLResolveInfo, after: int = 0, limit: int = 200, types: list[str] | None = None
+) -> list[dict]:
+    return await ctx(info).services.db.read(reads.events, s["id"], after, min(max(limit, 0), MAX_LIST), types)
+
+
+# -- PNode fields -------------------------------------------------------------
+
+
+@pnode_type.field("memory")
+async def resolve_memory(p: dict, info: GraphQLResolveInfo, since: float | None = None) -> list[dict]:
+    return await ctx(info).services.db.read(reads.memory, p["id"], since)
+
+
+@pnode_type.field("requests")
+async def resolve_requests(p: dict, info: GraphQLResolveInfo, limit: int = 50) -> list[dict]:
+    c = ctx(info)
+    return await c.services.db.read(reads.requests, p["id"], c.user, min(max(limit, 0), MAX_LIST))
+
+
+BINDABLES = [json_scalar, query, session_type, pnode_type, user_type]

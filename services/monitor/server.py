@@ -1,0 +1,107 @@
+"""The HTTP side: GraphQL at /graphql (HTTP and graphql-transport-ws), the dashboard at /.
+
+Authentication happens before GraphQL runs: an HTTP request without a valid key gets a plain
+401 (not a 200 with an error inside), and a websocket without one is closed at connection_init.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ariadne import load_schema_from_path, make_executable_schema
+from ariadne.asgi import GraphQL
+from ariadne.asgi.handlers import GraphQLTransportWSHandler
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
+
+from .context import Context, Services
+from .limits import validation_rules
+from .mutations import mutation
+from .resolvers import BINDABLES
+from .subscriptions import subscription
+
+SCHEMA_PATH = Path(__file__).with_name("schema.graphql")
+USER_SCOPE_KEY = "computeall.user"
+
+NOT_BUILT = """<!doctype html><html><head><title>computeall monitor</title></head><body>
+<h1>computeall monitor</h1>
+<p>The dashboard is not built. Build it with <code>make web</code> (or <code>cd web &amp;&amp; npm ci &amp;&amp;
+npm run build</code>) and reload this page.</p>
+<p>The GraphQL API is at <a href="/graphql">/graphql</a>; send your API key as
+<code>Authorization: Bearer KEY</code>.</p></body></html>"""
+
+
+def schema():
+    return make_executable_schema(
+        load_schema_from_path(str(SCHEMA_PATH)), *BINDABLES, mutation, subscription, convert_names_case=True
+    )
+
+
+def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+class MonitorApp:
+    """Routes /graphql to ariadne behind the key check and everything else to the dashboard."""
+
+    def __init__(self, services: Services, web_dir: Path) -> None:
+        self.services = services
+
+        async def on_connect(websocket: Any, payload: Any) -> None:
+            params = payload if isinstance(payload, dict) else {}
+            key = params.get("apiKey") or params.get("api_key") or bearer(websocket.scope["headers"])
+            user = services.auth.user_for(key)
+            if user is None:
+                raise PermissionError("missing or invalid API key")
+            websocket.scope[USER_SCOPE_KEY] = user
+
+        def context(request: Any, data: Any) -> Context:
+            return Context(user=request.scope[USER_SCOPE_KEY], services=services)
+
+        self.graphql = GraphQL(
+            schema(),
+            context_value=context,
+            validation_rules=validation_rules,
+            websocket_handler=GraphQLTransportWSHandler(on_connect=on_connect),
+        )
+        if (web_dir / "index.html").exists():
+            self.site = StaticFiles(directory=str(web_dir), html=True)
+        else:
+            self.site = Starlette(routes=[Route("/{path:path}", lambda request: HTMLResponse(NOT_BUILT))])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope["path"].rstrip("/") != "/graphql":
+            await self.site(scope, receive, send)
+            return
+        if scope["type"] == "http" and scope["method"] == "POST":
+            user = self.services.auth.user_for(bearer(scope["headers"]))
+            if user is None:
+                await _unauthorized(send)
+                return
+            scope[USER_SCOPE_KEY] = user
+        await self.graphql(scope, receive, send)
+
+
+async def _unauthorized(send: Send) -> None:
+    body = json.dumps(
+        {"errors": [{"message": "missing or invalid API key: send `Authorization: Bearer KEY` "
+                                "(create one with `computeall user create NAME`)"}]}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,139 @@
+"""The monitor process: projector, NATS API, retention and the HTTP server in one event loop.
+
+One process owns the DuckDB file, so the projector and the GraphQL server live together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import socket
+import time
+
+import nats
+import uvicorn
+from nats.aio.client import Client as NATS
+
+from computeall.protocol import monitor_api as api
+from computeall.protocol.eventlog import EventLog, ensure_streams
+from computeall.protocol.subjects import Subjects
+
+from . import nats_api, retention
+from .auth import DEFAULT_USER, Auth
+from .context import Services
+from .db import Database
+from .ingest import Ingestor
+from .pubsub import PubSub
+from .rebuild import rebuild
+from .server import MonitorApp
+from .settings import MonitorSettings
+
+log = logging.getLogger("computeall.monitor")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the monitor stops it in its own order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+class Monitor:
+    def __init__(self, settings: MonitorSettings) -> None:
+        self.settings = settings
+        self.subjects = Subjects(settings.prefix)
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        s = self.settings
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        nc: NATS = await nats.connect(s.nats, name="computeall-monitor", max_reconnect_attempts=-1)
+        db = Database(s.db_path)
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js, self.subjects)
+            auth = Auth(db)
+            await auth.load()
+            await auth.default_key(s.data_dir)  # the local user exists from the first start
+            pubsub = PubSub()
+            ingestor = Ingestor(db, nc, js, self.subjects, pubsub)
+            await ingestor.start()
+            services = Services(db, auth, EventLog(js, self.subjects), pubsub, s.heartbeat_timeout_s)
+            api_subs = await nats_api.serve(nc, self.subjects, self._handlers(db, auth, ingestor))
+            retention_task = asyncio.create_task(self._retention(db))
+            try:
+                await self._serve_http(MonitorApp(services, s.web_dir))
+            finally:
+                retention_task.cancel()
+                for sub in api_subs:
+                    await sub.unsubscribe()
+                await ingestor.stop()
+        finally:
+            # close, not drain: every publish was already acked, and draining would wait on the
+            # pull consumers' outstanding fetch requests
+            await nc.close()
+            db.close()
+            s.address_file.unlink(missing_ok=True)
+            log.info("monitor stopped")
+
+    def _handlers(self, db: Database, auth: Auth, ingestor: Ingestor) -> dict:
+        async def user_create(req: api.UserCreate) -> api.MonitorReply:
+            _, key = await auth.create_key(req.name, label="cli")
+            return api.MonitorReply(user=req.name, api_key=key)
+
+        async def authenticate(req: api.Auth) -> api.MonitorReply:
+            user = auth.user_for(req.api_key)
+            if user is None:
+                return api.MonitorReply(ok=False, error="unknown or revoked API key")
+            return api.MonitorReply(user=user)
+
+        async def default_key(req: api.DefaultKey) -> api.MonitorReply:
+            return api.MonitorReply(user=DEFAULT_USER, api_key=await auth.default_key(self.settings.data_dir))
+
+        async def do_rebuild(req: api.Rebuild) -> api.MonitorReply:
+            return await rebuild(db, ingestor)
+
+        return {
+            api.USER_CREATE: (api.UserCreate, user_create),
+            api.AUTH: (api.Auth, authenticate),
+            api.DEFAULT_KEY: (api.DefaultKey, default_key),
+            api.REBUILD: (api.Rebuild, do_rebuild),
+        }
+
+    async def _retention(self, db: Database) -> None:
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.retention_every_s)
+            try:
+                await db.write(retention.compact, time.time(), s.raw_telemetry_s, s.telemetry_bucket_s, s.telemetry_keep_s)
+            except Exception:
+                log.exception("telemetry retention failed; retrying at the next interval")
+
+    async def _serve_http(self, app: MonitorApp) -> None:
+        s = self.settings
+        sock = socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((s.host, s.port))
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        server = _Server(config)
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.01)
+        if serving.done():
+            serving.result()  # raises why it could not start
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
+        url = f"http://{host}:{sock.getsockname()[1]}"
+        tmp = s.address_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"url": url}))
+        tmp.replace(s.address_file)
+        log.info("monitor serving at %s", url)
+        await self.stopping.wait()
+        server.should_exit = True
+        await serving

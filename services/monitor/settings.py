@@ -1,0 +1,50 @@
+"""The monitor's settings: command-line flags, validated once at the boundary."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+# the built dashboard, when this is a source checkout (services/monitor -> repo root)
+DEFAULT_WEB_DIR = Path(__file__).resolve().parents[2] / "web" / "dist"
+
+
+class MonitorSettings(BaseModel):
+    nats: str
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    prefix: str | None = None
+    web_dir: Path = DEFAULT_WEB_DIR
+    heartbeat_timeout_s: float = Field(10.0, gt=0, description="a PNode silent this long reads as lost")
+    raw_telemetry_s: float = Field(900.0, gt=0, description="raw telemetry younger than this is kept as is")
+    telemetry_bucket_s: float = Field(60.0, gt=0, description="older telemetry is folded into buckets this wide")
+    telemetry_keep_s: float = Field(30 * 86400.0, gt=0, description="folded telemetry older than this is dropped")
+    retention_every_s: float = Field(60.0, gt=0)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "monitor.duckdb"
+
+    @property
+    def address_file(self) -> Path:
+        return self.data_dir / "monitor.json"
+
+
+def parse_args(argv: list[str] | None = None) -> MonitorSettings:
+    parser = argparse.ArgumentParser(prog="python -m computeall.monitor", description="computeall monitor")
+    parser.add_argument("--nats", required=True, help="NATS URL, e.g. nats://127.0.0.1:4222")
+    parser.add_argument("--data-dir", required=True, type=Path, help="holds monitor.duckdb and monitor.json")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port (see monitor.json)")
+    parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
+    parser.add_argument("--web-dir", type=Path, default=DEFAULT_WEB_DIR, help="the built dashboard")
+    parser.add_argument("--heartbeat-timeout", type=float, default=10.0, dest="heartbeat_timeout_s")
+    parser.add_argument("--raw-telemetry", type=float, default=900.0, dest="raw_telemetry_s",
+                        help="seconds of raw telemetry to keep before folding it into buckets")
+    parser.add_argument("--telemetry-bucket", type=float, default=60.0, dest="telemetry_bucket_s")
+    parser.add_argument("--telemetry-keep", type=float, default=30 * 86400.0, dest="telemetry_keep_s")
+    parser.add_argument("--retention-every", type=float, default=60.0, dest="retention_every_s")
+    return MonitorSettings(**vars(parser.parse_args(argv)))

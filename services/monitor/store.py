@@ -1,0 +1,94 @@
+"""Writes a projected `Batch` in one DuckDB transaction, stream positions included.
+
+Because the position and the rows commit together, a monitor killed at any instant restarts
+from exactly the first message whose rows are not in the file: nothing lost, nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+
+from computeall.protocol.telemetry import Heartbeat
+
+from .db import Database
+from .projector import STEP_COLUMNS, Batch
+
+EVENT_COLUMNS = ("seq", "subject", "kind", "id", "type", "ts", "actor", "session_id", "payload")
+MEMORY_COLUMNS = (
+    "pnode", "ts", "rss_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests",
+)
+REQUEST_COLUMNS = ("pnode", "session_id", "request", "step", "state", "ts", "duration_s")
+
+
+def positions(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    return dict(con.execute("SELECT stream, seq FROM positions").fetchall())
+
+
+def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats: list[Heartbeat]) -> None:
+    db.insert(con, "events", EVENT_COLUMNS, batch.events, "ON CONFLICT DO NOTHING")
+    db.insert(con, "malformed", ("stream", "seq", "subject", "error", "data"), batch.malformed)
+    for sql, args in batch.ops:
+        con.execute(sql, args)
+    _steps(db, con, batch)
+    db.insert(con, "memory_samples", MEMORY_COLUMNS, batch.memory)
+    db.insert(con, "requests", REQUEST_COLUMNS, batch.requests)
+    for s in batch.latest_memory.values():
+        con.execute(
+            "INSERT INTO pnodes (id, state, rss_bytes, gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, "
+            "pending_requests, hosted_vnodes, sample_ts) VALUES (?, 'live', ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET rss_bytes = excluded.rss_bytes, "
+            "gpu_allocated_bytes = excluded.gpu_allocated_bytes, gpu_reserved_bytes = excluded.gpu_reserved_bytes, "
+            "bytes_by_category = excluded.bytes_by_category, pending_requests = excluded.pending_requests, "
+            "hosted_vnodes = excluded.hosted_vnodes, sample_ts = excluded.sample_ts "
+            "WHERE pnodes.sample_ts IS NULL OR pnodes.sample_ts <= excluded.sample_ts",
+            [s.pnode, s.rss_bytes, s.gpu_allocated_bytes, s.gpu_reserved_bytes, json.dumps(s.bytes_by_category),
+             s.pending_requests, json.dumps(s.hosted_vnodes), s.ts],
+        )
+    for hb in heartbeats:
+        con.execute(
+            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, last_heartbeat) "
+            "VALUES (?, ?, ?, ?, ?, 'live', ?) ON CONFLICT (id) DO UPDATE SET host = excluded.host, "
+            "os_pid = excluded.os_pid, device = excluded.device, memory_bytes = excluded.memory_bytes, "
+            "last_heartbeat = excluded.last_heartbeat",
+            [hb.pnode, hb.host, hb.os_pid, hb.device, hb.memory_bytes, hb.ts],
+        )
+    malformed: dict[str, int] = {}
+    for row in batch.malformed:
+        malformed[row[0]] = malformed.get(row[0], 0) + 1
+    for stream, seq in batch.positions.items():
+        con.execute(
+            "INSERT INTO positions VALUES (?, ?, ?) ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, "
+            "malformed = positions.malformed + excluded.malformed",
+            [stream, seq, malformed.get(stream, 0)],
+        )
+
+
+def _steps(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+    if not batch.steps:
+        return
+    updates = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[2:])
+    db.insert(con, "steps", STEP_COLUMNS, batch.steps.values(), f"ON CONFLICT (session_id, step) DO UPDATE SET {updates}")
+    # the session's headline figures come from its latest step in log order (after a rollback
+    # that is a re-run step, not the highest number ever reached)
+    latest: dict[str, tuple] = {}
+    for row in batch.steps.values():
+        latest[row[0]] = row
+    for sid, row in latest.items():
+        _, step, _, loss, tokens, step_time_s, _, loss_scale, _, _ = row
+        con.execute(
+            "UPDATE sessions SET step = ?, last_loss = ?, tokens_per_s = ?, loss_scale = ?, "
+            "tokens = (SELECT sum(tokens) FROM steps WHERE session_id = ?) WHERE id = ?",
+            [step, loss, tokens / step_time_s if step_time_s > 0 else None, loss_scale, sid, sid],
+        )
+
+
+def reset_projection(con: duckdb.DuckDBPyConnection) -> None:
+    """Empty every projected table and position; users and API keys stay."""
+    tables = [
+        "positions", "events", "malformed", "sessions", "steps", "validations", "checkpoints", "allocations",
+        "vnodes", "edges", "pnodes", "memory_samples", "memory_samples_agg", "requests", "requests_agg", "datasets",
+    ]
+    for table in tables:
+        con.execute(f"DELETE FROM {table}")
