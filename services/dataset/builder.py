@@ -75,7 +75,7 @@ def build(
     dtype = bpe.token_dtype(vocab_size)
     eot = bpe.eot_id(tokenizer)
     stream_path = staging / _STREAM_FILE
-    lengths, fractions = _tokenize(tokenizer, reader.documents(scan.files), scan, dtype, eot, stream_path, request, progress)
+    lengths, fractions = tokenize_corpus(tokenizer, reader.documents(scan.files), scan, dtype, eot, stream_path, request, progress)
     tokenized = time.monotonic()
 
     mask = splits.held_out(request.split, lengths, fractions, request.seed)
@@ -123,7 +123,7 @@ def _chunks(documents: Iterator[str]) -> Iterator[list[str]]:
         yield chunk
 
 
-def _tokenize(tokenizer, documents, scan: Scan, dtype: str, eot: int, path: Path, request: CreateDataset, progress: Progress):
+def tokenize_corpus(tokenizer, documents, scan: Scan, dtype: str, eot: int, path: Path, request: CreateDataset, progress: Progress):
     """The whole corpus into one temporary token stream, plus per-document lengths (and hashes for hash-doc)."""
     lengths: list[np.ndarray] = []
     fractions: list[float] | None = [] if request.split.method == "hash-doc" else None

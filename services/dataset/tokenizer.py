@@ -63,16 +63,16 @@ def token_dtype(vocab_size: int) -> str:
 def encode_documents(tokenizer: Tokenizer, documents: list[str], dtype: str, eot: int) -> tuple[np.ndarray, np.ndarray]:
     """All documents' ids, each followed by `eot`, as one array, plus each document's length (with its eot).
 
-    `encode_batch_fast` runs on all cores in Rust and skips the offsets we never use.
+    `encode_batch` runs on all cores in Rust; the ids go into one flat list first because
+    a single list -> array conversion is far cheaper than one numpy assignment per document.
+    (`encode_batch_fast`, which skips offsets, measured no faster here with tokenizers 0.23.)
     """
-    encodings = tokenizer.encode_batch_fast(documents, add_special_tokens=False)
-    lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
-    out = np.empty(int(lengths.sum()), dtype=dtype)
-    position = 0
-    for encoding in encodings:
+    encodings = tokenizer.encode_batch(documents, add_special_tokens=False)
+    flat: list[int] = []
+    lengths = np.empty(len(encodings), dtype=np.int64)
+    for i, encoding in enumerate(encodings):
         ids = encoding.ids
-        out[position : position + len(ids)] = ids
-        position += len(ids)
-        out[position] = eot
-        position += 1
-    return out, lengths
+        flat.extend(ids)
+        flat.append(eot)
+        lengths[i] = len(ids) + 1
+    return np.array(flat, dtype=dtype), lengths
