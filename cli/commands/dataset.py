@@ -35,7 +35,7 @@ def register(subparsers) -> None:
     create.add_argument("--vocab-size", type=int, default=4096)
     create.add_argument("--split", default="random-doc:0.1", help="random-doc|tail|hash-doc[:FRACTION] (default random-doc:0.1)")
     create.add_argument("--split-name", default="val", help="name of the held-out split")
-    create.add_argument("--tokenizer-from", help="reuse the tokenizer of this dataset")
+    create.add_argument("--tokenizer-from", help="reuse the tokenizer of this dataset (then --vocab-size is ignored)")
     create.add_argument("--jsonl-field", default="text", help="the text field of .jsonl lines")
     create.add_argument("--document-unit", choices=["paragraph", "file"], default="paragraph", help="what one document of a plain text file is")
     create.add_argument("--skip-invalid-utf8", action="store_true", help="skip documents with invalid UTF-8 (and count them) instead of failing")

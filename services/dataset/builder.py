@@ -90,7 +90,7 @@ def build(
         documents=scan.documents,
         text_bytes=scan.text_bytes,
         vocab_size=vocab_size,
-        requested_vocab_size=request.vocab_size,
+        requested_vocab_size=vocab_size if tokenizer_from else request.vocab_size,  # a reused tokenizer ignores the request
         dtype=dtype,
         shard_tokens=request.shard_tokens,
         split=request.split,

@@ -161,6 +161,8 @@ class DatasetService:
             reporter.close()
         manifest = result.manifest
         try:
+            if await self.store.published(manifest.name):  # another instance finished the same name first
+                raise DatasetUserError(f"dataset {manifest.name!r} was created by another dataset service meanwhile; choose another name")
             await self.store.publish(manifest)
         except BaseException:
             shutil.rmtree(self.store.path(manifest.name), ignore_errors=True)

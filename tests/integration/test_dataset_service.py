@@ -189,3 +189,32 @@ def test_vocab_262144_serves_uint32_batches(service: DatasetProcess, nats_url: s
     assert manifest["vocab_size"] > 65536 and manifest["dtype"] == "uint32"
     batch = batch_array(nats_url, BatchRequest(dataset="big", step=0, batch=16, context=256))
     assert batch.dtype == np.uint32 and batch.shape == (16, 257) and batch.max() > 65535
+
+
+def test_cli_create_list_show_sample(service: DatasetProcess, nats_url: str, tmp_path: Path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"part{i}.txt").write_text("\n\n".join(f"Paragraph {j} of part {i}: the quick brown fox jumps." for j in range(40)))
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "computeall.cli.main", "dataset", *args, "--nats", nats_url],
+            capture_output=True, text=True, timeout=60,
+        )
+
+    created = cli("create", "fox", "--files", str(corpus), "--vocab-size", "300", "--split", "tail:0.2", "--json")
+    assert created.returncode == 0, created.stderr
+    assert 20 <= json.loads(created.stdout)["splits"]["val"]["documents"] <= 25  # the last ~fifth of 120 documents
+    listed = json.loads(cli("list", "--json").stdout)
+    assert [d["name"] for d in listed] == ["fox"] and listed[0]["tokens"]["val"] > 0
+    shown = cli("show", "fox")
+    assert shown.returncode == 0 and "tail:0.2" in shown.stdout and "shards/val-00000.bin" in shown.stdout
+    sampled = cli("sample", "fox", "--split", "val", "--n", "2", "--context", "16")
+    assert sampled.returncode == 0 and sampled.stdout.count("--- sample") == 2 and "Paragraph" in sampled.stdout
+
+    duplicate = cli("create", "fox", "--files", str(corpus))
+    assert duplicate.returncode == 2 and "error: dataset 'fox' already exists" in duplicate.stderr
+    assert "Traceback" not in duplicate.stderr
+    unknown = cli("sample", "fox", "--split", "test")
+    assert unknown.returncode == 2 and "has no split 'test'; its splits are train, val" in unknown.stderr
