@@ -31,29 +31,25 @@ class DatasetProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "DatasetProcess":
+        seen = self.log.stat().st_size if self.log.exists() else 0  # a restart appends to the same log
         self.process = subprocess.Popen(
             [sys.executable, "-m", "computeall.dataset", "--nats", self.nats_url, "--data-dir", str(self.data_dir), "--prefix", "ca"],
             stdout=subprocess.DEVNULL,
             stderr=open(self.log, "ab"),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        asyncio.run(self._wait_ready())
+        self._wait_ready(seen)
         return self
 
-    async def _wait_ready(self, timeout: float = 20.0) -> None:
-        nc = await nats.connect(self.nats_url)
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                assert self.process.poll() is None, f"dataset service exited; log:\n{self.log.read_text()}"
-                try:
-                    await client.list_datasets(nc, SUBJECTS, timeout=0.5)
-                    return
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                    await asyncio.sleep(0.1)
-            raise TimeoutError(f"dataset service not ready; log:\n{self.log.read_text()}")
-        finally:
-            await nc.close()
+    def _wait_ready(self, seen: int, timeout: float = 20.0) -> None:
+        """Its own log says so: a request could be answered by another instance of the queue group."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"dataset service exited; log:\n{self.log.read_text()}"
+            if self.log.exists() and b"dataset service ready" in self.log.read_bytes()[seen:]:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"dataset service not ready; log:\n{self.log.read_text()}")
 
     def stop(self) -> int:
         self.process.terminate()
@@ -218,3 +214,27 @@ def test_cli_create_list_show_sample(service: DatasetProcess, nats_url: str, tmp
     assert "Traceback" not in duplicate.stderr
     unknown = cli("sample", "fox", "--split", "test")
     assert unknown.returncode == 2 and "has no split 'test'; its splits are train, val" in unknown.stderr
+
+
+def test_two_instances_share_the_load_and_agree(service: DatasetProcess, nats_url: str, tmp_path: Path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"document {i} " + "lorem ipsum dolor sit amet " * (i % 9 + 1) for i in range(300)))
+    asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="shared", files=[str(corpus)], vocab_size=400, shard_tokens=1024)))
+    requests = [BatchRequest(dataset="shared", seed=9, step=s, batch=4, context=32) for s in range(24)]
+    alone = [batch_array(nats_url, r) for r in requests]
+
+    other = DatasetProcess(nats_url, tmp_path / "data-b").start()
+    try:
+        async def together():
+            nc = await nats.connect(nats_url)
+            try:
+                return await asyncio.gather(*(client.fetch_batch(nc, SUBJECTS, r, timeout=30) for r in requests))
+            finally:
+                await nc.close()
+
+        for expected, (dtype, shape, data) in zip(alone, asyncio.run(together())):
+            assert np.array_equal(expected, np.frombuffer(bytes(data), dtype=dtype).reshape(shape))
+        # the queue group spread the requests: the second instance fetched the dataset to answer its share
+        assert (tmp_path / "data-b" / "datasets" / "shared" / "manifest.json").exists()
+    finally:
+        other.stop()
