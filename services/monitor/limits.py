@@ -23,7 +23,7 @@ COST_MAP = {
         "topology": {"complexity": 50},
     },
     "Session": {
-        "steps": {"complexity": 1, "multipliers": ["maxPoints"]},
+        "steps": {"complexity": 1, "multipliers": ["max_points"]},  # Python argument names
         "events": {"complexity": 1, "multipliers": ["limit"]},
         "validations": {"complexity": 100},
         "checkpoints": {"complexity": 10},

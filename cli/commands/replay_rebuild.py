@@ -1,0 +1,59 @@
+"""`computeall replay rebuild`: rebuild the monitor's DuckDB file from the event log.
+
+A running monitor is asked to do it (it owns the file); when none answers, the file is rebuilt
+here directly. Users and API keys are kept either way. The `replay` command adds this with
+`register_rebuild(replay_subparsers)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+import duckdb
+
+from computeall.protocol import monitor_api as api
+
+from ..cluster_file import data_dir, resolve_nats_url
+from ..errors import UserError
+from .user import ask_monitor
+
+REBUILD_TIMEOUT_S = 3600.0
+
+
+def register_rebuild(replay_subparsers: argparse._SubParsersAction) -> None:
+    parser = replay_subparsers.add_parser("rebuild", help="rebuild the monitor's database from the event log")
+    parser.add_argument("--nats", default=None, help="NATS URL (default: $NATS_URL or the running cluster)")
+    parser.add_argument("--data-dir", default=None, help="where monitor.duckdb lives (default: .computeall)")
+    parser.add_argument("--prefix", default=None)
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(func=_rebuild)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    url = resolve_nats_url(args.nats, args.data_dir)
+    try:
+        reply = asyncio.run(ask_monitor(url, args.prefix, api.REBUILD, api.Rebuild(), timeout=REBUILD_TIMEOUT_S))
+        where = "by the running monitor"
+    except UserError as exc:
+        if "no monitor is running" not in str(exc):
+            raise
+        reply = _offline(url, data_dir(args.data_dir), args.prefix)
+        where = "offline"
+    if args.json:
+        print(json.dumps({"events": reply.events, "positions": reply.positions, "where": where}))
+    else:
+        print(f"rebuilt {where}: {reply.events} events, stream positions {reply.positions}")
+    return 0
+
+
+def _offline(url: str, directory: Path, prefix: str | None) -> api.MonitorReply:
+    # imported here: only this path needs the monitor's code, the usual path is a NATS request
+    from computeall.monitor.rebuild import rebuild_offline
+
+    try:
+        return asyncio.run(rebuild_offline(url, directory, prefix))
+    except duckdb.IOException as exc:
+        raise UserError(f"cannot open {directory / 'monitor.duckdb'}: {exc}") from None

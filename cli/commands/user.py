@@ -1,0 +1,94 @@
+"""`computeall user create NAME` and `computeall user whoami`: users and API keys, via the monitor.
+
+Only the monitor opens its DuckDB file, so these commands ask it over NATS
+(`<prefix>.mon.<verb>`, see `computeall.protocol.monitor_api`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+
+import nats
+import nats.errors
+from pydantic import BaseModel
+
+from computeall.protocol import monitor_api as api
+from computeall.protocol.subjects import Subjects
+
+from ..cluster_file import resolve_nats_url
+from ..errors import UserError
+
+API_KEY_ENV = "COMPUTEALL_API_KEY"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("user", help="users and API keys")
+    sub = parser.add_subparsers(dest="user_command", required=True)
+
+    create = sub.add_parser("create", help="create a user (or give an existing one a new key); prints the key once")
+    create.add_argument("name")
+    _common(create)
+    create.set_defaults(func=_create)
+
+    whoami = sub.add_parser("whoami", help=f"the user of an API key (--api-key or ${API_KEY_ENV})")
+    whoami.add_argument("--api-key", default=None)
+    _common(whoami)
+    whoami.set_defaults(func=_whoami)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--nats", default=None, help="NATS URL (default: $NATS_URL or the running cluster)")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
+
+
+async def ask_monitor(nats_url: str, prefix: str | None, verb: str, request: BaseModel, timeout: float = 10.0) -> api.MonitorReply:
+    """One request to the monitor; a missing monitor or a refusal is a `UserError`."""
+    try:
+        nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=1)
+    except (nats.errors.NoServersError, OSError) as exc:
+        raise UserError(f"cannot reach NATS at {nats_url}: {exc}; is `computeall up` running?") from None
+    try:
+        msg = await nc.request(api.monitor_subject(Subjects(prefix), verb), request.model_dump_json().encode(), timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise UserError("no monitor is running on this NATS server: start one with `computeall up`") from None
+    except nats.errors.TimeoutError:
+        raise UserError(f"the monitor did not answer within {timeout:.0f}s") from None
+    finally:
+        await nc.close()
+    reply = api.MonitorReply.model_validate_json(msg.data)
+    if not reply.ok:
+        raise UserError(reply.error or "the monitor refused the request")
+    return reply
+
+
+def resolve_api_key(explicit: str | None) -> str | None:
+    """`--api-key`, else `$COMPUTEALL_API_KEY`; None means the local default user."""
+    return explicit or os.environ.get(API_KEY_ENV) or None
+
+
+def _create(args: argparse.Namespace) -> int:
+    try:
+        request = api.UserCreate(name=args.name)
+    except ValueError:
+        raise UserError(f"user name {args.name!r} may only contain letters, digits and _ . @ - (at most 64)") from None
+    reply = asyncio.run(ask_monitor(resolve_nats_url(args.nats, args.data_dir), args.prefix, api.USER_CREATE, request))
+    if args.json:
+        print(json.dumps({"user": reply.user, "api_key": reply.api_key}))
+    else:
+        print(f"user {reply.user}: API key (shown once, keep it safe):\n{reply.api_key}")
+        print(f"use it with --api-key KEY, ${API_KEY_ENV}, or `Authorization: Bearer KEY` on the monitor's /graphql")
+    return 0
+
+
+def _whoami(args: argparse.Namespace) -> int:
+    key = resolve_api_key(args.api_key)
+    if not key:
+        raise UserError(f"no API key: pass --api-key KEY or set ${API_KEY_ENV}")
+    reply = asyncio.run(ask_monitor(resolve_nats_url(args.nats, args.data_dir), args.prefix, api.AUTH, api.Auth(api_key=key)))
+    print(json.dumps({"user": reply.user}) if args.json else reply.user)
+    return 0

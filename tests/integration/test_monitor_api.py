@@ -1,0 +1,313 @@
+"""The monitor's GraphQL API against a real nats-server and a real monitor process:
+real HTTP (httpx) and a real websocket client (websockets, graphql-transport-ws)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+
+import nats
+import pytest
+import websockets
+
+from computeall.cli.nats_server import EmbeddedNats
+from computeall.protocol.eventlog import EventLog
+from computeall.protocol.events import Allocated, EdgeTraffic, EventEnvelope, PNodeJoined, StepCompleted, VNodePlacement
+from computeall.protocol.subjects import Subjects
+from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
+
+from test_monitor_harness import (
+    PYTHON,
+    MonitorProcess,
+    data,
+    event_items,
+    gql,
+    publish,
+    session_events,
+    wait_until,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory):
+    root = tmp_path_factory.mktemp("monitor-api")
+    with EmbeddedNats(root / "nats") as server:
+        monitor = MonitorProcess(server.url, root / "data").start()
+        try:
+            yield monitor
+        finally:
+            if monitor.process:
+                assert monitor.stop() == 0, monitor.log()
+
+
+def cli(monitor: MonitorProcess, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "-m", "computeall.cli.main", *args, "--nats", monitor.nats_url],
+        capture_output=True, text=True, timeout=30,
+    )
+
+
+def create_user(monitor: MonitorProcess, name: str) -> str:
+    result = cli(monitor, "user", "create", name, "--json")
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    assert reply["user"] == name
+    return reply["api_key"]
+
+
+@pytest.fixture(scope="module")
+def keys(system):
+    return {"alice": create_user(system, "alice"), "bob": create_user(system, "bob")}
+
+
+def caught_up(monitor: MonitorProcess, key: str, seq: int) -> bool:
+    stats = data(monitor.url, key, "{ monitor { positions } }")["monitor"]["positions"]
+    return stats.get("CA_LOG", 0) >= seq
+
+
+@pytest.fixture(scope="module")
+def sessions(system, keys):
+    seq = asyncio.run(
+        publish(system.nats_url, event_items(session_events("sa", "alice", 50) + session_events("sb", "bob", 20)))
+    )
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    return {"alice": "sa", "bob": "sb"}
+
+
+def test_user_cli_and_key_lookup(system, keys):
+    result = cli(system, "user", "whoami", "--api-key", keys["alice"], "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"user": "alice"}
+    bad = cli(system, "user", "whoami", "--api-key", "ca_nope")
+    assert bad.returncode == 2 and "unknown or revoked" in bad.stderr
+    assert data(system.url, keys["alice"], "{ me { name } }") == {"me": {"name": "alice"}}
+
+
+def test_no_key_or_a_wrong_key_is_401(system):
+    assert gql(system.url, None, "{ me { name } }").status_code == 401
+    response = gql(system.url, "ca_wrong", "{ me { name } }")
+    assert response.status_code == 401 and "API key" in response.json()["errors"][0]["message"]
+
+
+def test_default_user_key_is_stable(system):
+    async def ask():
+        nc = await nats.connect(system.nats_url)
+        try:
+            replies = [json.loads((await nc.request("ca.mon.user.default-key", b"{}", timeout=5)).data) for _ in range(2)]
+        finally:
+            await nc.close()
+        return replies
+
+    first, second = asyncio.run(ask())
+    assert first["user"] == "local" and first["api_key"] == second["api_key"]
+    assert data(system.url, first["api_key"], "{ me { name } }") == {"me": {"name": "local"}}
+
+
+def test_a_key_sees_and_commands_only_its_own_sessions(system, keys, sessions):
+    alice, bob = keys["alice"], keys["bob"]
+    listed = data(system.url, alice, "{ sessions { id owner status step lastLoss tokens } }")["sessions"]
+    assert [s["id"] for s in listed] == ["sa"]
+    assert listed[0] == {"id": "sa", "owner": "alice", "status": "running", "step": 49, "lastLoss": 0.1,
+                         "tokens": 50 * 1024.0}
+    assert data(system.url, alice, '{ session(id: "sb") { id } }') == {"session": None}
+    assert data(system.url, alice, '{ topology(sessionId: "sb") { sessionId } }') == {"topology": None}
+
+    refused = gql(system.url, alice, 'mutation { pauseSession(id: "sb") { commandId } }').json()
+    assert refused["data"] is None and "session sb not found" in refused["errors"][0]["message"]
+    paused = data(system.url, bob, 'mutation { pauseSession(id: "sb") { sessionId commandId } }')["pauseSession"]
+
+    async def recorded_commands():
+        nc = await nats.connect(system.nats_url)
+        try:
+            return await EventLog(nc.jetstream(), Subjects()).read("ca.cmd.session.sb")
+        finally:
+            await nc.close()
+
+    commands = [json.loads(r.data) for r in asyncio.run(recorded_commands())]
+    assert [(c["type"], c["actor"], c["id"]) for c in commands] == [("PauseSession", "bob", paused["commandId"])]
+
+
+def test_create_session_is_published_as_the_user(system, keys):
+    config = {"network_yaml": "name: tiny\n", "data": {"files": ["a.txt"]}, "steps": 10}
+    created = data(system.url, keys["alice"], "mutation($c: JSON!) { createSession(config: $c) { sessionId } }",
+                   {"c": config})["createSession"]
+    sid = created["sessionId"]
+    # the recorded CreateSession names its owner before any orchestrator answers
+    row = wait_until(lambda: data(system.url, keys["alice"], f'{{ session(id: "{sid}") {{ owner status }} }}')["session"])
+    assert row == {"owner": "alice", "status": "requested"}
+    assert data(system.url, keys["bob"], f'{{ session(id: "{sid}") {{ id }} }}') == {"session": None}
+    bad = gql(system.url, keys["alice"], "mutation($c: JSON!) { createSession(config: $c) { sessionId } }",
+              {"c": {"steps": 0}}).json()
+    assert "invalid session config" in bad["errors"][0]["message"]
+
+
+def test_steps_downsampling_keeps_each_buckets_extremes(system, keys):
+    spikes = {1234: 50.0, 3333: -5.0}
+    events = session_events("sd", "alice", 5000, loss=lambda i: spikes.get(i, 2.0 + (i % 7) * 0.01))
+    seq = asyncio.run(publish(system.nats_url, event_items(events)))
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    steps = data(system.url, keys["alice"], '{ session(id: "sd") { steps(maxPoints: 100) { step loss } } }')
+    points = steps["session"]["steps"]
+    assert 50 <= len(points) <= 100
+    by_step = {p["step"]: p["loss"] for p in points}
+    assert by_step[1234] == 50.0 and by_step[3333] == -5.0
+    ranged = data(system.url, keys["alice"], '{ session(id: "sd") { steps(from: 10, to: 19, maxPoints: 1000) { step } } }')
+    assert [p["step"] for p in ranged["session"]["steps"]] == list(range(10, 20))
+
+
+def test_malformed_messages_are_counted_and_skipped(system, keys, sessions):
+    s = Subjects()
+    bad_payload = json.dumps({"id": "x1", "type": "StepCompleted", "ts": time.time(), "session_id": "sa",
+                              "payload": {"type": "StepCompleted", "step": "not a number"}}).encode()
+    good = EventEnvelope(session_id="sa", payload=StepCompleted(step=50, loss=0.05, tokens=1024, step_time_s=0.05, lr=1e-3))
+    before = data(system.url, keys["alice"], "{ monitor { malformed } }")["monitor"]["malformed"]
+    seq = asyncio.run(publish(system.nats_url, [
+        (s.session_evt("sa", "StepCompleted"), b"\xff not json"),
+        (s.session_evt("sa", "StepCompleted"), bad_payload),
+        *event_items([good]),
+    ]))
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    after = data(system.url, keys["alice"], '{ monitor { malformed } session(id: "sa") { step } }')
+    assert after["monitor"]["malformed"] == before + 2
+    assert after["session"]["step"] == 50
+
+
+def test_future_event_types_are_stored_and_projected(system, keys, sessions):
+    s = Subjects()
+
+    def envelope(type_: str, payload: dict) -> bytes:
+        return json.dumps({"id": f"f-{type_}", "type": type_, "ts": time.time(), "actor": "orchestrator",
+                           "session_id": "sa", "schema_version": 1, "payload": {"type": type_, **payload}}).encode()
+
+    seq = asyncio.run(publish(system.nats_url, [
+        (s.session_evt("sa", "ValidationCompleted"), envelope("ValidationCompleted", {"step": 40, "loss": 1.5})),
+        (s.session_evt("sa", "CheckpointCommitted"), envelope("CheckpointCommitted", {"step": 40, "objects": ["a"]})),
+        (s.session_evt("sa", "SomethingNew"), envelope("SomethingNew", {"x": 1})),
+    ]))
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    got = data(system.url, keys["alice"], '{ session(id: "sa") { validations { step loss } checkpoints { step detail } '
+                                          'events(types: ["SomethingNew"]) { type payload } } }')["session"]
+    assert got["validations"] == [{"step": 40, "loss": 1.5}]
+    assert got["checkpoints"][0]["step"] == 40 and got["checkpoints"][0]["detail"]["objects"] == ["a"]
+    assert got["events"] == [{"type": "SomethingNew", "payload": {"type": "SomethingNew", "x": 1}}]
+
+
+def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, sessions):
+    s = Subjects()
+    now = time.time()
+    allocated = EventEnvelope(session_id="sa", payload=Allocated(
+        placements=[VNodePlacement(vnode="embed", op="embedding", pnode="p1", params=1000, precision="fp32"),
+                    VNodePlacement(vnode="block0", op="attention", pnode="p2", params=4000, precision="bf16")],
+        edges=[EdgeTraffic(src="embed", dst="block0", bytes_per_step=65536)],
+        pnodes=["p1", "p2"], bytes_across_per_step=65536))
+    joined = EventEnvelope(payload=PNodeJoined(pnode="p1", host="h", os_pid=1, device="cpu", memory_bytes=1 << 30))
+    memory = MemorySample(pnode="p1", ts=now, rss_bytes=123456, bytes_by_category={"weights": 4000},
+                          pending_requests=2, hosted_vnodes=["embed"])
+    request = RequestStatus(pnode="p1", session_id="sa", request="RunStep", step=3, state="done", ts=now, duration_s=0.1)
+    seq = asyncio.run(publish(system.nats_url, [
+        *event_items([allocated]),
+        (s.pnode_evt("p1", "PNodeJoined"), joined.model_dump_json().encode()),
+        (s.tel("p1", "memory"), memory.model_dump_json().encode()),
+        (s.tel("p1", "request"), request.model_dump_json().encode()),
+    ]))
+
+    async def heartbeat():
+        nc = await nats.connect(system.nats_url)
+        hb = Heartbeat(pnode="p2", host="h2", os_pid=2, device="cuda", memory_bytes=1 << 33, ts=time.time())
+        await nc.publish(s.heartbeat("p2"), hb.model_dump_json().encode())
+        await nc.flush()
+        await nc.close()
+
+    asyncio.run(heartbeat())
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    query = ('{ topology(sessionId: "sa") { vnodes { id op params precision pnode } edges { src dst bytesPerStep } '
+             'bytesAcrossPerStep pnodes { id } } pnodes { id state rssBytes pendingRequests hostedVNodes bytesByCategory '
+             'lastHeartbeat requests { request state } memory { rssBytes samples } } }')
+    got = wait_until(lambda: (d := data(system.url, keys["alice"], query))["pnodes"]
+                     and any(p["id"] == "p2" for p in d["pnodes"]) and d)
+    topo = got["topology"]
+    assert [v["id"] for v in topo["vnodes"]] == ["block0", "embed"]
+    assert topo["edges"] == [{"src": "embed", "dst": "block0", "bytesPerStep": 65536.0}]
+    assert {p["id"] for p in topo["pnodes"]} == {"p1", "p2"}
+    pnodes = {p["id"]: p for p in got["pnodes"]}
+    p1 = pnodes["p1"]
+    assert (p1["state"], p1["rssBytes"], p1["pendingRequests"], p1["hostedVNodes"]) == ("live", 123456.0, 2, ["embed"])
+    assert p1["bytesByCategory"] == {"weights": 4000}
+    assert p1["requests"] == [{"request": "RunStep", "state": "done"}]
+    assert p1["memory"] == [{"rssBytes": 123456.0, "samples": 1}]
+    assert pnodes["p2"]["state"] == "live" and pnodes["p2"]["lastHeartbeat"] is not None
+    # bob does not see alice's requests on a shared PNode
+    bob = {p["id"]: p for p in data(system.url, keys["bob"], "{ pnodes { id requests { request } } }")["pnodes"]}
+    assert bob["p1"]["requests"] == []
+
+
+def test_depth_and_cost_limits(system, keys):
+    deep = "{ __schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } }"
+    response = gql(system.url, keys["alice"], deep).json()
+    assert "query depth" in response["errors"][0]["message"]
+    costly = gql(system.url, keys["alice"], "{ sessions(limit: 1000) { steps(maxPoints: 1000) { step } } }").json()
+    assert "cost" in costly["errors"][0]["message"].lower()
+
+
+def test_revoked_key_stops_working_at_once(system, keys):
+    new = data(system.url, keys["alice"], 'mutation { createApiKey(label: "temp") { id apiKey } }')["createApiKey"]
+    assert data(system.url, new["apiKey"], "{ me { name } }") == {"me": {"name": "alice"}}
+    assert data(system.url, new["apiKey"], f'mutation {{ revokeApiKey(id: "{new["id"]}") }}') == {"revokeApiKey": True}
+    assert gql(system.url, new["apiKey"], "{ me { name } }").status_code == 401
+    stored = data(system.url, keys["alice"], "{ me { apiKeys { id revokedAt } } }")["me"]["apiKeys"]
+    assert [k["revokedAt"] is not None for k in stored if k["id"] == new["id"]] == [True]
+
+
+async def _ws_connect(url: str, params: dict):
+    ws = await websockets.connect(url.replace("http", "ws") + "/graphql", subprotocols=["graphql-transport-ws"])
+    await ws.send(json.dumps({"type": "connection_init", "payload": params}))
+    return ws
+
+
+def test_websocket_subscriptions_deliver_steps_and_events(system, keys, sessions):
+    async def scenario():
+        ws = await _ws_connect(system.url, {"apiKey": keys["alice"]})
+        assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {
+            "query": 'subscription { steps(sessionId: "sa") { step loss } }'}}))
+        await ws.send(json.dumps({"id": "2", "type": "subscribe", "payload": {
+            "query": 'subscription { sessionEvents(sessionId: "sa") { type } }'}}))
+        await ws.send(json.dumps({"id": "3", "type": "subscribe", "payload": {
+            "query": 'subscription { steps(sessionId: "sb") { step } }'}}))
+        await asyncio.sleep(0.3)  # the subscriptions are registered before anything is published
+        events = [EventEnvelope(session_id="sa", payload=StepCompleted(step=100 + i, loss=0.5, tokens=1, step_time_s=0.1, lr=1e-3))
+                  for i in range(3)]
+        await publish(system.nats_url, event_items(events))
+        got: dict[str, list] = {"1": [], "2": [], "3": []}
+        while len(got["1"]) < 3 or len(got["2"]) < 3 or not got["3"]:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            got[msg["id"]].append(msg)
+        await ws.close()
+        return got
+
+    got = asyncio.run(scenario())
+    assert [m["payload"]["data"]["steps"]["step"] for m in got["1"]] == [100, 101, 102]
+    assert [m["payload"]["data"]["sessionEvents"]["type"] for m in got["2"]] == ["StepCompleted"] * 3
+    # bob's session: not found, as an error on that subscription only, with no data
+    assert "session sb not found" in json.dumps(got["3"][0]["payload"])
+    assert not (got["3"][0]["payload"].get("data") or {}).get("steps")
+
+
+def test_websocket_without_a_key_is_closed(system):
+    async def scenario():
+        ws = await _ws_connect(system.url, {})
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 5)
+
+    asyncio.run(scenario())
+
+
+def test_dashboard_placeholder_when_not_built(system):
+    import httpx
+
+    response = httpx.get(system.url + "/")
+    assert response.status_code == 200 and "not built" in response.text

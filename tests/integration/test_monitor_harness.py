@@ -1,0 +1,124 @@
+"""Shared helpers of the monitor's integration tests (no tests here): a real monitor
+subprocess, a GraphQL client over real HTTP, and events built with the real protocol models."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from computeall.protocol.config import DataConfig, SessionConfig
+from computeall.protocol.events import EventEnvelope, SessionCreated, SessionStarted, StepCompleted
+
+PYTHON = sys.executable
+
+
+class MonitorProcess:
+    def __init__(self, nats_url: str, data_dir: Path, *extra: str) -> None:
+        self.nats_url = nats_url
+        self.data_dir = data_dir
+        self.extra = extra
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 20.0) -> "MonitorProcess":
+        address = self.data_dir / "monitor.json"
+        address.unlink(missing_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / "monitor.log", "ab")
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "computeall.monitor", "--nats", self.nats_url, "--data-dir", str(self.data_dir), *self.extra],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + timeout
+        while not address.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"monitor did not start: {(self.data_dir / 'monitor.log').read_text()[-3000:]}")
+            time.sleep(0.05)
+        self.url = json.loads(address.read_text())["url"]
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.process
+        self.process.send_signal(sig)
+        rc = self.process.wait(15)
+        self.process = None
+        return rc
+
+    def log(self) -> str:
+        return (self.data_dir / "monitor.log").read_text()
+
+
+def gql(url: str, key: str | None, query: str, variables: dict | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, headers=headers, timeout=10)
+
+
+def data(url: str, key: str, query: str, variables: dict | None = None) -> dict[str, Any]:
+    response = gql(url, key, query, variables)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert not body.get("errors"), body
+    return body["data"]
+
+
+def wait_until(predicate, timeout: float = 15.0, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+def session_config(steps: int = 100) -> SessionConfig:
+    return SessionConfig(network_yaml="name: tiny\n", data=DataConfig(files=["corpus.txt"]), steps=steps)
+
+
+def session_events(sid: str, owner: str, steps: int, loss=lambda i: 5.0 / (1 + i)) -> list[EventEnvelope]:
+    events = [
+        EventEnvelope(session_id=sid, actor="orchestrator", payload=SessionCreated(config=session_config(steps), owner=owner)),
+        EventEnvelope(session_id=sid, actor="orchestrator", payload=SessionStarted()),
+    ]
+    for i in range(steps):
+        events.append(
+            EventEnvelope(
+                session_id=sid, actor="orchestrator",
+                payload=StepCompleted(step=i, loss=loss(i), tokens=1024, step_time_s=0.05, lr=1e-3, loss_scale=1.0),
+            )
+        )
+    return events
+
+
+async def publish(nats_url: str, items: list[tuple[str, bytes]]) -> int:
+    """Publish (subject, data) into the streams with acks; returns the last sequence."""
+    import nats
+
+    from computeall.protocol.eventlog import ensure_streams
+    from computeall.protocol.subjects import Subjects
+
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, Subjects())
+        futures = [await js.publish_async(subject, payload) for subject, payload in items]
+        await js.publish_async_completed()
+        return max((f.result().seq for f in futures), default=0)
+    finally:
+        await nc.close()
+
+
+def event_items(events: list[EventEnvelope]) -> list[tuple[str, bytes]]:
+    from computeall.protocol.subjects import Subjects
+
+    s = Subjects()
+    return [(s.session_evt(e.session_id, e.type), e.model_dump_json().encode()) for e in events]
