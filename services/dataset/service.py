@@ -119,7 +119,10 @@ class DatasetService:
         if not msg.reply:
             log.warning("a %s request without a reply subject was dropped", verb)
             return
-        await msg.respond(reply if isinstance(reply, bytes) else reply.model_dump_json(exclude_none=True).encode())
+        try:
+            await msg.respond(reply if isinstance(reply, bytes) else reply.model_dump_json(exclude_none=True).encode())
+        except Exception:  # the connection went away: the requester times out, the service keeps going
+            log.exception("could not answer a %s request", verb)
 
     # -- handlers ------------------------------------------------------------
     async def create(self, request: CreateDataset) -> DatasetReply:
