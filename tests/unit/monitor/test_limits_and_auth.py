@@ -1,0 +1,85 @@
+"""Query limits, key hashing and revocation, telemetry folding: no server needed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from graphql import parse, validate
+
+from computeall.monitor import retention
+from computeall.monitor.auth import DEFAULT_USER, Auth, hash_key
+from computeall.monitor.db import Database
+from computeall.monitor.limits import validation_rules
+from computeall.monitor.server import schema
+
+SCHEMA = schema()
+
+
+def errors(query: str, variables: dict | None = None) -> list[str]:
+    doc = parse(query)
+    return [e.message for e in validate(SCHEMA, doc, validation_rules(None, doc, {"variables": variables}))]
+
+
+def test_dashboard_queries_pass_and_abusive_ones_are_refused():
+    assert errors('{ session(id: "s") { steps(maxPoints: 1000) { step loss } events { type } } pnodes { id } }') == []
+    assert any("maximum cost" in e for e in errors("{ sessions(limit: 100) { steps(maxPoints: 1000) { step } } }"))
+    assert any("maximum cost" in e for e in errors(
+        "query($n: Int) { sessions(limit: 1000) { events(limit: $n) { seq } } }", {"n": 10_000}))
+    deep = "{ __schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } }"
+    assert any("query depth 10 exceeds" in e for e in errors(deep))
+    cyclic = "query { ...A } fragment A on Query { ...A }"
+    assert errors(cyclic)  # reported by graphql's own rule, and the depth rule does not loop
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = Database(tmp_path / "m.duckdb", readers=1)
+    yield database
+    database.close()
+
+
+def test_keys_are_stored_hashed_and_revocation_is_immediate(db):
+    async def scenario():
+        auth = Auth(db)
+        key_id, key = await auth.create_key("alice", "laptop")
+        stored = db.con.execute("SELECT key_hash FROM api_keys").fetchone()[0]
+        assert stored == hash_key(key) and key not in stored
+        assert auth.user_for(key) == "alice" and auth.user_for("ca_other") is None and auth.user_for(None) is None
+        fresh = Auth(db)
+        await fresh.load()
+        assert fresh.user_for(key) == "alice"
+        assert not await auth.revoke_key("bob", key_id)  # not bob's key
+        assert await auth.revoke_key("alice", key_id)
+        assert auth.user_for(key) is None
+
+    asyncio.run(scenario())
+
+
+def test_default_key_is_kept_private_and_replaced_when_revoked(db, tmp_path):
+    async def scenario():
+        auth = Auth(db)
+        key = await auth.default_key(tmp_path)
+        assert await auth.default_key(tmp_path) == key and auth.user_for(key) == DEFAULT_USER
+        assert os.stat(tmp_path / "local-api-key").st_mode & 0o777 == 0o600
+        key_id = db.con.execute("SELECT id FROM api_keys").fetchone()[0]
+        await auth.revoke_key(DEFAULT_USER, key_id)
+        replaced = await auth.default_key(tmp_path)
+        assert replaced != key and auth.user_for(replaced) == DEFAULT_USER
+
+    asyncio.run(scenario())
+
+
+def test_retention_folds_whole_old_buckets_once(db):
+    rows = [("p", float(ts), 100 + ts, None, None, "{}", 1) for ts in range(0, 300)]
+    db.transaction(lambda con: db.insert(con, "memory_samples", ("pnode", "ts", "rss_bytes", "gpu_allocated_bytes",
+                                                                 "gpu_reserved_bytes", "bytes_by_category", "pending_requests"), rows))
+    db.transaction(retention.compact, 300.0, 130.0, 60.0, 10_000.0)  # cutoff 120: buckets 0 and 60 fold
+    assert db.con.execute("SELECT bucket_ts, samples, rss_max FROM memory_samples_agg ORDER BY 1").fetchall() == [
+        (0.0, 60, 159), (60.0, 60, 219)]
+    assert db.con.execute("SELECT min(ts), count(*) FROM memory_samples").fetchone() == (120.0, 180)
+    db.transaction(retention.compact, 300.0, 130.0, 60.0, 10_000.0)
+    assert db.con.execute("SELECT count(*) FROM memory_samples_agg").fetchone() == (2,)
+    db.transaction(retention.compact, 300.0, 130.0, 60.0, 250.0)  # folded rows older than 50 are dropped
+    assert db.con.execute("SELECT bucket_ts FROM memory_samples_agg").fetchall() == [(60.0,)]
