@@ -69,8 +69,11 @@ class FusedAdamW:
         self.eps = eps
         self.weight_decay = weight_decay
         groups: dict[tuple[torch.device, torch.dtype], list[tuple[str, torch.Tensor]]] = {}
+        seen: set[int] = set()
         for name, p in _named(params):
-            if p.requires_grad:
+            # A tied parameter listed twice must live (and be updated) once.
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
                 groups.setdefault((p.device, p.dtype), []).append((name, p))
         self._buckets = [self._make_bucket(device, dtype, named, impl) for (device, dtype), named in groups.items()]
 

@@ -66,6 +66,7 @@ class SessionConfig(BaseModel):
     precision: Precision | None = Field(None, description="overrides the network's default precision")
     checkpoint_every: int = Field(0, ge=0, description="0 = only on pause and stop")
     validate_every: int = Field(0, ge=0)
+    min_pnodes: int = Field(1, ge=1, description="wait for this many live PNodes before allocating")
 
     @model_validator(mode="after")
     def _micro_divides_batch(self) -> "SessionConfig":

@@ -9,6 +9,7 @@ both extend one session.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import nats.errors
@@ -121,3 +122,17 @@ class EventLog:
             except (NotFoundError, nats.errors.Error):
                 pass
         return out
+
+    async def follow(self, filter_subject: str) -> AsyncIterator[Recorded]:
+        """Every message on `filter_subject` from the start of the log, then new ones as they come."""
+        sub = await self.js.subscribe(
+            filter_subject, stream=LOG_STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+        )
+        try:
+            async for msg in sub.messages:
+                yield Recorded(msg.metadata.sequence.stream, msg.subject, msg.data)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass  # the connection is already closed

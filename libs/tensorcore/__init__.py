@@ -1,0 +1,1 @@
+"""Tensor runtime: devices, precisions, VNode op implementations, wire conversion, persistence."""

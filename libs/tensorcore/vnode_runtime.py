@@ -82,6 +82,9 @@ class VNodeRuntime:
         it = iter(grads[: len(leaves)])
         return [None if leaf is None else next(it) for leaf in saved.leaves]
 
+    def drop_one(self, micro: int, vid: str) -> None:
+        self._saved.pop((micro, vid), None)
+
     def drop(self, micro: int | None = None) -> None:
         """Forget saved activations (of one micro-batch, or all): after an abort."""
         for key in [k for k in self._saved if micro is None or k[0] == micro]:

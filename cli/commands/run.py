@@ -1,0 +1,108 @@
+"""`computeall run NETWORK --data FILES --steps N --pnodes K`: one training run on an embedded cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from computeall.network import NetworkError, load_network_file
+from computeall.protocol.commands import CommandEnvelope, CreateSession
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.envelope import new_id
+
+from ..client import connect
+from ..default_corpus import stdlib_files
+from ..errors import UserError
+from ..follow import follow_session
+from ..nats_server import EmbeddedNats
+from ..supervisor import Supervisor, default_services
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="train a network on an embedded cluster and exit")
+    p.add_argument("network", help="network YAML, e.g. examples/networks/tiny-gpt.yaml")
+    add_training_args(p)
+    p.add_argument("--pnodes", type=int, default=1, help="PNode processes to start (default 1)")
+    p.add_argument("--metrics-out", type=Path, default=None, help="write one JSON object per step here")
+    p.add_argument("--data-dir", default=None, help="where the embedded cluster keeps its files (default: a temp dir)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=lambda args: asyncio.run(run(args)))
+
+
+def add_training_args(p: argparse.ArgumentParser) -> None:
+    """Hyperparameters shared by `run` and `session create`."""
+    p.add_argument("--data", nargs="+", default=None, help="text files or folders (default: Python's stdlib source)")
+    p.add_argument("--dataset", default=None, help="a dataset created with `computeall dataset create`")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per step")
+    p.add_argument("--micro-batches", type=int, default=1)
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=10, help="warmup steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
+
+
+def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
+    network_path = Path(args.network)
+    try:
+        load_network_file(network_path)
+    except NetworkError as exc:
+        raise UserError(str(exc)) from None
+    if args.dataset:
+        data = DataConfig(dataset=args.dataset)
+    else:
+        files = args.data or stdlib_files()
+        missing = [f for f in files if not Path(f).exists()]
+        if missing:
+            raise UserError(f"data not found: {', '.join(missing)}")
+        data = DataConfig(files=[str(Path(f).resolve()) for f in files])
+    try:
+        return SessionConfig(
+            network_yaml=network_path.read_text(),
+            data=data,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            micro_batches=args.micro_batches,
+            seed=args.seed,
+            lr=LrSchedule(peak=args.lr, warmup_steps=args.warmup, min_lr=args.lr / 10),
+            precision=args.precision,
+            min_pnodes=min_pnodes,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+async def run(args: argparse.Namespace) -> int:
+    if args.pnodes < 1:
+        raise UserError("--pnodes must be at least 1")
+    config = session_config(args, min_pnodes=args.pnodes)
+    owned_dir = args.data_dir is None
+    data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="computeall-run-"))
+    nats_server = EmbeddedNats(data_dir / "nats").start()
+    supervisor = Supervisor(data_dir, nats_server.url, nats_server.process.pid)
+    supervisor.start(default_services(args.pnodes, with_monitor=False))
+    watcher = asyncio.create_task(supervisor.watch())
+    ok = False
+    try:
+        async with connect(nats_server.url) as client:
+            sid = new_id()[:12]
+            command = CommandEnvelope(actor="local", session_id=sid, payload=CreateSession(config=config))
+            await client.eventlog.publish_command(command)
+            outcome = await follow_session(
+                client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command.id
+            )
+        ok = outcome.ok
+        print(outcome.message, file=sys.stdout if ok else sys.stderr)
+        if not ok:
+            print(f"logs: {data_dir / 'logs'}", file=sys.stderr)
+        return 0 if ok else 1
+    finally:
+        watcher.cancel()
+        supervisor.stop()
+        nats_server.stop()
+        if owned_dir and ok:  # a failed run keeps its logs for the user to read
+            shutil.rmtree(data_dir, ignore_errors=True)

@@ -1,0 +1,62 @@
+"""Follow a session's events: a progress bar with the loss, metrics as JSON lines, the outcome."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import aclosing
+from pathlib import Path
+
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from computeall.protocol.eventlog import EventLog
+from computeall.protocol.events import CommandRejected, EventEnvelope, SessionCompleted, SessionFailed, StepCompleted
+
+
+class Outcome:
+    def __init__(self, ok: bool, message: str) -> None:
+        self.ok = ok
+        self.message = message
+
+
+async def follow_session(
+    eventlog: EventLog,
+    session_id: str,
+    total_steps: int,
+    metrics_out: Path | None = None,
+    progress: bool = True,
+    command_id: str | None = None,
+) -> Outcome:
+    """Block until the session completes or fails, or the command `command_id` is rejected."""
+    out = open(metrics_out, "w") if metrics_out else None
+    bar = tqdm(total=total_steps, desc=f"session {session_id}", unit="step", disable=not progress, file=sys.stderr)
+    try:
+        events = eventlog.follow(eventlog.subjects.session_evt_all(session_id))
+        async with aclosing(events):
+            async for record in events:
+                try:
+                    event = EventEnvelope.model_validate_json(record.data)
+                except ValidationError:
+                    continue  # an event type this client does not know yet
+                p = event.payload
+                if isinstance(p, StepCompleted):
+                    if out:
+                        row = {"step": p.step, "loss": p.loss, "tokens": p.tokens, "step_time_s": p.step_time_s,
+                               "lr": p.lr, "loss_scale": p.loss_scale, "compute_s": p.compute_s, "wait_s": p.wait_s}
+                        out.write(json.dumps(row) + "\n")
+                        out.flush()
+                    bar.n = p.step + 1
+                    bar.set_postfix(loss=f"{p.loss:.4f}", refresh=False)
+                    bar.refresh()
+                elif isinstance(p, SessionCompleted):
+                    return Outcome(True, f"session {session_id} completed {p.steps} steps, final loss {p.final_loss:.4f}")
+                elif isinstance(p, SessionFailed):
+                    return Outcome(False, f"session {session_id} failed: {p.reason}")
+                elif isinstance(p, CommandRejected) and p.command_id == command_id:
+                    return Outcome(False, f"{p.command_type} was rejected: {p.reason}")
+    finally:
+        bar.close()
+        if out:
+            out.close()
+    return Outcome(False, "the event stream ended")

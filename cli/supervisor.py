@@ -1,0 +1,151 @@
+"""Runs the services of one machine as separate OS processes; restarts the ones that die.
+
+Used by `computeall up` (keeps running) and `computeall run` (an embedded cluster for
+one training run). Logs go to `<data dir>/logs/<service>.log`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cluster_file import ClusterInfo, ServiceStatus, write
+
+log = logging.getLogger("computeall.supervisor")
+
+SERVICE_KINDS = ("orchestrator", "dataset", "pnode", "monitor")
+
+
+@dataclass
+class ServiceSpec:
+    name: str
+    kind: str  # orchestrator, dataset, pnode, monitor
+    args: list[str] = field(default_factory=list)
+
+    def argv(self, nats_url: str, data_dir: Path) -> list[str]:
+        return [sys.executable, "-m", f"computeall.{self.kind}", "--nats", nats_url,
+                "--data-dir", str(data_dir / self.kind), *self.args]
+
+
+def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0) -> list[ServiceSpec]:
+    """What `computeall up` runs; docker-compose.yml mirrors this list."""
+    services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")]
+    services += [
+        ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", str(pnodes)])
+        for i in range(pnodes)
+    ]
+    if with_monitor:
+        services.append(ServiceSpec("monitor", "monitor", ["--port", str(monitor_port)]))
+    return services
+
+
+@dataclass
+class _Running:
+    spec: ServiceSpec
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    state: str = "starting"
+
+
+class Supervisor:
+    def __init__(self, data_dir: Path, nats_url: str, nats_pid: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.nats_url = nats_url
+        self.nats_pid = nats_pid
+        self.logs = data_dir / "logs"
+        self.services: dict[str, _Running] = {}
+        self.monitor_url: str | None = None
+        self.default_user: str | None = None
+        self._stopping = False
+
+    def start(self, specs: list[ServiceSpec]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for spec in specs:
+            self.services[spec.name] = _Running(spec)
+            self._spawn(self.services[spec.name])
+        self.write_cluster_file()
+
+    def _spawn(self, running: _Running) -> None:
+        spec = running.spec
+        (self.data_dir / spec.kind).mkdir(parents=True, exist_ok=True)
+        logfile = open(self.logs / f"{spec.name}.log", "ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        running.process = subprocess.Popen(
+            spec.argv(self.nats_url, self.data_dir), stdout=logfile, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )
+        running.state = "running"
+
+    async def watch(self, interval_s: float = 0.5) -> None:
+        """Restart services that die (with a growing back-off) until `stop` is called."""
+        while not self._stopping:
+            changed = False
+            for running in self.services.values():
+                process = running.process
+                if process is not None and process.poll() is not None and not self._stopping:
+                    log.warning("%s exited with %s; restarting (see %s)", running.spec.name, process.returncode,
+                                self.logs / f"{running.spec.name}.log")
+                    running.process = None
+                    running.state = "restarting"
+                    running.restarts += 1
+                    running.next_start = time.monotonic() + min(30.0, 0.5 * 2 ** min(running.restarts, 6))
+                    changed = True
+                if running.process is None and running.state == "restarting" and time.monotonic() >= running.next_start:
+                    self._spawn(running)
+                    changed = True
+            changed |= self._read_monitor_address()
+            if changed:
+                self.write_cluster_file()
+            await asyncio.sleep(interval_s)
+
+    def _read_monitor_address(self) -> bool:
+        path = self.data_dir / "monitor" / "monitor.json"
+        if self.monitor_url or not path.exists():
+            return False
+        try:
+            self.monitor_url = json.loads(path.read_text())["url"]
+        except (ValueError, KeyError, OSError):
+            return False
+        return True
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM every service (PNodes first, so they announce they leave), then SIGKILL stragglers."""
+        self._stopping = True
+        order = sorted(self.services.values(), key=lambda r: SERVICE_KINDS.index(r.spec.kind), reverse=True)
+        for running in order:
+            if running.process and running.process.poll() is None:
+                running.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for running in order:
+            if running.process is None:
+                continue
+            try:
+                running.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in time; killing it", running.spec.name)
+                running.process.kill()
+                running.process.wait()
+            running.state = "stopped"
+        self.write_cluster_file()
+
+    def statuses(self) -> list[ServiceStatus]:
+        out = [ServiceStatus(name="nats", kind="nats", pid=self.nats_pid, state="running" if self.nats_pid else "external")]
+        for running in self.services.values():
+            pid = running.process.pid if running.process else None
+            out.append(ServiceStatus(name=running.spec.name, kind=running.spec.kind, pid=pid, state=running.state))
+        return out
+
+    def write_cluster_file(self) -> None:
+        write(
+            self.data_dir,
+            ClusterInfo(nats=self.nats_url, monitor=self.monitor_url, services=self.statuses(), default_user=self.default_user),
+        )

@@ -1,0 +1,46 @@
+"""The same network as one plain torch module in one process.
+
+The ground truth the distributed run is checked against, and the anchor of the
+throughput benchmark: same init (seeded per VNode), same batches, ordinary autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from computeall.network import Graph
+from computeall.network.ops import OPS
+
+from .ops import build_vnode
+
+
+class ReferenceModel(nn.Module):
+    def __init__(self, graph: Graph, session_seed: int, device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        self.graph = graph
+        built: dict[str, nn.Module] = {}
+        for vid in sorted(graph.order, key=lambda v: graph.vnodes[v].tie is not None):
+            built[vid] = build_vnode(graph.vnodes[vid], session_seed, torch.device(device), tied=built)
+        self.vnodes = nn.ModuleDict({vid.replace(".", "/"): built[vid] for vid in graph.order})
+
+    def named_vnode_parameters(self) -> dict[str, nn.Parameter]:
+        """Parameters named `<vnode>.<param>` like a PNode names them."""
+        return {
+            f"{vid}.{name}": p
+            for vid in self.graph.order
+            for name, p in self.vnodes[vid.replace(".", "/")].named_parameters()
+        }
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The summed loss of every loss VNode over the batch."""
+        values: dict[str, torch.Tensor] = {"data.tokens": tokens, "data.targets": targets}
+        total = torch.zeros((), device=tokens.device)
+        for vid in self.graph.order:
+            spec = self.graph.vnodes[vid]
+            out = self.vnodes[vid.replace(".", "/")](*(values[i] for i in spec.inputs))
+            if OPS[spec.op].is_loss:
+                total = total + out
+            else:
+                values[vid] = out
+        return total

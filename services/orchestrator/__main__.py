@@ -1,0 +1,36 @@
+"""`python -m computeall.orchestrator --nats URL`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+
+from computeall.protocol.subjects import Subjects
+
+from .service import Orchestrator
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="computeall-orchestrator")
+    p.add_argument("--nats", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    p.add_argument("--heartbeat-timeout", type=float, default=5.0, help="seconds of silence before a PNode is lost")
+    p.add_argument("--prefix", default=None)
+    p.add_argument("--data-dir", default=None, help="unused: the orchestrator's state is the event log")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    orchestrator = Orchestrator(args.nats, Subjects(args.prefix), args.heartbeat_timeout)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, orchestrator.stop)
+        await orchestrator.run()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The PNode process: registers, heartbeats, hosts session stages, moves tensors, reports telemetry."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import nats
+import nats.errors
+import psutil
+import torch
+from pydantic import TypeAdapter, ValidationError
+
+from computeall.protocol.envelope import Envelope
+from computeall.protocol.eventlog import EventLog, ensure_streams
+from computeall.protocol.events import EventEnvelope, PNodeJoined, PNodeLeft
+from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, PNodeRequest, RunStep, Unload
+from computeall.protocol.subjects import Subjects
+from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.wire import Reassembler, WireError
+from computeall.tensorcore.backend import device_memory
+from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
+
+from .batches import BatchFeed
+from .memory import bytes_by_category
+from .stage import SessionStage, StepAborted
+
+log = logging.getLogger("computeall.pnode")
+
+REQUESTS = TypeAdapter(PNodeRequest)
+
+
+class PNode:
+    def __init__(
+        self,
+        nats_url: str,
+        name: str,
+        memory_bytes: int,
+        device: torch.device,
+        subjects: Subjects,
+        step_deadline_s: float = 600.0,
+        heartbeat_s: float = 1.0,
+        telemetry_s: float = 2.0,
+    ) -> None:
+        self.nats_url = nats_url
+        self.name = name
+        self.memory_bytes = memory_bytes
+        self.device = device
+        self.subjects = subjects
+        self.step_deadline_s = step_deadline_s
+        self.heartbeat_s = heartbeat_s
+        self.telemetry_s = telemetry_s
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-compute")
+        self.stages: dict[str, SessionStage] = {}
+        self.reassembler = Reassembler()
+        self.rejected_frames = 0
+        self.pending = 0
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        self.nc = await nats.connect(self.nats_url, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
+        self.js = self.nc.jetstream()
+        await ensure_streams(self.js, self.subjects)
+        self.log = EventLog(self.js, self.subjects)
+        await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
+        await self.nc.subscribe(
+            self.subjects.pnode_tensor(self.name), cb=self._on_tensor, pending_bytes_limit=1 << 30
+        )
+        await self.log.append_event(
+            self.subjects.pnode_evt(self.name, "PNodeJoined"),
+            EventEnvelope(actor=f"pnode:{self.name}", payload=self._joined()),
+        )
+        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, self.nats_url, self.device, self.memory_bytes / 2**30)
+        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
+        await self._stop.wait()
+        for t in tasks:
+            t.cancel()
+        try:
+            await self.log.append_event(
+                self.subjects.pnode_evt(self.name, "PNodeLeft"),
+                EventEnvelope(actor=f"pnode:{self.name}", payload=PNodeLeft(pnode=self.name)),
+            )
+            await self.nc.drain()
+        except (nats.errors.Error, TimeoutError):
+            pass  # the server went away first
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _joined(self) -> PNodeJoined:
+        return PNodeJoined(
+            pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(),
+            device=str(self.device), memory_bytes=self.memory_bytes,
+        )
+
+    # -- control requests ---------------------------------------------------------
+    async def _on_ctl(self, msg) -> None:
+        # handled in a task: a long step must not hold up the next message on this subscription
+        asyncio.ensure_future(self._handle_ctl(msg))
+
+    async def _handle_ctl(self, msg) -> None:
+        try:
+            request = REQUESTS.validate_json(msg.data)
+        except ValidationError as exc:
+            log.warning("rejected a malformed control request: %s", exc.errors()[:3])
+            await self._reply(msg, PNodeReply(ok=False, pnode=self.name, error=f"malformed request: {exc.errors()[:3]}"))
+            return
+        started = time.time()
+        self.pending += 1
+        step = getattr(request, "step", None)
+        await self._status(request, "running", step, started)
+        try:
+            reply = await self._dispatch(request)
+        except (StepAborted, KeyError, ValueError, RuntimeError) as exc:
+            log.warning("%s failed: %s", request.type, exc)
+            reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.pending -= 1
+        await self._status(request, "done" if reply.ok else "failed", step, started)
+        await self._reply(msg, reply)
+
+    async def _dispatch(self, request) -> PNodeReply:
+        if isinstance(request, LoadPlan):
+            feed = BatchFeed(self.nc, self.subjects, request.batches, request.micro_batches)
+            stage = await asyncio.get_running_loop().run_in_executor(
+                self.executor,
+                lambda: SessionStage(request, self.name, self.device, self.executor, feed, self._send_tensor),
+            )
+            self.stages[request.session_id] = stage
+            log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
+            return PNodeReply(ok=True, pnode=self.name)
+        stage = self.stages.get(request.session_id)
+        if stage is None:
+            return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
+        if isinstance(request, RunStep):
+            return await stage.run_step(request, self.step_deadline_s)
+        if isinstance(request, ApplyStep):
+            return await stage.apply(request)
+        if isinstance(request, Unload):
+            self.stages.pop(request.session_id, None)
+            return PNodeReply(ok=True, pnode=self.name)
+        raise ValueError(f"unknown request {request!r}")
+
+    async def _reply(self, msg, reply: PNodeReply) -> None:
+        if msg.reply:
+            await self.nc.publish(msg.reply, reply.model_dump_json().encode())
+
+    # -- tensors --------------------------------------------------------------------
+    async def _send_tensor(self, pnode: str, key: str, tensor: torch.Tensor, meta: dict) -> None:
+        subject = self.subjects.pnode_tensor(pnode)
+        for frame in tensor_frames(key, tensor, self.nc.max_payload, meta):
+            await self.nc.publish(subject, frame)
+
+    async def _on_tensor(self, msg) -> None:
+        try:
+            received = self.reassembler.feed(msg.data)
+            if received is None:
+                return
+            meta = received.meta
+            stage = self.stages.get(str(meta.get("session")))
+            if stage is None:
+                raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
+            missing = {"step", "micro", "kind", "src"} - set(meta)
+            if missing or meta["kind"] not in ("act", "grad") or (meta["kind"] == "grad" and "consumer" not in meta):
+                raise WireError(f"tensor {received.key!r} has incomplete routing metadata {meta}")
+            stage.receive(meta, tensor_from_wire(received, self.device))
+        except WireError as exc:
+            self.rejected_frames += 1
+            log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
+
+    # -- liveness and telemetry ----------------------------------------------------
+    async def _heartbeat(self) -> None:
+        while True:
+            beat = Heartbeat(
+                pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
+                memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages),
+            )
+            try:
+                await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())
+            except Exception as exc:  # a broken connection must not end the heartbeat loop
+                log.warning("heartbeat failed: %s", exc)
+            await asyncio.sleep(self.heartbeat_s)
+
+    async def _telemetry(self) -> None:
+        process = psutil.Process()
+        while True:
+            allocated, reserved = device_memory(self.device)
+            categories: dict[str, int] = {}
+            for stage in self.stages.values():
+                for k, v in bytes_by_category(stage).items():
+                    categories[k] = categories.get(k, 0) + v
+            sample = MemorySample(
+                pnode=self.name, ts=time.time(), rss_bytes=process.memory_info().rss,
+                gpu_allocated_bytes=allocated, gpu_reserved_bytes=reserved, bytes_by_category=categories,
+                pending_requests=self.pending, hosted_vnodes=[v for s in self.stages.values() for v in s.local],
+            )
+            try:
+                await self.nc.publish(self.subjects.tel(self.name, "memory"), sample.model_dump_json().encode())
+            except Exception as exc:
+                log.warning("telemetry failed: %s", exc)
+            await asyncio.sleep(self.telemetry_s)
+
+    async def _status(self, request, state: str, step: int | None, started: float) -> None:
+        status = RequestStatus(
+            pnode=self.name, session_id=request.session_id, request=request.type, step=step, state=state,
+            ts=time.time(), duration_s=None if state == "running" else time.time() - started,
+        )
+        await self.nc.publish(self.subjects.tel(self.name, "request"), status.model_dump_json().encode())
