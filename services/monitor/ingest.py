@@ -89,29 +89,10 @@ class Ingestor:
             return
         self._heartbeats[hb.pnode] = hb
 
-    async def _subscribe(self, stream: str) -> JetStreamContext.PullSubscription:
-        start = self.stats.positions.get(stream, 0) + 1
-        name = f"{DURABLE}_{stream}"
-        try:
-            await self.js.delete_consumer(stream, name)
-        except NotFoundError:
-            pass
-        config = ConsumerConfig(
-            durable_name=name,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=start,
-            ack_policy=AckPolicy.ALL,
-            ack_wait=60.0,
-            max_ack_pending=8 * self.batch_size,
-        )
-        await self.js.add_consumer(stream, config)
-        return await self.js.pull_subscribe_bind(name, stream=stream)
-
     async def _consume(self, stream: str) -> None:
         while True:
             try:
-                sub = await self._subscribe(stream)
-                await self._pump(stream, sub)
+                await self._pump(stream)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -119,22 +100,62 @@ class Ingestor:
                 log.exception("ingesting %s failed; resuming from the stored position", stream)
                 await asyncio.sleep(1.0)
 
-    async def _pump(self, stream: str, sub: JetStreamContext.PullSubscription) -> None:
-        while True:
+    async def _pump(self, stream: str) -> None:
+        """Push consumer with flow control. nats-py's pull `fetch` costs a task per message and
+        tops out near 10,000 messages/s; a push callback that only appends to a buffer is ~10x
+        faster. The buffer fills while the previous batch is written, and `max_ack_pending`
+        bounds it: the server stops delivering until a batch's last message is acked."""
+        name = f"{DURABLE}_{stream}"
+        try:
+            await self.js.delete_consumer(stream, name)
+        except NotFoundError:
+            pass
+        config = ConsumerConfig(
+            durable_name=name,
+            deliver_subject=self.nc.new_inbox(),
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=self.stats.positions.get(stream, 0) + 1,
+            ack_policy=AckPolicy.ALL,
+            ack_wait=60.0,
+            max_ack_pending=4 * self.batch_size,
+            flow_control=True,
+            idle_heartbeat=5.0,
+        )
+        await self.js.add_consumer(stream, config)
+        buffer: list[Msg] = []
+        arrived = asyncio.Event()
+
+        async def on_message(msg: Msg) -> None:
+            buffer.append(msg)
+            arrived.set()
+
+        sub = await self.js.subscribe_bind(
+            stream, config, name, cb=on_message, manual_ack=True, pending_msgs_limit=8 * self.batch_size
+        )
+        done = self.stats.positions.get(stream, 0)
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(arrived.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    if stream == LOG_STREAM and self._heartbeats:
+                        await self._commit(stream, [])
+                    continue
+                arrived.clear()
+                msgs, buffer[:] = buffer[:], []
+                messages = [
+                    Message(stream, m.metadata.sequence.stream, m.subject, m.data)
+                    for m in msgs
+                    if m.metadata.sequence.stream > done
+                ]
+                await self._commit(stream, messages)
+                done = max(done, msgs[-1].metadata.sequence.stream)
+                await msgs[-1].ack()
+        finally:
             try:
-                msgs = await sub.fetch(self.batch_size, timeout=1.0)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                if stream == LOG_STREAM and self._heartbeats:
-                    await self._commit(stream, [])
-                continue
-            done = self.stats.positions.get(stream, 0)
-            messages = [
-                Message(stream, m.metadata.sequence.stream, m.subject, m.data)
-                for m in msgs
-                if m.metadata.sequence.stream > done
-            ]
-            await self._commit(stream, messages)
-            await msgs[-1].ack()
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass
 
     async def _commit(self, stream: str, messages: list[Message]) -> None:
         heartbeats = []

@@ -67,7 +67,7 @@ def checkpoints(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]
 
 
 def events(cur: duckdb.DuckDBPyConnection, sid: str, after: int, limit: int, types: list[str] | None) -> list[dict]:
-    sql = "SELECT seq, id, type, ts, actor, session_id, payload FROM events WHERE session_id = ? AND kind = 'event' AND seq > ?"
+    sql = "SELECT seq, id, type, ts, actor, session_id, envelope->'payload' FROM events WHERE session_id = ? AND kind = 'event' AND seq > ?"
     args: list[Any] = [sid, after]
     if types:
         sql += " AND list_contains(?, type)"

@@ -15,7 +15,7 @@ from computeall.protocol.telemetry import Heartbeat
 from .db import Database
 from .projector import STEP_COLUMNS, Batch
 
-EVENT_COLUMNS = ("seq", "subject", "kind", "id", "type", "ts", "actor", "session_id", "payload")
+EVENT_COLUMNS = ("seq", "subject", "kind", "id", "type", "ts", "actor", "session_id", "envelope")
 MEMORY_COLUMNS = (
     "pnode", "ts", "rss_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests",
 )
@@ -27,7 +27,8 @@ def positions(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats: list[Heartbeat]) -> None:
-    db.insert(con, "events", EVENT_COLUMNS, batch.events, "ON CONFLICT DO NOTHING")
+    # positions guarantee each message is applied once; the primary key would still refuse a duplicate
+    db.insert(con, "events", EVENT_COLUMNS, batch.events)
     db.insert(con, "malformed", ("stream", "seq", "subject", "error", "data"), batch.malformed)
     for sql, args in batch.ops:
         con.execute(sql, args)
@@ -68,8 +69,13 @@ def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats
 def _steps(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
     if not batch.steps:
         return
-    updates = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[2:])
-    db.insert(con, "steps", STEP_COLUMNS, batch.steps.values(), f"ON CONFLICT (session_id, step) DO UPDATE SET {updates}")
+    # a re-run step replaces its row; delete-then-insert is cheaper than an upsert when, as
+    # almost always, nothing matches
+    con.execute(
+        "DELETE FROM steps WHERE (session_id, step) IN (SELECT UNNEST(?::VARCHAR[]), UNNEST(?::BIGINT[]))",
+        [[k[0] for k in batch.steps], [k[1] for k in batch.steps]],
+    )
+    db.insert(con, "steps", STEP_COLUMNS, batch.steps.values())
     # the session's headline figures come from its latest step in log order (after a rollback
     # that is a re-run step, not the highest number ever reached)
     latest: dict[str, tuple] = {}

@@ -4,10 +4,10 @@
 -- last stream sequence whose rows are committed; written in the same transaction as those rows
 CREATE TABLE IF NOT EXISTS positions (stream VARCHAR PRIMARY KEY, seq BIGINT NOT NULL, malformed BIGINT NOT NULL DEFAULT 0);
 
--- every command and event of CA_LOG, known type or not
+-- every command and event of CA_LOG, known type or not, with its envelope exactly as recorded
 CREATE TABLE IF NOT EXISTS events (
     seq BIGINT PRIMARY KEY, subject VARCHAR, kind VARCHAR, id VARCHAR, type VARCHAR, ts DOUBLE,
-    actor VARCHAR, session_id VARCHAR, payload JSON
+    actor VARCHAR, session_id VARCHAR, envelope JSON
 );
 CREATE INDEX IF NOT EXISTS events_session ON events (session_id);
 
