@@ -10,8 +10,21 @@ from pathlib import Path
 from pydantic import ValidationError
 from tqdm import tqdm
 
+from .client import Client
+
+from computeall.protocol.commands import CommandEnvelope, CreateSession
+from computeall.protocol.config import SessionConfig
+from computeall.protocol.envelope import new_id
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import CommandRejected, EventEnvelope, SessionCompleted, SessionFailed, StepCompleted
+
+
+async def start_session(client: Client, config: SessionConfig, actor: str = "local", start: bool = True) -> tuple[str, str]:
+    """Publish `CreateSession` for a new session id; (session id, command id)."""
+    sid = new_id()[:12]
+    command = CommandEnvelope(actor=actor, session_id=sid, payload=CreateSession(config=config, start=start))
+    await client.eventlog.publish_command(command)
+    return sid, command.id
 
 
 class Outcome:

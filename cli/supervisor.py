@@ -24,6 +24,18 @@ log = logging.getLogger("computeall.supervisor")
 SERVICE_KINDS = ("orchestrator", "dataset", "pnode", "monitor")
 
 
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by someone else
+    return True
+
+
 @dataclass
 class ServiceSpec:
     name: str

@@ -10,14 +10,12 @@ import tempfile
 from pathlib import Path
 
 from computeall.network import NetworkError, load_network_file
-from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
-from computeall.protocol.envelope import new_id
 
 from ..client import connect
 from ..default_corpus import stdlib_files
 from ..errors import UserError
-from ..follow import follow_session
+from ..follow import follow_session, start_session
 from ..nats_server import EmbeddedNats
 from ..supervisor import Supervisor, default_services
 
@@ -89,11 +87,9 @@ async def run(args: argparse.Namespace) -> int:
     ok = False
     try:
         async with connect(nats_server.url) as client:
-            sid = new_id()[:12]
-            command = CommandEnvelope(actor="local", session_id=sid, payload=CreateSession(config=config))
-            await client.eventlog.publish_command(command)
+            sid, command_id = await start_session(client, config)
             outcome = await follow_session(
-                client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command.id
+                client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command_id
             )
         ok = outcome.ok
         print(outcome.message, file=sys.stdout if ok else sys.stderr)

@@ -16,18 +16,12 @@ from computeall.protocol.subjects import Subjects, check_token
 from computeall.tensorcore.backend import select_device, set_cpu_threads
 
 from .node import PNode
+from .options import add_options
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="computeall pnode", description="Start a PNode: a worker that hosts VNodes.")
-    p.add_argument("--nats", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"), help="NATS server URL")
-    p.add_argument("--name", default=None, help="PNode id (default: host-pid)")
-    p.add_argument("--memory", default=None, help="memory this PNode offers, e.g. 4GiB (default: a share of RAM)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    p.add_argument("--processes-on-machine", type=int, default=1, help="PNodes sharing this machine's cores")
-    p.add_argument("--step-deadline", type=float, default=600.0, help="seconds a step may wait for its inputs")
-    p.add_argument("--prefix", default=None, help="subject prefix (default ca)")
-    p.add_argument("--data-dir", default=None, help="unused by PNodes; accepted for symmetry with other services")
+    add_options(p)
     return p
 
 
@@ -37,7 +31,7 @@ def run(args: argparse.Namespace) -> None:
     share = max(1, args.processes_on_machine)
     memory = parse_size(args.memory) if args.memory else psutil.virtual_memory().total // share
     set_cpu_threads(share)
-    node = PNode(args.nats, name, memory, select_device(args.device), Subjects(args.prefix), args.step_deadline)
+    node = PNode(args.nats or "nats://127.0.0.1:4222", name, memory, select_device(args.device), Subjects(args.prefix), args.step_deadline)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,23 @@
+"""`computeall pnode --nats nats://HOST:PORT --memory 4GiB`: lend this machine to a running computeall."""
+
+from __future__ import annotations
+
+import argparse
+
+from computeall.pnode.options import add_options
+
+from ..cluster_file import resolve_nats_url
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pnode", help="start a PNode on this machine and join a running computeall")
+    add_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from computeall.pnode.__main__ import run as run_pnode  # torch is imported only here
+
+    args.nats = resolve_nats_url(args.nats, args.data_dir)
+    run_pnode(args)
+    return 0

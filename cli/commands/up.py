@@ -1,0 +1,119 @@
+"""`computeall up`: start NATS (when none is reachable) and every service; keep them running.
+
+Ctrl-C or SIGTERM stops everything cleanly. With `--train NETWORK` it also creates a
+session and shows its progress (what `make demo` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import nats.errors
+
+from computeall.protocol.monitor_api import DEFAULT_KEY, DefaultKey, MonitorReply, monitor_subject
+
+from ..client import Client, connect
+from ..cluster_file import data_dir, read
+from ..errors import UserError
+from ..follow import follow_session, start_session
+from ..nats_server import EmbeddedNats, env_url, url_reachable
+from ..supervisor import Supervisor, default_services, pid_alive
+from .run import add_training_args, session_config
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="start the whole system on this machine and keep it running")
+    p.add_argument("--pnodes", type=int, default=3, help="PNode processes to start here (default 3)")
+    p.add_argument("--data-dir", default=None, help="default: $COMPUTEALL_DATA_DIR or .computeall")
+    p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
+    p.add_argument("--monitor-port", type=int, default=0, help="dashboard/GraphQL port (default: a free one)")
+    p.add_argument("--train", metavar="NETWORK", default=None, help="also create a session for this network YAML")
+    add_training_args(p)
+    p.set_defaults(func=lambda args: asyncio.run(up(args)))
+
+
+async def up(args: argparse.Namespace) -> int:
+    directory = data_dir(args.data_dir)
+    existing = read(directory)
+    if existing and any(s.state == "running" and s.kind != "nats" and pid_alive(s.pid) for s in existing.services):
+        raise UserError(f"computeall is already running from {directory} (NATS {existing.nats}); stop it first")
+    config = None
+    if args.train:
+        args.network = args.train
+        config = session_config(args, min_pnodes=max(1, args.pnodes))
+
+    nats_server = None
+    url = args.nats or env_url()
+    if url and not url_reachable(url):
+        raise UserError(f"NATS at {url} is not reachable; leave out --nats/NATS_URL to start one here")
+    if not url:
+        nats_server = EmbeddedNats(directory / "nats").start()
+        url = nats_server.url
+    supervisor = Supervisor(directory, url, nats_server.process.pid if nats_server else None)
+    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    watcher = asyncio.create_task(supervisor.watch())
+    try:
+        async with connect(url) as client:
+            key = await _default_key(client, stop)
+            await _wait_for_monitor(supervisor, stop)
+            print(f"computeall is up ({args.pnodes} PNodes); Ctrl-C stops it")
+            print(f"  NATS       {url}")
+            print(f"  dashboard  {supervisor.monitor_url or '(the monitor did not start; see logs)'}")
+            if key:
+                print(f"  API key    {key}   (user 'local'; paste it into the dashboard)")
+            print(f"  logs       {directory / 'logs'}")
+            sys.stdout.flush()
+            if config:
+                await _train(client, config, stop)
+            await stop.wait()
+    finally:
+        watcher.cancel()
+        print("stopping...", file=sys.stderr)
+        supervisor.stop()
+        if nats_server:
+            nats_server.stop()
+    return 0
+
+
+async def _train(client: Client, config, stop: asyncio.Event) -> None:
+    sid, command_id = await start_session(client, config)
+    follow = asyncio.create_task(follow_session(client.eventlog, sid, config.steps, command_id=command_id))
+    stopped = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({follow, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if follow in done:
+        print(follow.result().message)
+        print("still running; Ctrl-C stops it")
+    else:
+        follow.cancel()
+
+
+async def _default_key(client: Client, stop: asyncio.Event, wait_s: float = 30.0) -> str | None:
+    """Ask the monitor for a key of the local user (it may still be starting)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while loop.time() < deadline and not stop.is_set():
+        try:
+            msg = await client.nc.request(
+                monitor_subject(client.subjects, DEFAULT_KEY), DefaultKey().model_dump_json().encode(), timeout=5.0
+            )
+            reply = MonitorReply.model_validate_json(msg.data)
+            return reply.api_key if reply.ok else None
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            await asyncio.sleep(0.3)
+    return None
+
+
+async def _wait_for_monitor(supervisor: Supervisor, stop: asyncio.Event, wait_s: float = 15.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while supervisor.monitor_url is None and loop.time() < deadline and not stop.is_set():
+        await asyncio.sleep(0.2)
+

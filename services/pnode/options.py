@@ -1,0 +1,17 @@
+"""The PNode's command-line options, without importing torch (the CLI lists them cheaply)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nats", default=os.environ.get("NATS_URL"), help="NATS server URL (default: NATS_URL, else the running cluster)")
+    p.add_argument("--name", default=None, help="PNode id (default: host-pid)")
+    p.add_argument("--memory", default=None, help="memory this PNode offers, e.g. 4GiB (default: a share of RAM)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    p.add_argument("--processes-on-machine", type=int, default=1, help="PNodes sharing this machine's cores")
+    p.add_argument("--step-deadline", type=float, default=600.0, help="seconds a step may wait for its inputs")
+    p.add_argument("--prefix", default=None, help="subject prefix (default ca)")
+    p.add_argument("--data-dir", default=None, help="where to find cluster.json when --nats is not given")
