@@ -60,3 +60,11 @@ def test_found_nonfinite_is_a_device_tensor():
     flag = found_nonfinite([torch.ones(3), torch.tensor([0.0, float("nan")], dtype=torch.bfloat16)])
     assert isinstance(flag, torch.Tensor) and flag.dim() == 0 and flag.item() == 1.0
     assert found_nonfinite([torch.ones(3)]).item() == 0.0
+
+
+def test_a_parameter_listed_twice_is_updated_once():
+    p = torch.zeros(4, requires_grad=True)
+    opt = FusedAdamW([p, p], lr=0.1)
+    p.grad = torch.ones(4)
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.full((4,), -0.1))
