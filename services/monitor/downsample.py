@@ -32,7 +32,7 @@ def steps(
     to_step: int | None,
     max_points: int | None,
     metric: str = "LOSS",
-) -> list[dict[str, Any]]:
+) -> dict[str, list[Any]]:
     lo = -(2**62) if from_step is None else from_step
     hi = 2**62 if to_step is None else to_step
     cols = ", ".join(STEP_FIELDS)
@@ -55,4 +55,5 @@ def steps(
             """,
             [first, buckets, last, first, session_id, lo, hi],
         ).fetchall()
-    return [dict(zip(STEP_FIELDS, row)) for row in rows]
+    columns = list(zip(*rows)) or [()] * len(STEP_FIELDS)
+    return {name: list(values) for name, values in zip(STEP_FIELDS, columns)}

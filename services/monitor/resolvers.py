@@ -70,7 +70,7 @@ async def resolve_monitor(_: Any, info: GraphQLResolveInfo) -> dict:
 @session_type.field("steps")
 async def resolve_steps(
     s: dict, info: GraphQLResolveInfo, max_points: int = 1000, metric: str = "LOSS", **rng: int | None
-) -> list[dict]:
+) -> dict[str, list]:
     return await ctx(info).services.db.read(
         downsample.steps, s["id"], rng.get("from"), rng.get("to"), max(1, max_points), metric
     )

@@ -28,24 +28,24 @@ def test_every_bucket_keeps_its_min_and_max(db):
     losses = [rng.uniform(0, 10) for _ in range(10_000)]
     fill(db, losses)
     points = downsample.steps(db.con, "s", None, None, 200, "LOSS")
-    assert len(points) <= 200
-    kept = {p["step"] for p in points}
+    assert len(points["step"]) <= 200
+    kept = set(points["step"])
     buckets = 100
     for b in range(buckets):
         lo, hi = b * 100, (b + 1) * 100
         chunk = losses[lo:hi]
         assert lo + chunk.index(min(chunk)) in kept and lo + chunk.index(max(chunk)) in kept
-    assert [p["step"] for p in points] == sorted(kept)
+    assert points["step"] == sorted(kept)
 
 
 def test_small_ranges_come_back_whole_and_ranges_bound(db):
     fill(db, [1.0] * 50)
-    assert [p["step"] for p in downsample.steps(db.con, "s", 10, 14, 1000, "LOSS")] == [10, 11, 12, 13, 14]
-    assert len(downsample.steps(db.con, "s", None, None, 1000, "LOSS")) == 50
-    assert downsample.steps(db.con, "other", None, None, 1000, "LOSS") == []
+    assert downsample.steps(db.con, "s", 10, 14, 1000, "LOSS")["step"] == [10, 11, 12, 13, 14]
+    assert len(downsample.steps(db.con, "s", None, None, 1000, "LOSS")["loss"]) == 50
+    assert downsample.steps(db.con, "other", None, None, 1000, "LOSS")["step"] == []
 
 
 def test_other_metrics_keep_their_own_extremes(db):
     fill(db, [1.0] * 3000)
     points = downsample.steps(db.con, "s", None, None, 10, "STEP_TIME")
-    assert {round(p["step_time_s"], 1) for p in points} == {0.1, 2.1}
+    assert {round(t, 1) for t in points["step_time_s"]} == {0.1, 2.1}
