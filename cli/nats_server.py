@@ -11,6 +11,10 @@ import time
 from pathlib import Path
 
 
+# 8 MiB: a micro-batch's activations travel in a few chunks (docker-compose.yml sets the same)
+MAX_PAYLOAD = 8 * 1024 * 1024
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -56,9 +60,8 @@ class EmbeddedNats:
         return f"nats://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        # max_payload 8 MiB: activations of a micro-batch travel in a few chunks
         config = self.store_dir / "nats.conf"
-        config.write_text("max_payload: 8388608\n")
+        config.write_text(f"max_payload: {MAX_PAYLOAD}\n")
         return [
             nats_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
             "-sd", str(self.store_dir / "jetstream"), "-c", str(config),

@@ -1,0 +1,35 @@
+"""`computeall run`, as a user runs it: same losses on 1 and on 3 PNodes, and the loss falls."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .cluster import stdlib_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+NETWORK = REPO / "examples" / "networks" / "micro-gpt.yaml"
+COMPUTEALL = Path(sys.executable).parent / "computeall"
+
+
+def run(tmp_path: Path, pnodes: int) -> list[dict]:
+    metrics = tmp_path / f"m{pnodes}.jsonl"
+    result = subprocess.run(
+        [str(COMPUTEALL), "run", str(NETWORK), "--data", *stdlib_corpus(), "--steps", "20", "--pnodes", str(pnodes),
+         "--seed", "1", "--metrics-out", str(metrics), "--no-progress"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "completed 20 steps" in result.stdout
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def test_same_losses_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
+    one, three = run(tmp_path, 1), run(tmp_path, 3)
+    assert [r["step"] for r in one] == list(range(20)) == [r["step"] for r in three]
+    for a, b in zip(one, three):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a, b)
+        assert a["tokens"] == b["tokens"] == 8 * 64
+        assert {"step_time_s", "lr"} <= set(a)
+    first, last = one[0]["loss"], sum(r["loss"] for r in one[-5:]) / 5
+    assert last < first - 0.3, (first, last)
