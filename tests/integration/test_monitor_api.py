@@ -18,7 +18,7 @@ from computeall.protocol.events import Allocated, EdgeTraffic, EventEnvelope, PN
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
 
-from test_monitor_harness import (
+from .monitor_harness import (
     PYTHON,
     MonitorProcess,
     data,
