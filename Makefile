@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STEPS  ?= 200
 
-.PHONY: setup demo up test bench clean
+.PHONY: setup web browser demo up test bench clean
 
 setup: $(STAMP)
 
@@ -17,13 +17,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,kernels]'
 	touch $(STAMP)
 
-demo: setup
+# The dashboard, built when missing (the monitor serves web/dist).
+web: web/dist/index.html
+web/dist/index.html: $(wildcard web/package.json web/package-lock.json web/src/* web/src/*/* web/index.html)
+	@if [ -f web/package.json ]; then cd web && npm ci --no-audit --no-fund && npm run build; fi
+
+# Debian's Chromium for the end-to-end dashboard tests.
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+demo: setup web
 	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS)
 
-up: setup
+up: setup web
 	$(VENV)/bin/computeall up --pnodes 3
 
-test: setup
+test: setup web browser
 	$(PY) -m pytest -q
 
 bench: setup

@@ -24,7 +24,7 @@ import torch
 
 from computeall.network import Graph, load_network_file
 from computeall.protocol.config import OptimizerConfig
-from computeall.tensorcore.optimizer import make_optimizer, set_lr
+from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.reference_model import ReferenceModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def plain_torch(network: Path, steps: int, batch: int, warmup: int) -> list[floa
     torch.set_num_threads(os.cpu_count() or 1)
     graph = Graph(load_network_file(network))
     model = ReferenceModel(graph, session_seed=1)
-    optimizer = make_optimizer(model.named_vnode_parameters(), OptimizerConfig())
+    optimizer = VNodeOptimizer(model.named_vnode_parameters(), OptimizerConfig())
     generator = torch.Generator().manual_seed(0)
     times = []
     for step in range(steps + warmup):
@@ -53,9 +53,8 @@ def plain_torch(network: Path, steps: int, batch: int, warmup: int) -> list[floa
         t0 = time.perf_counter()
         loss = model(tokens[:, :-1], tokens[:, 1:]) / tokens[:, 1:].numel()
         loss.backward()
-        set_lr(optimizer, 1e-3)
-        optimizer.step()
-        optimizer.zero_grad()
+        optimizer.step(1e-3)
+        model.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
     return times[warmup:]
 

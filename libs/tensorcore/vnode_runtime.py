@@ -94,5 +94,8 @@ class VNodeRuntime:
         for p in self.parameters().values():
             p.grad = None
 
+    def grads_finite(self) -> bool:
+        return all(bool(torch.isfinite(p.grad).all()) for p in self.parameters().values() if p.grad is not None)
+
     def activation_bytes(self) -> int:
         return sum(s.output.numel() * s.output.element_size() for s in self._saved.values())

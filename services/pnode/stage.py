@@ -21,7 +21,7 @@ import torch
 from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep
-from computeall.tensorcore.optimizer import make_optimizer, set_lr
+from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
 from .batches import BatchFeed
@@ -46,7 +46,7 @@ class SessionStage:
         self.graph = Graph(NetworkSpec.model_validate(plan.network))
         self.local = [v for v in self.graph.order if plan.assignment[v] == pnode]
         self.runtime = VNodeRuntime(self.graph, self.local, plan.seed, device)
-        self.optimizer = make_optimizer(self.runtime.parameters(), plan.optimizer)
+        self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer)
         self.inbox: dict[tuple, torch.Tensor] = {}
         self.arrived = asyncio.Event()
         self.current_step = -1
@@ -131,7 +131,7 @@ class SessionStage:
         finally:
             for task in fetches:
                 task.cancel()
-        finite = await self._compute(self._grads_finite)
+        finite = await self._compute(self.runtime.grads_finite)
         has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
         return PNodeReply(
             ok=True,
@@ -146,14 +146,8 @@ class SessionStage:
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
         def work() -> None:
-            params = self.runtime.parameters().values()
             if not request.skip:
-                if self.loss_scale != 1.0:
-                    for p in params:
-                        if p.grad is not None:
-                            p.grad.div_(self.loss_scale)
-                set_lr(self.optimizer, request.lr)
-                self.optimizer.step()
+                self.optimizer.step(request.lr, self.loss_scale)
             self.runtime.zero_grad()
 
         await self._compute(work)
@@ -242,11 +236,6 @@ class SessionStage:
                     "kind": "grad", "src": name, "consumer": vid,
                 }
                 await self.send(self.plan.assignment[name], f"{self.plan.session_id}/{step}/{m}/grad/{name}/{vid}", g, meta)
-
-    def _grads_finite(self) -> bool:
-        return all(
-            bool(torch.isfinite(p.grad).all()) for p in self.runtime.parameters().values() if p.grad is not None
-        )
 
     async def _compute(self, fn, *args):
         """Torch work runs on the PNode's one compute thread, so the event loop keeps heartbeating."""

@@ -12,7 +12,7 @@ from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch
 from computeall.protocol.events import Allocated, EventEnvelope, StepCompleted
 from computeall.protocol.wire import Tensor
-from computeall.tensorcore.optimizer import make_optimizer, set_lr
+from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.reference_model import ReferenceModel
 from computeall.tensorcore.wire import tensor_from_wire
 
@@ -52,7 +52,7 @@ async def test_distributed_run_matches_single_process_torch(tmp_path):
                 batches[(step, micro)] = tensor_from_wire(Tensor("b", dtype, shape, data, {})).long()
 
     model = ReferenceModel(graph, config.seed)
-    optimizer = make_optimizer(model.named_vnode_parameters(), config.optimizer)
+    optimizer = VNodeOptimizer(model.named_vnode_parameters(), config.optimizer)
     reference = []
     for step in range(STEPS):
         total = 0.0
@@ -61,9 +61,8 @@ async def test_distributed_run_matches_single_process_torch(tmp_path):
             loss_sum = model(tokens[:, :-1], tokens[:, 1:])
             (loss_sum / (BATCH * graph.spec.context)).backward()
             total += loss_sum.item()
-        set_lr(optimizer, config.lr.at(step, STEPS))
-        optimizer.step()
-        optimizer.zero_grad()
+        optimizer.step(config.lr.at(step, STEPS))
+        model.zero_grad(set_to_none=True)
         reference.append(total / (BATCH * graph.spec.context))
 
     assert len(distributed) == STEPS
