@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .ops import DATA_INPUTS, OPS
+from .ops import DATA_INPUTS, OPS, n_inputs
 from .schema import NetworkFile, NetworkSpec, RepeatEntry, VNodeEntry, VNodeSpec
 
 _PLACEHOLDER = re.compile(r"\{(i|in)\}")
@@ -130,8 +130,8 @@ def validate(spec: NetworkSpec) -> list[str]:
                 field = ".".join(str(x) for x in err["loc"]) or "params"
                 problems.append(f"{where}, field {field!r}: {err['msg']}")
             continue
-        if len(v.inputs) != op.n_inputs:
-            problems.append(f"{where}, field 'inputs': op {v.op} takes {op.n_inputs} input(s), got {len(v.inputs)}")
+        if len(v.inputs) != n_inputs(op, params):
+            problems.append(f"{where}, field 'inputs': op {v.op} takes {n_inputs(op, params)} input(s), got {len(v.inputs)}")
             continue
         for name in v.inputs:
             if name not in by_id and name not in DATA_INPUTS:
@@ -174,6 +174,17 @@ def _check_shapes(v: VNodeSpec, params: Any, by_id: dict[str, VNodeSpec]) -> lis
             return [f"{where}, field 'heads': dim {params.dim} is not divisible by {params.heads} heads"]
         if (params.dim // params.heads) % 2:
             return [f"{where}, field 'heads': head size {params.dim // params.heads} must be even for RoPE"]
+    if v.op in ("attention_head", "fused_attention_heads") and params.head_dim % 2:
+        return [f"{where}, field 'head_dim': head size {params.head_dim} must be even for RoPE"]
+    if v.op == "concat_heads":
+        if isinstance(params.head_dim, list) and len(params.head_dim) != params.heads:
+            return [f"{where}, field 'head_dim': {len(params.head_dim)} widths for {params.heads} heads"]
+        if any(w < 1 for w in params.widths()):
+            return [f"{where}, field 'head_dim': widths must be positive, got {params.head_dim}"]
+        if len(set(v.inputs)) != len(v.inputs):
+            return [f"{where}, field 'inputs': a head is listed twice"]
+    if v.op == "fused_attention_heads" and params.head_ids and len(params.head_ids) != params.heads:
+        return [f"{where}, field 'head_ids': {len(params.head_ids)} ids for {params.heads} heads"]
     if v.op == "embedding" and v.inputs != ["data.tokens"]:
         return [f"{where}, field 'inputs': an embedding reads data.tokens"]
     if v.op == "tied_lm_head_ce" and v.inputs[1:] != ["data.targets"]:
@@ -198,10 +209,11 @@ def _check_features(spec: NetworkSpec) -> list[str]:
                 problems.append(f"vnode {v.id!r}, field 'inputs': feature sizes differ {dict(zip(vnode_inputs, got))}")
             feats[v.id] = got[0] if got else None
             continue
-        want = getattr(params, "dim", None)
-        for name, size in zip(vnode_inputs, got):
+        field = "head_dim" if v.op == "concat_heads" else "dim"
+        wants = params.widths() if v.op == "concat_heads" else [getattr(params, "dim", None)] * len(got)
+        for name, size, want in zip(vnode_inputs, got, wants):
             if want is not None and size is not None and size != want:
-                problems.append(f"vnode {v.id!r}, field 'dim': expects {want} features but {name!r} gives {size}")
+                problems.append(f"vnode {v.id!r}, field {field!r}: expects {want} features but {name!r} gives {size}")
         feats[v.id] = op.out_features(params)
     return problems
 

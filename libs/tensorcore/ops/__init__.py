@@ -9,7 +9,10 @@ from computeall.network import VNodeSpec, init_seed
 from ..precision import DTYPES
 from .add import Add
 from .attention import Attention
+from .attention_head import AttentionHead
+from .concat_heads import ConcatHeads
 from .embedding import Embedding
+from .fused_heads import FusedAttentionHeads
 from .norms import LayerNorm, RMSNorm
 from .swiglu import SwiGLU
 from .tied_head import TiedLMHeadCE
@@ -22,6 +25,9 @@ MODULES = {
     "swiglu_mlp": SwiGLU,
     "add": Add,
     "tied_lm_head_ce": TiedLMHeadCE,
+    "attention_head": AttentionHead,
+    "concat_heads": ConcatHeads,
+    "fused_attention_heads": FusedAttentionHeads,
 }
 
 
@@ -44,5 +50,9 @@ def build_vnode(
         module = cls(**spec.params, weight=tied[spec.tie].weight)
     else:
         module = cls(**spec.params)
-        module.reset_parameters(generator)  # on the CPU, so every device starts from the same numbers
+        from_parts = getattr(module, "reset_parameters_from", None)
+        if from_parts is not None:  # fused from several VNodes: each part starts from its own VNode's seed
+            from_parts(generator, lambda vid: torch.Generator().manual_seed(init_seed(session_seed, vid)))
+        else:
+            module.reset_parameters(generator)  # on the CPU, so every device starts from the same numbers
     return module.to(device=device, dtype=dtype)
