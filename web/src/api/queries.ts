@@ -1,0 +1,56 @@
+// Every GraphQL document the dashboard sends, in one place, so that they can be checked against
+// services/monitor/schema.graphql at a glance.
+
+const SESSION_SUMMARY = "id status step lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
+const STEP_COLUMNS = "step ts loss tokens stepTimeS lr lossScale computeS waitS";
+const PNODE_SUMMARY =
+  "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes";
+
+export const ME = "query Me { me { name } }";
+
+export const SESSIONS = `query Sessions { sessions { ${SESSION_SUMMARY} } }`;
+
+export const SESSION = `query Session($id: ID!) {
+  session(id: $id) { ${SESSION_SUMMARY} config tokens bytesAcrossPerStep }
+}`;
+
+export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: Int) {
+  session(id: $id) { steps(from: $from, to: $to, maxPoints: $maxPoints) { ${STEP_COLUMNS} } }
+}`;
+
+export const VALIDATIONS = `query Validations($id: ID!) { session(id: $id) { validations { step ts loss } } }`;
+
+// StepCompleted is in the step charts already; hundreds of thousands of them would drown the timeline
+export const TIMELINE = `query Timeline($id: ID!) {
+  session(id: $id) { events(limit: 500, excludeTypes: ["StepCompleted"]) { seq id type ts actor payload } }
+}`;
+
+export const STEPS_LIVE = `subscription StepsLive($id: ID!) { steps(sessionId: $id) { ${STEP_COLUMNS} } }`;
+
+export const EVENTS_LIVE = `subscription EventsLive($id: ID!) {
+  sessionEvents(sessionId: $id) { seq id type ts actor payload }
+}`;
+
+export const TOPOLOGY = `query Topology($id: ID!) {
+  topology(sessionId: $id) {
+    sessionId bytesAcrossPerStep
+    vnodes { id op params precision pnode }
+    edges { src dst bytesPerStep }
+    pnodes { ${PNODE_SUMMARY} }
+  }
+}`;
+
+export const PNODES = `query PNodes($since: Float) {
+  pnodes { ${PNODE_SUMMARY} memory(since: $since) { ts rssBytes gpuAllocatedBytes gpuReservedBytes pendingRequests }
+    requests(limit: 8) { sessionId request step state ts durationS } }
+}`;
+
+export const PNODES_LIVE = `subscription PNodesLive { pnodes { ${PNODE_SUMMARY} } }`;
+
+export const SESSION_COMMAND = {
+  pause: "mutation Pause($id: ID!) { pauseSession(id: $id) { sessionId commandId } }",
+  resume: "mutation Resume($id: ID!) { resumeSession(id: $id) { sessionId commandId } }",
+  stop: "mutation Stop($id: ID!) { stopSession(id: $id) { sessionId commandId } }",
+} as const;
+
+export type SessionCommand = keyof typeof SESSION_COMMAND;

@@ -1,0 +1,133 @@
+// The shapes of the monitor's GraphQL results that the dashboard selects (see
+// services/monitor/schema.graphql). Optional fields are the ones the schema allows to be null.
+
+export type SessionStatus =
+  | "requested" | "created" | "running" | "paused" | "stopped" | "completed" | "failed" | "rejected";
+
+export interface SessionSummary {
+  id: string;
+  status: SessionStatus | string;
+  step: number | null;
+  lastLoss: number | null;
+  tokensPerS: number | null;
+  lossScale: number | null;
+  pnodes: string[];
+  createdAt: number | null;
+  startedAt: number | null;
+  endedAt: number | null;
+  reason: string | null;
+}
+
+export interface SessionDetail extends SessionSummary {
+  config: { steps?: number; network_yaml?: string } | null;
+  tokens: number | null;
+  bytesAcrossPerStep: number | null;
+}
+
+/** Columns: index i of every list is one step (what uPlot takes as is). */
+export interface StepSeries {
+  step: number[];
+  ts: number[];
+  loss: number[];
+  tokens: number[];
+  stepTimeS: number[];
+  lr: number[];
+  lossScale: number[];
+  computeS: number[];
+  waitS: number[];
+}
+
+/** One step as the `steps` subscription sends it. */
+export interface Step {
+  step: number;
+  ts: number;
+  loss: number;
+  tokens: number;
+  stepTimeS: number;
+  lr: number;
+  lossScale: number;
+  computeS: number;
+  waitS: number;
+}
+
+export interface Validation {
+  step: number;
+  ts: number;
+  loss: number | null;
+}
+
+export interface SessionEvent {
+  seq: number;
+  id: string;
+  type: string;
+  ts: number;
+  actor: string;
+  payload: Record<string, unknown> | null;
+}
+
+export interface VNode {
+  id: string;
+  op: string | null;
+  params: number | null;
+  precision: string | null;
+  pnode: string;
+}
+
+export interface Edge {
+  src: string;
+  dst: string;
+  bytesPerStep: number;
+}
+
+/** Bytes a PNode holds by category, as the PNode measures them. */
+export type BytesByCategory = Record<string, number>;
+
+export interface PNodeSummary {
+  id: string;
+  host: string | null;
+  device: string | null;
+  memoryBytes: number | null;
+  state: "live" | "lost" | "left" | string;
+  heartbeatAgeS: number | null;
+  rssBytes: number | null;
+  gpuAllocatedBytes: number | null;
+  gpuReservedBytes: number | null;
+  bytesByCategory: BytesByCategory | null;
+  pendingRequests: number | null;
+  hostedVNodes: string[];
+}
+
+export interface Topology {
+  sessionId: string;
+  vnodes: VNode[];
+  edges: Edge[];
+  pnodes: PNodeSummary[];
+  bytesAcrossPerStep: number | null;
+}
+
+export interface MemoryPoint {
+  ts: number;
+  rssBytes: number | null;
+  gpuAllocatedBytes: number | null;
+  gpuReservedBytes: number | null;
+  pendingRequests: number | null;
+}
+
+export interface RequestStatus {
+  sessionId: string;
+  request: string;
+  step: number | null;
+  state: string;
+  ts: number;
+  durationS: number | null;
+}
+
+export interface PNodeDetail extends PNodeSummary {
+  memory: MemoryPoint[];
+  requests: RequestStatus[];
+}
+
+export interface CommandAccepted {
+  sessionId: string;
+  commandId: string;
+}
