@@ -66,12 +66,18 @@ def checkpoints(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]
     return rows
 
 
-def events(cur: duckdb.DuckDBPyConnection, sid: str, after: int, limit: int, types: list[str] | None) -> list[dict]:
+def events(
+    cur: duckdb.DuckDBPyConnection, sid: str, after: int, limit: int, types: list[str] | None,
+    exclude_types: list[str] | None = None,
+) -> list[dict]:
     sql = "SELECT seq, id, type, ts, actor, session_id, envelope->'payload' FROM events WHERE session_id = ? AND kind = 'event' AND seq > ?"
     args: list[Any] = [sid, after]
     if types:
         sql += " AND list_contains(?, type)"
         args.append(types)
+    if exclude_types:
+        sql += " AND NOT list_contains(?, type)"
+        args.append(exclude_types)
     rows = _rows(cur, ("seq", "id", "type", "ts", "actor", "session_id", "payload"), f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
     for r in rows:
         r["payload"] = json.loads(r["payload"])

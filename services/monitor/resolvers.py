@@ -88,9 +88,12 @@ async def resolve_checkpoints(s: dict, info: GraphQLResolveInfo) -> list[dict]:
 
 @session_type.field("events")
 async def resolve_events(
-    s: dict, info: GraphQLResolveInfo, after: int = 0, limit: int = 200, types: list[str] | None = None
+    s: dict, info: GraphQLResolveInfo, after: int = 0, limit: int = 200, types: list[str] | None = None,
+    exclude_types: list[str] | None = None,
 ) -> list[dict]:
-    return await ctx(info).services.db.read(reads.events, s["id"], after, min(max(limit, 0), MAX_LIST), types)
+    return await ctx(info).services.db.read(
+        reads.events, s["id"], after, min(max(limit, 0), MAX_LIST), types, exclude_types
+    )
 
 
 # -- PNode fields -------------------------------------------------------------
