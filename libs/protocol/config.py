@@ -35,6 +35,25 @@ class OptimizerConfig(BaseModel):
     weight_decay: float = Field(0.1, ge=0)
 
 
+class LossScaleConfig(BaseModel):
+    """Dynamic loss scaling, decided by the orchestrator for all PNodes of a session.
+
+    `mode`: "auto" scales dynamically when any VNode computes in fp16 and keeps 1.0 otherwise
+    (bf16 and fp32 have fp32's range); "dynamic" always; "off" keeps 1.0. In every mode a step
+    whose gradients overflow anywhere is skipped on every PNode.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["auto", "dynamic", "off"] = "auto"
+    initial: float = Field(2.0**16, gt=0)
+    growth_factor: float = Field(2.0, ge=1)
+    backoff_factor: float = Field(0.5, gt=0, lt=1)
+    growth_interval: int = Field(2000, ge=1, description="clean steps in a row before the scale grows")
+    min_scale: float = Field(1.0, gt=0)
+    max_scale: float = Field(2.0**24, gt=0)
+
+
 class DataConfig(BaseModel):
     """Where batches come from: a dataset by name, or files turned into one on the fly."""
 
@@ -64,8 +83,11 @@ class SessionConfig(BaseModel):
     lr: LrSchedule = Field(default_factory=LrSchedule)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     precision: Precision | None = Field(None, description="overrides the network's default precision")
-    checkpoint_every: int = Field(0, ge=0, description="0 = only on pause and stop")
+    loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig)
+    checkpoint_every: int = Field(0, ge=0, description="0 = only on pause, stop and completion")
+    keep_checkpoints: int = Field(3, ge=1, description="older checkpoints are pruned")
     validate_every: int = Field(0, ge=0)
+    validation_batches: int = Field(4, ge=1, description="micro-batches of the validation split per validation")
     min_pnodes: int = Field(1, ge=1, description="wait for this many live PNodes before allocating")
 
     @model_validator(mode="after")

@@ -82,6 +82,88 @@ class CommandRejected(_Event):
     reason: str
 
 
+class SessionClaimed(_Event):
+    """An orchestrator takes over driving the session (after start, resume or a crash)."""
+
+    type: Literal["SessionClaimed"] = "SessionClaimed"
+    orchestrator: str
+    resume_from_step: int  # the step the driver continues from (a checkpoint's step, or 0)
+
+
+class PauseRequested(_Event):
+    type: Literal["PauseRequested"] = "PauseRequested"
+
+
+class StopRequested(_Event):
+    type: Literal["StopRequested"] = "StopRequested"
+
+
+class ValidationRequested(_Event):
+    type: Literal["ValidationRequested"] = "ValidationRequested"
+
+
+class SessionPaused(_Event):
+    type: Literal["SessionPaused"] = "SessionPaused"
+    step: int  # the next step to run
+
+
+class SessionResumed(_Event):
+    type: Literal["SessionResumed"] = "SessionResumed"
+
+
+class SessionStopped(_Event):
+    type: Literal["SessionStopped"] = "SessionStopped"
+    step: int
+
+
+class CheckpointObject(BaseModel):
+    vnode: str
+    object: str  # name in the session's Object Store bucket
+    digest: str  # blake2b-128 of the object's bytes
+    bytes: int
+
+
+class CheckpointCommitted(_Event):
+    """The state after `step` steps; counts only once this event is in the log."""
+
+    type: Literal["CheckpointCommitted"] = "CheckpointCommitted"
+    step: int  # steps completed: training continues with step `step`
+    bucket: str
+    objects: list[CheckpointObject]
+    seconds: float
+
+
+class CheckpointPruned(_Event):
+    type: Literal["CheckpointPruned"] = "CheckpointPruned"
+    step: int
+
+
+class ValidationCompleted(_Event):
+    type: Literal["ValidationCompleted"] = "ValidationCompleted"
+    step: int
+    loss: float
+    perplexity: float
+    tokens: int
+
+
+class LossScaleChanged(_Event):
+    """The orchestrator changed the loss scale after `step` (it applies from step + 1)."""
+
+    type: Literal["LossScaleChanged"] = "LossScaleChanged"
+    step: int
+    old: float
+    new: float
+    reason: Literal["overflow", "growth"]
+
+
+class StepSkipped(_Event):
+    """No PNode applied `step`'s update (its gradients overflowed somewhere); the step still counts."""
+
+    type: Literal["StepSkipped"] = "StepSkipped"
+    step: int
+    reason: str
+
+
 SessionEvent = Annotated[
     Union[
         SessionCreated,
@@ -91,6 +173,18 @@ SessionEvent = Annotated[
         SessionCompleted,
         SessionFailed,
         CommandRejected,
+        SessionClaimed,
+        PauseRequested,
+        StopRequested,
+        ValidationRequested,
+        SessionPaused,
+        SessionResumed,
+        SessionStopped,
+        CheckpointCommitted,
+        CheckpointPruned,
+        ValidationCompleted,
+        LossScaleChanged,
+        StepSkipped,
     ],
     Field(discriminator="type"),
 ]

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import OptimizerConfig
+from .events import CheckpointObject
 
 
 class _Request(BaseModel):
@@ -25,6 +26,7 @@ class BatchSource(BaseModel):
     seed: int
     micro_batch_size: int
     context: int
+    validation_split: str = "val"
 
 
 class LoadPlan(_Request):
@@ -68,7 +70,38 @@ class Unload(_Request):
     session_id: str
 
 
-PNodeRequest = Annotated[Union[LoadPlan, RunStep, ApplyStep, Unload], Field(discriminator="type")]
+class RunValidation(_Request):
+    """Forward only, on `batches` micro-batches of the validation split; no parameter update."""
+
+    type: Literal["RunValidation"] = "RunValidation"
+    session_id: str
+    step: int
+    batches: int = Field(4, ge=1)
+
+
+class SaveCheckpoint(_Request):
+    """Write the state of every hosted VNode to the Object Store; reply with the objects."""
+
+    type: Literal["SaveCheckpoint"] = "SaveCheckpoint"
+    session_id: str
+    step: int
+    bucket: str
+
+
+class LoadCheckpoint(_Request):
+    """Load the hosted VNodes' state from a committed checkpoint (digests verified)."""
+
+    type: Literal["LoadCheckpoint"] = "LoadCheckpoint"
+    session_id: str
+    step: int
+    bucket: str
+    objects: list[CheckpointObject]
+
+
+PNodeRequest = Annotated[
+    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint],
+    Field(discriminator="type"),
+]
 
 
 class PNodeReply(BaseModel):
@@ -83,3 +116,4 @@ class PNodeReply(BaseModel):
     grads_finite: bool = True
     compute_s: float = 0.0
     wait_s: float = 0.0
+    checkpoint: list[CheckpointObject] | None = None

@@ -70,13 +70,15 @@ class Subjects:
         """Tensors sent to a PNode by other PNodes (activations and gradients)."""
         return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.tensor"
 
-    def step_reports(self, sid: str) -> str:
-        """PNode -> orchestrator reports about a step (backward done, applied)."""
-        return f"{self.prefix}.pn.report.{check_token(sid, 'session id')}"
-
     def dataset_api(self, verb: str) -> str:
         return f"{self.prefix}.ds.{verb}"
 
-    def orchestrator_api(self, verb: str) -> str:
-        """Queries answered by the orchestrator (not recorded)."""
-        return f"{self.prefix}.orch.{verb}"
+    def orchestrator_heartbeat(self, orchestrator: str) -> str:
+        """Orchestrators' liveness, so that one takes over the sessions of another that died."""
+        return f"{self.prefix}.orch.hb.{check_token(orchestrator, 'orchestrator id')}"
+
+    def orchestrator_heartbeat_all(self) -> str:
+        return f"{self.prefix}.orch.hb.*"
+
+    def session_created_all(self) -> str:
+        return f"{self.prefix}.evt.session.*.SessionCreated"

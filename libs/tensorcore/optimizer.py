@@ -1,45 +1,109 @@
-"""The optimizer a PNode runs on its own parameters: AdamW, decay on matrices only."""
+"""The optimizer a PNode runs on its own parameters: fused AdamW with fp32 masters, decay on matrices only.
+
+Parameters may be fp32, bf16 or fp16 (each VNode's precision). The optimizer keeps an fp32
+master copy of every low-precision parameter and fp32 Adam moments; one fused pass per
+(device, dtype) bucket unscales the gradients by the loss scale, updates the master and writes
+the low-precision copy back (`computeall.kernels.FusedAdamW`). fp32 parameters are their own
+master. The parameters become views into the optimizer's flat buffers: load into them with
+`p.copy_(...)`, never `p.data = ...`.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from computeall.kernels import FusedAdamW
 from computeall.protocol.config import OptimizerConfig
+
+_MOMENTS = ("exp_avg", "exp_avg_sq")
 
 
 class VNodeOptimizer:
     """AdamW over one PNode's parameters, named `<vnode>.<param>`.
 
-    Parameter groups are built in name order, so every placement builds the same optimizer.
+    Groups and buckets are built in name order, so every placement builds the same optimizer;
+    the update is elementwise, so a parameter gets the same update whoever hosts it.
     """
 
-    def __init__(self, params: dict[str, torch.nn.Parameter], config: OptimizerConfig) -> None:
+    def __init__(self, params: dict[str, torch.nn.Parameter], config: OptimizerConfig, impl: str = "auto") -> None:
         self.params = params
         names = sorted(params)
-        groups = [
-            {"params": [params[n] for n in names if params[n].ndim >= 2], "weight_decay": config.weight_decay},
-            {"params": [params[n] for n in names if params[n].ndim < 2], "weight_decay": 0.0},
-        ]
-        self.torch_optimizer = torch.optim.AdamW(
-            [g for g in groups if g["params"]], lr=0.0, betas=config.betas, eps=config.eps, foreach=False
+        groups = (
+            ([(n, params[n]) for n in names if params[n].ndim >= 2], config.weight_decay),
+            ([(n, params[n]) for n in names if params[n].ndim < 2], 0.0),
         )
+        self._fused = [
+            FusedAdamW(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay, impl=impl)
+            for named, decay in groups
+            if named
+        ]
+
+    def _buckets(self):
+        return [b for opt in self._fused for b in opt._buckets]
 
     def step(self, lr: float, loss_scale: float = 1.0) -> None:
-        """Unscale the gradients by the loss scale, then update with learning rate `lr`."""
-        if loss_scale != 1.0:
-            for p in self.params.values():
-                if p.grad is not None:
-                    p.grad.div_(loss_scale)
-        for group in self.torch_optimizer.param_groups:
-            group["lr"] = lr
-        self.torch_optimizer.step()
+        """Update with learning rate `lr`; the gradients carry `loss_scale`, divided out inside the update.
 
+        Whether to apply at all is the orchestrator's call (every PNode applies or skips the same
+        step), so no overflow check runs here.
+        """
+        for opt in self._fused:
+            opt.lr = lr
+            opt.step(grad_scale=loss_scale, found_inf=torch.zeros(()))
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    # -- persistence ---------------------------------------------------------------
+    def state_dict(self, names: list[str] | None = None) -> dict[str, torch.Tensor]:
+        """Flat, safetensors-ready: `{param}.exp_avg`, `.exp_avg_sq`, `.step` (fp32), and `.master` for
+        low-precision parameters, for `names` (all by default). Independent tensors, not views."""
+        wanted = set(self.params if names is None else names)
+        out: dict[str, torch.Tensor] = {}
+        for b in self._buckets():
+            own_master = b.master is not b.flat_param
+            views = {key: b.views(getattr(b, key)) for key in _MOMENTS + (("master",) if own_master else ())}
+            for i, name in enumerate(b.names):
+                if name not in wanted:
+                    continue
+                for key, vs in views.items():
+                    out[f"{name}.{key}"] = vs[i].detach().clone()
+                out[f"{name}.step"] = b.step.detach().clone()
+        return out
+
+    @torch.no_grad()
+    def load_state_dict(self, flat: dict[str, torch.Tensor]) -> None:
+        """Inverse of `state_dict`, for any subset of parameters. A parameter without a saved master
+        (saved from an fp32 run) takes its master from its current value; a saved master wins over
+        the parameter (it is the more precise copy), and the parameter is rewritten from it."""
+        for b in self._buckets():
+            masters, params = b.views(b.master), b.views(b.flat_param)
+            moments = {key: b.views(getattr(b, key)) for key in _MOMENTS}
+            for i, name in enumerate(b.names):
+                if f"{name}.exp_avg" not in flat and f"{name}.master" not in flat:
+                    continue
+                for key, vs in moments.items():
+                    if f"{name}.{key}" in flat:
+                        vs[i].copy_(flat[f"{name}.{key}"])
+                if f"{name}.master" in flat:
+                    masters[i].copy_(flat[f"{name}.master"])
+                elif b.master is not b.flat_param:
+                    masters[i].copy_(params[i])
+                if b.master is not b.flat_param:
+                    params[i].copy_(masters[i])
+                if f"{name}.step" in flat:
+                    b.step.copy_(flat[f"{name}.step"])
+
+    # -- memory ------------------------------------------------------------------------
     def state_bytes(self) -> dict[str, int]:
-        """Bytes held by the optimizer, by category: fp32 master copies and Adam state."""
-        state = sum(
-            t.numel() * t.element_size()
-            for s in self.torch_optimizer.state.values()
-            for t in s.values()
-            if isinstance(t, torch.Tensor)
-        )
-        return {"master": 0, "optimizer": state}  # fp32 weights are their own master copy
+        """Bytes the optimizer holds, by category: fp32 masters of low-precision parameters (fp32
+        parameters are their own master: 0), Adam moments and step counters, and its flat
+        gradient buffer (fp32 on the torch path)."""
+        master = optimizer = grad_buffer = 0
+        for b in self._buckets():
+            if b.master is not b.flat_param:
+                master += b.master.numel() * b.master.element_size()
+            optimizer += sum(t.numel() * t.element_size() for t in (b.exp_avg, b.exp_avg_sq, b.step))
+            grad_buffer += b.flat_grad.numel() * b.flat_grad.element_size()
+        return {"master": master, "optimizer": optimizer, "grad_buffer": grad_buffer}

@@ -1,10 +1,16 @@
-"""Drives one session: data, allocation, plans, then step after step, every outcome an event."""
+"""Drives one session from its log: claim, data, allocation, plans, checkpoint reload, then steps.
+
+Every decision is an event appended with the session's expected sequence (`SessionLog`);
+between steps the driver folds whatever others recorded (pause, stop and validation
+requests), so it never holds state the log does not have.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -15,22 +21,39 @@ from pydantic import BaseModel
 from computeall.network import Graph, NetworkError, load_network
 from computeall.protocol.dataset_api import CreateDataset
 from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
-from computeall.protocol.eventlog import ConcurrencyError, EventLog
+from computeall.protocol.eventlog import ConcurrencyError
 from computeall.protocol.events import (
     Allocated,
+    CheckpointCommitted,
+    CheckpointPruned,
     EdgeTraffic,
     EventEnvelope,
+    SessionClaimed,
     SessionCompleted,
     SessionFailed,
+    SessionPaused,
+    SessionStopped,
     StepCompleted,
+    ValidationCompleted,
     VNodePlacement,
 )
-from computeall.protocol.pnode_api import ApplyStep, BatchSource, LoadPlan, PNodeReply, RunStep, Unload
+from computeall.protocol.object_store import checkpoint_bucket, open_bucket
+from computeall.protocol.pnode_api import (
+    ApplyStep,
+    BatchSource,
+    LoadCheckpoint,
+    LoadPlan,
+    PNodeReply,
+    RunStep,
+    RunValidation,
+    SaveCheckpoint,
+    Unload,
+)
+from computeall.protocol.session_state import SessionLog
 from computeall.protocol.subjects import Subjects
 
 from .allocator import AllocationError, PNodeCapacity, allocate
 from .pnodes import PNodeRegistry
-from .session import SessionState
 
 log = logging.getLogger("computeall.orchestrator.driver")
 
@@ -39,53 +62,97 @@ class SessionError(RuntimeError):
     """The session cannot go on; the message says why and is recorded as `SessionFailed`."""
 
 
+class LostClaim(RuntimeError):
+    """Another orchestrator drives this session now."""
+
+
 class SessionDriver:
     def __init__(
         self,
         nc: NATS,
         subjects: Subjects,
-        eventlog: EventLog,
+        session: SessionLog,
         registry: PNodeRegistry,
-        state: SessionState,
+        orchestrator_id: str,
+        takeover_from: str | None = None,
         pnode_wait_s: float = 120.0,
         request_timeout_s: float = 600.0,
     ) -> None:
         self.nc = nc
+        self.js = nc.jetstream()
         self.subjects = subjects
-        self.eventlog = eventlog
+        self.session = session
         self.registry = registry
-        self.state = state
+        self.orchestrator_id = orchestrator_id
+        self.takeover_from = takeover_from  # the claimant we saw (None or a dead orchestrator)
         self.pnode_wait_s = pnode_wait_s
         self.request_timeout_s = request_timeout_s
+        self.pnodes: list[str] = []
+        self.plan: LoadPlan | None = None
+
+    @property
+    def state(self):
+        return self.session.state
 
     async def record(self, payload: BaseModel) -> None:
-        event = EventEnvelope(actor="orchestrator", session_id=self.state.id, payload=payload)
-        seq = await self.eventlog.append_session_event(event, self.state.last_seq)
-        self.state.apply(event, seq)
+        """Append an event; if others appended first, fold theirs and retry while we still hold the claim."""
+        for _ in range(10):
+            event = EventEnvelope(actor=f"orchestrator:{self.orchestrator_id}", session_id=self.state.id, payload=payload)
+            try:
+                await self.session.append(event)
+                return
+            except ConcurrencyError:
+                await self.session.refresh()
+                if not isinstance(payload, SessionClaimed) and self.state.claimed_by != self.orchestrator_id:
+                    raise LostClaim(f"session {self.state.id} is driven by {self.state.claimed_by}") from None
+                if isinstance(payload, SessionClaimed) and self.state.claimed_by not in (None, self.orchestrator_id):
+                    raise LostClaim(f"session {self.state.id} was claimed by {self.state.claimed_by}") from None
+        raise LostClaim(f"session {self.state.id}: too many concurrent appends")
 
     async def run(self) -> None:
-        pnodes: list[str] = []
         try:
-            graph, dataset = await self._prepare()
-            pnodes = await self._allocate_and_load(graph, dataset)
-            await self._train(pnodes)
-            await self.record(SessionCompleted(steps=self.state.next_step, final_loss=self.state.last_loss))
-            log.info("session %s completed at loss %.4f", self.state.id, self.state.last_loss or float("nan"))
+            await self._claim_and_drive()
+        except LostClaim as exc:
+            log.info("%s", exc)
         except SessionError as exc:
             log.error("session %s failed: %s", self.state.id, exc)
             await self.record(SessionFailed(reason=str(exc)))
-        except (asyncio.CancelledError, ConcurrencyError):
+        except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must still end the session visibly, never leave it hanging
             log.exception("session %s: internal error", self.state.id)
             await self.record(SessionFailed(reason=f"internal error: {type(exc).__name__}: {exc}"))
         finally:
-            for pnode in pnodes:
+            for pnode in self.pnodes:
                 try:
                     await self._request(pnode, Unload(session_id=self.state.id), timeout=10.0)
                 except SessionError:
                     pass
 
+    async def _claim_and_drive(self) -> None:
+        await self.session.refresh()
+        if self.state.status != "running" or self.state.claimed_by != self.takeover_from:
+            return  # finished meanwhile, or another orchestrator claimed it first
+        if await self._honour_requests_without_state():
+            return
+        checkpoint = self.state.last_checkpoint
+        await self.record(SessionClaimed(orchestrator=self.orchestrator_id, resume_from_step=checkpoint.step if checkpoint else 0))
+        graph, dataset = await self._prepare()
+        await self._allocate_and_load(graph, dataset)
+        step = await self._restore()
+        await self._train(step)
+
+    async def _honour_requests_without_state(self) -> bool:
+        """A stop or pause asked while nobody drove the session: the last checkpoint stands."""
+        if self.state.stop_requested:
+            await self.record(SessionStopped(step=self.state.last_checkpoint.step if self.state.last_checkpoint else 0))
+            return True
+        if self.state.pause_requested:
+            await self.record(SessionPaused(step=self.state.last_checkpoint.step if self.state.last_checkpoint else 0))
+            return True
+        return False
+
+    # -- set-up ---------------------------------------------------------------------
     async def _prepare(self) -> tuple[Graph, str]:
         config = self.state.config
         try:
@@ -101,14 +168,12 @@ class SessionDriver:
             )
         else:
             request = CreateDataset(
-                name=_files_dataset_name(config.data.files, spec.vocab_size),
+                name=files_dataset_name(config.data.files, spec.vocab_size),
                 files=config.data.files,
                 vocab_size=spec.vocab_size,
                 if_exists="reuse",
             )
-            manifest = await self._dataset_call(
-                lambda: create_dataset(self.nc, self.subjects, request, timeout=3600.0)
-            )
+            manifest = await self._dataset_call(lambda: create_dataset(self.nc, self.subjects, request, timeout=3600.0))
         if manifest["vocab_size"] > spec.vocab_size:
             raise SessionError(
                 f"dataset {manifest['name']} has {manifest['vocab_size']} tokens but network {spec.name} "
@@ -133,7 +198,7 @@ class SessionDriver:
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 raise SessionError("the dataset service did not answer in time; see its log") from None
 
-    async def _allocate_and_load(self, graph: Graph, dataset: str) -> list[str]:
+    async def _allocate_and_load(self, graph: Graph, dataset: str) -> None:
         config = self.state.config
         deadline = time.monotonic() + self.pnode_wait_s
         while len(self.registry.live()) < config.min_pnodes:
@@ -146,76 +211,146 @@ class SessionDriver:
         live = self.registry.live()
         try:
             allocation = allocate(
-                graph,
-                [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live],
-                config.batch_size,
-                config.micro_batch_size,
+                graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live], config.batch_size, config.micro_batch_size
             )
         except AllocationError as exc:
             raise SessionError(str(exc)) from None
-        sent_once = {}
-        for e in graph.edges:
-            if e.src in allocation.assignment and allocation.assignment[e.src] != allocation.assignment[e.dst]:
-                sent_once[(e.src, e.dst)] = graph.edge_bytes_per_step(e, config.batch_size)
+        crossing = {
+            (e.src, e.dst): graph.edge_bytes_per_step(e, config.batch_size)
+            for e in graph.edges
+            if e.src in allocation.assignment and allocation.assignment[e.src] != allocation.assignment[e.dst]
+        }
         await self.record(
             Allocated(
                 placements=[
-                    VNodePlacement(
-                        vnode=v, op=graph.vnodes[v].op, pnode=allocation.assignment[v],
-                        params=graph.param_count(v), precision=graph.vnodes[v].precision,
-                    )
+                    VNodePlacement(vnode=v, op=graph.vnodes[v].op, pnode=allocation.assignment[v],
+                                   params=graph.param_count(v), precision=graph.vnodes[v].precision)
                     for v in graph.order
                 ],
-                edges=[EdgeTraffic(src=s, dst=d, bytes_per_step=b) for (s, d), b in sent_once.items()],
+                edges=[EdgeTraffic(src=s, dst=d, bytes_per_step=b) for (s, d), b in crossing.items()],
                 pnodes=[s.pnode for s in allocation.stages],
                 bytes_across_per_step=allocation.bytes_across_per_step,
             )
         )
-        plan_pnodes = [s.pnode for s in allocation.stages]
-        plan = dict(
+        self.pnodes = [s.pnode for s in allocation.stages]
+        self.plan = LoadPlan(
             session_id=self.state.id,
             network=graph.spec.model_dump(),
             assignment=allocation.assignment,
             seed=config.seed,
             batches=BatchSource(
-                dataset=dataset, split=config.data.split, seed=config.seed,
-                micro_batch_size=config.micro_batch_size, context=graph.spec.context,
+                dataset=dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,
+                context=graph.spec.context, validation_split=config.data.validation_split,
             ),
             micro_batches=config.micro_batches,
             optimizer=config.optimizer,
         )
-        await self._all(plan_pnodes, lambda p: LoadPlan(**plan), timeout=120.0)
-        return plan_pnodes
+        await self._all(lambda p: self.plan, timeout=120.0)
 
-    async def _train(self, pnodes: list[str]) -> None:
-        config = self.state.config
-        while self.state.next_step < config.steps:
-            step = self.state.next_step
-            lr = config.lr.at(step, config.steps)
-            t0 = time.monotonic()
-            replies = await self._all(pnodes, lambda p: RunStep(session_id=self.state.id, step=step))
-            finite = all(r.grads_finite for r in replies)
-            await self._all(pnodes, lambda p: ApplyStep(session_id=self.state.id, step=step, lr=lr, skip=not finite))
-            elapsed = time.monotonic() - t0
-            tokens = sum(r.tokens for r in replies)
-            loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
-            compute = sum(r.compute_s for r in replies)
-            await self.record(
-                StepCompleted(
-                    step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr,
-                    compute_s=compute, wait_s=max(0.0, elapsed - compute),
-                )
+    async def _restore(self) -> int:
+        """Load the newest checkpoint whose objects are intact; the step to continue from (0: none)."""
+        for checkpoint in reversed(self.state.checkpoints):
+            request = LoadCheckpoint(
+                session_id=self.state.id, step=checkpoint.step, bucket=checkpoint.bucket, objects=checkpoint.objects
             )
+            try:
+                await self._all(lambda p: request, timeout=300.0)
+                log.info("session %s: resumed from the checkpoint at step %d", self.state.id, checkpoint.step)
+                return checkpoint.step
+            except SessionError as exc:
+                log.warning("session %s: checkpoint at step %d unusable (%s); trying an older one",
+                            self.state.id, checkpoint.step, exc)
+                await self._all(lambda p: self.plan, timeout=120.0)  # back to a clean, freshly initialised stage
+        return 0
 
-    async def _all(self, pnodes: list[str], make, timeout: float | None = None) -> list[PNodeReply]:
-        return list(await asyncio.gather(*(self._request(p, make(p), timeout) for p in pnodes)))
+    # -- the step loop ------------------------------------------------------------------
+    async def _train(self, step: int) -> None:
+        config = self.state.config
+        while True:
+            await self.session.refresh()
+            if self.state.claimed_by != self.orchestrator_id:
+                raise LostClaim(f"session {self.state.id} is driven by {self.state.claimed_by}")
+            if self.state.stop_requested:
+                await self._checkpoint(step)
+                await self.record(SessionStopped(step=step))
+                return
+            if self.state.pause_requested:
+                await self._checkpoint(step)
+                await self.record(SessionPaused(step=step))
+                return
+            if self.state.validation_requested:
+                await self._validate(step)
+            if step >= config.steps:
+                break
+            await self._step(step)
+            step += 1
+            if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
+                await self._checkpoint(step)
+            if config.validate_every and step % config.validate_every == 0:
+                await self._validate(step)
+        await self._checkpoint(step)
+        await self.record(SessionCompleted(steps=step, final_loss=self.state.last_loss))
+        log.info("session %s completed at loss %.4f", self.state.id, self.state.last_loss or float("nan"))
+
+    async def _step(self, step: int) -> None:
+        config = self.state.config
+        lr = config.lr.at(step, config.steps)
+        t0 = time.monotonic()
+        replies = await self._all(lambda p: RunStep(session_id=self.state.id, step=step))
+        finite = all(r.grads_finite for r in replies)
+        await self._all(lambda p: ApplyStep(session_id=self.state.id, step=step, lr=lr, skip=not finite))
+        elapsed = time.monotonic() - t0
+        tokens = sum(r.tokens for r in replies)
+        loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
+        if step < self.state.next_step:
+            # re-run after a resume: the log has this step already; a step is recorded once
+            log.info("session %s: re-ran step %d, loss %.6f", self.state.id, step, loss)
+            return
+        compute = sum(r.compute_s for r in replies)
+        await self.record(
+            StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr,
+                          compute_s=compute, wait_s=max(0.0, elapsed - compute))
+        )
+
+    async def _validate(self, step: int) -> None:
+        batches = self.state.config.validation_batches
+        replies = await self._all(lambda p: RunValidation(session_id=self.state.id, step=step, batches=batches))
+        tokens = sum(r.tokens for r in replies)
+        loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
+        await self.record(ValidationCompleted(step=step, loss=loss, perplexity=math.exp(min(loss, 50.0)), tokens=tokens))
+
+    async def _checkpoint(self, step: int) -> None:
+        if self.state.last_checkpoint and self.state.last_checkpoint.step == step:
+            return  # already have exactly this state
+        t0 = time.monotonic()
+        bucket = checkpoint_bucket(self.subjects)
+        replies = await self._all(lambda p: SaveCheckpoint(session_id=self.state.id, step=step, bucket=bucket), timeout=300.0)
+        objects = [o for r in replies for o in (r.checkpoint or [])]
+        await self.record(CheckpointCommitted(step=step, bucket=bucket, objects=objects, seconds=time.monotonic() - t0))
+        await self._prune(bucket)
+
+    async def _prune(self, bucket: str) -> None:
+        """Keep the newest `keep_checkpoints`; the log says pruned before any object is deleted."""
+        excess = self.state.checkpoints[: -self.state.config.keep_checkpoints]
+        if not excess:
+            return
+        store = await open_bucket(self.js, bucket)
+        for old in excess:
+            await self.record(CheckpointPruned(step=old.step))
+            for obj in old.objects:
+                try:
+                    await store.delete(obj.object)
+                except Exception as exc:  # an object already gone is fine; the log no longer names it
+                    log.warning("could not delete %s: %s", obj.object, exc)
+
+    # -- requests to PNodes -------------------------------------------------------------
+    async def _all(self, make, timeout: float | None = None) -> list[PNodeReply]:
+        return list(await asyncio.gather(*(self._request(p, make(p), timeout) for p in self.pnodes)))
 
     async def _request(self, pnode: str, request: BaseModel, timeout: float | None = None) -> PNodeReply:
         try:
             msg = await self.nc.request(
-                self.subjects.pnode_ctl(pnode),
-                request.model_dump_json().encode(),
-                timeout=timeout or self.request_timeout_s,
+                self.subjects.pnode_ctl(pnode), request.model_dump_json().encode(), timeout=timeout or self.request_timeout_s
             )
         except Exception as exc:  # nats timeout / no responders
             raise SessionError(f"pnode {pnode} did not answer {request.type}: {type(exc).__name__}") from None
@@ -225,7 +360,7 @@ class SessionDriver:
         return reply
 
 
-def _files_dataset_name(files: list[str], vocab_size: int) -> str:
+def files_dataset_name(files: list[str], vocab_size: int) -> str:
     """A stable name for 'these files with this vocabulary', so a rerun reuses the dataset."""
     key = "\n".join(sorted(str(Path(f).resolve()) for f in files)) + f"\n{vocab_size}"
     return "files-" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()

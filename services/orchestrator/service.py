@@ -1,51 +1,95 @@
-"""The orchestrator: reads session commands from CA_LOG, keeps PNode liveness, drives sessions."""
+"""The orchestrator: handles session commands, keeps PNode liveness, drives sessions, takes over orphans.
+
+Several orchestrators may run at once. Commands reach one of them through a shared durable
+consumer; a session is driven by the one whose `SessionClaimed` made it into the log
+(appends use the session's expected sequence, so two claims cannot both land). Each
+orchestrator heartbeats; a running session whose claimant went silent is claimed by another,
+which resumes it from its last committed checkpoint.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import socket
+import time
+import uuid
 
 import nats
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import BaseModel, ValidationError
 
-from computeall.protocol.commands import CommandEnvelope, CreateSession, StartSession
+from computeall.network import NetworkError, load_network
+from computeall.protocol.commands import (
+    CommandEnvelope,
+    CreateSession,
+    PauseSession,
+    ResumeSession,
+    StartSession,
+    StopSession,
+    ValidateSession,
+)
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
-from computeall.protocol.events import CommandRejected, EventEnvelope, SessionCreated, SessionStarted
+from computeall.protocol.events import (
+    CommandRejected,
+    EventEnvelope,
+    PauseRequested,
+    SessionCreated,
+    SessionResumed,
+    SessionStarted,
+    SessionStopped,
+    StopRequested,
+    ValidationRequested,
+)
+from computeall.protocol.session_state import TERMINAL, SessionLog
 from computeall.protocol.subjects import LOG_STREAM, Subjects
 from computeall.protocol.telemetry import Heartbeat
 
 from .driver import SessionDriver
 from .pnodes import PNodeRegistry
-from .session import SessionState, fold
 
 log = logging.getLogger("computeall.orchestrator")
+
+
+class Rejected(Exception):
+    """A command not allowed in the session's state; the message is the reason the user sees."""
 
 
 class Orchestrator:
     def __init__(self, nats_url: str, subjects: Subjects, heartbeat_timeout_s: float = 5.0) -> None:
         self.nats_url = nats_url
         self.subjects = subjects
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}".replace(".", "-")
         self.registry = PNodeRegistry(heartbeat_timeout_s)
+        self.peers: dict[str, float] = {}  # other orchestrators -> last heartbeat (monotonic)
+        self.sessions: dict[str, SessionLog] = {}
         self.drivers: dict[str, asyncio.Task] = {}
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
-        self.nc = await nats.connect(self.nats_url, name="orchestrator", max_reconnect_attempts=-1)
+        self.nc = await nats.connect(self.nats_url, name=f"orchestrator-{self.id}", max_reconnect_attempts=-1)
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects)
         self.eventlog = EventLog(self.js, self.subjects)
-        await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_heartbeat)
+        await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_pnode_heartbeat)
+        await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_peer_heartbeat)
+        await self.nc.subscribe(self.subjects.session_created_all(), cb=self._on_session_created)
+        for record in await self.eventlog.read(self.subjects.session_created_all()):
+            self._know(record.subject.split(".")[-2])
         # One durable consumer shared by every orchestrator: each command goes to one of them.
-        # Explicit acks: a command is acked once handled, so a crash mid-handling redelivers it.
+        # Explicit acks after handling: a crash mid-command redelivers it, and handlers are idempotent.
         commands = await self.js.pull_subscribe(
             f"{self.subjects.prefix}.cmd.>",
             durable="orchestrator",
             stream=LOG_STREAM,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL, ack_wait=60.0),
         )
-        log.info("orchestrator ready on %s", self.nats_url)
+        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._adopt_orphans())]
+        log.info("orchestrator %s ready on %s", self.id, self.nats_url)
         while not self._stop.is_set():
             try:
                 msgs = await commands.fetch(10, timeout=1.0)
@@ -54,7 +98,7 @@ class Orchestrator:
             for msg in msgs:
                 await self._handle_command(msg)
                 await msg.ack()
-        for task in self.drivers.values():
+        for task in [*tasks, *self.drivers.values()]:
             task.cancel()
         # close, not drain: draining waits on the pull subscription's open fetch for up to 30 s
         await self.nc.close()
@@ -62,12 +106,70 @@ class Orchestrator:
     def stop(self) -> None:
         self._stop.set()
 
-    async def _on_heartbeat(self, msg) -> None:
+    # -- liveness -----------------------------------------------------------------------
+    async def _on_pnode_heartbeat(self, msg) -> None:
         try:
             self.registry.beat(Heartbeat.model_validate_json(msg.data))
         except ValidationError:
             log.warning("ignored a malformed heartbeat on %s", msg.subject)
 
+    async def _on_peer_heartbeat(self, msg) -> None:
+        peer = msg.subject.rsplit(".", 1)[-1]
+        if peer != self.id:
+            self.peers[peer] = time.monotonic()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            try:
+                await self.nc.publish(self.subjects.orchestrator_heartbeat(self.id), b"")
+            except nats.errors.Error as exc:
+                log.warning("heartbeat failed: %s", exc)
+            await asyncio.sleep(1.0)
+
+    def _alive(self, orchestrator: str | None) -> bool:
+        if orchestrator == self.id:
+            return True
+        seen = self.peers.get(orchestrator or "")
+        return seen is not None and time.monotonic() - seen <= self.heartbeat_timeout_s
+
+    # -- sessions -----------------------------------------------------------------------
+    def _know(self, sid: str) -> SessionLog:
+        if sid not in self.sessions:
+            self.sessions[sid] = SessionLog(self.eventlog, sid)
+        return self.sessions[sid]
+
+    async def _on_session_created(self, msg) -> None:
+        self._know(msg.subject.split(".")[-2])
+
+    async def _adopt_orphans(self) -> None:
+        """Drive every running session whose claimant is gone (after a crash, or at start-up)."""
+        await asyncio.sleep(self.heartbeat_timeout_s)  # first learn which peers are alive
+        while True:
+            for sid, session in list(self.sessions.items()):
+                if sid in self.drivers or session.state.status in TERMINAL:
+                    continue
+                try:
+                    state = await session.refresh()
+                except nats.errors.Error as exc:
+                    log.warning("could not read session %s: %s", sid, exc)
+                    continue
+                if state.status == "running" and not self._alive(state.claimed_by):
+                    log.info("session %s is running without a live driver (was %s); taking it over", sid, state.claimed_by)
+                    self._drive(session, takeover_from=state.claimed_by)
+            await asyncio.sleep(1.0)
+
+    def _drive(self, session: SessionLog, takeover_from: str | None = None) -> None:
+        driver = SessionDriver(self.nc, self.subjects, session, self.registry, self.id, takeover_from)
+        task = asyncio.create_task(driver.run())
+        self.drivers[session.state.id] = task
+        task.add_done_callback(lambda t: self._driver_done(session.state.id, t))
+
+    def _driver_done(self, sid: str, task: asyncio.Task) -> None:
+        self.drivers.pop(sid, None)
+        if not task.cancelled() and task.exception():
+            log.error("session %s: driver crashed", sid, exc_info=task.exception())
+
+    # -- commands -------------------------------------------------------------------------
     async def _handle_command(self, msg) -> None:
         sid = msg.subject.rsplit(".", 1)[-1]
         try:
@@ -75,73 +177,87 @@ class Orchestrator:
         except ValidationError as exc:
             reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
             log.warning("rejected a malformed command for %s: %s", sid, reason)
-            await self._reject(sid, "?", "?", f"malformed command: {reason}")
+            await self._reject(sid, _command_id(msg.data), "?", f"malformed command: {reason}")
             return
         if command.session_id != sid:
             await self._reject(sid, command.id, command.type, f"session_id {command.session_id!r} does not match the subject")
             return
-        state = await self._load(sid)
-        payload = command.payload
-        try:
-            if isinstance(payload, CreateSession):
-                await self._create(state, command, payload)
-            elif isinstance(payload, StartSession):
-                await self._start(state, command)
-            else:
-                await self._reject(sid, command.id, command.type, f"{command.type} is not supported yet", state)
-        except ConcurrencyError:
-            log.info("session %s is handled by another orchestrator", sid)
-
-    async def _create(self, state: SessionState, command: CommandEnvelope, payload: CreateSession) -> None:
-        if state.status != "new":
-            if state.config == payload.config and state.owner == command.actor:
-                return  # the same create again (a redelivery): already done
-            await self._reject(state.id, command.id, command.type, f"session {state.id} already exists", state)
-            return
-        created = EventEnvelope(
-            actor=command.actor, session_id=state.id, payload=SessionCreated(config=payload.config, owner=command.actor)
-        )
-        state.apply(created, await self.eventlog.append_session_event(created, state.last_seq))
-        if payload.start:
-            await self._start(state, command)
-
-    async def _start(self, state: SessionState, command: CommandEnvelope) -> None:
-        if state.status != "created":
-            await self._reject(state.id, command.id, command.type, f"cannot start a session that is {state.status}", state)
-            return
-        started = EventEnvelope(actor=command.actor, session_id=state.id, payload=SessionStarted())
-        state.apply(started, await self.eventlog.append_session_event(started, state.last_seq))
-        self._drive(state)
-
-    def _drive(self, state: SessionState) -> None:
-        driver = SessionDriver(self.nc, self.subjects, self.eventlog, self.registry, state)
-        task = asyncio.create_task(driver.run())
-        self.drivers[state.id] = task
-        task.add_done_callback(lambda t: self._driver_done(state.id, t))
-
-    def _driver_done(self, sid: str, task: asyncio.Task) -> None:
-        self.drivers.pop(sid, None)
-        if not task.cancelled() and task.exception():
-            exc = task.exception()
-            if isinstance(exc, ConcurrencyError):
-                log.info("session %s: another orchestrator took over", sid)
-            else:
-                log.error("session %s: driver crashed", sid, exc_info=exc)
-
-    async def _load(self, sid: str) -> SessionState:
-        records = await self.eventlog.read(self.subjects.session_evt_all(sid))
-        events = []
-        for r in records:
+        session = self._know(sid)
+        for _ in range(5):  # optimistic concurrency: on a conflict, fold what others wrote and decide again
             try:
-                events.append((r.seq, EventEnvelope.model_validate_json(r.data)))
-            except ValidationError:
-                log.warning("skipped an unreadable event at seq %d", r.seq)
-        return fold(sid, events)
+                await session.refresh()
+                await self._decide(session, command)
+                return
+            except Rejected as exc:
+                await self._reject(sid, command.id, command.type, str(exc))
+                return
+            except ConcurrencyError:
+                continue
+        await self._reject(sid, command.id, command.type, "the session kept changing; try again")
 
-    async def _reject(self, sid: str, command_id: str, command_type: str, reason: str, state: SessionState | None = None) -> None:
-        payload: BaseModel = CommandRejected(command_id=command_id, command_type=command_type, reason=reason)
-        event = EventEnvelope(actor="orchestrator", session_id=sid, payload=payload)
+    async def _decide(self, session: SessionLog, command: CommandEnvelope) -> None:
+        state, payload, actor = session.state, command.payload, command.actor
+
+        async def append(event_payload: BaseModel) -> None:
+            await session.append(EventEnvelope(actor=actor, session_id=state.id, payload=event_payload))
+
+        if isinstance(payload, CreateSession):
+            if state.status != "new":
+                if state.config == payload.config and state.owner == actor:
+                    return  # the same create again (a redelivery): already done
+                raise Rejected(f"session {state.id} already exists")
+            try:
+                load_network(payload.config.network_yaml)
+            except NetworkError as exc:
+                raise Rejected(str(exc)) from None
+            await append(SessionCreated(config=payload.config, owner=actor))
+            if payload.start:
+                await append(SessionStarted())
+                self._drive(session)
+        elif isinstance(payload, StartSession):
+            _require(state.status == "created", f"cannot start a session that is {state.status}")
+            await append(SessionStarted())
+            self._drive(session)
+        elif isinstance(payload, PauseSession):
+            _require(state.status == "running", f"cannot pause a session that is {state.status}")
+            if not state.pause_requested:
+                await append(PauseRequested())
+        elif isinstance(payload, ResumeSession):
+            _require(state.status == "paused", f"cannot resume a session that is {state.status}")
+            await append(SessionResumed())
+            self._drive(session)
+        elif isinstance(payload, StopSession):
+            _require(state.status not in TERMINAL and state.status != "new", f"cannot stop a session that is {state.status}")
+            if state.status == "running":
+                if not state.stop_requested:
+                    await append(StopRequested())
+            else:  # created or paused: nothing runs, the last checkpoint (if any) stands
+                await append(SessionStopped(step=state.last_checkpoint.step if state.last_checkpoint else 0))
+        elif isinstance(payload, ValidateSession):
+            _require(state.status == "running", f"cannot validate a session that is {state.status}; resume it first")
+            if not state.validation_requested:
+                await append(ValidationRequested())
+
+    async def _reject(self, sid: str, command_id: str, command_type: str, reason: str) -> None:
+        event = EventEnvelope(
+            actor="orchestrator", session_id=sid,
+            payload=CommandRejected(command_id=command_id, command_type=command_type, reason=reason),
+        )
         try:
             await self.eventlog.append_session_event(event, None)
         except Exception as exc:  # a reject that cannot be recorded is logged, never fatal
             log.warning("could not record CommandRejected for %s: %s", sid, exc)
+
+
+def _require(condition: bool, reason: str) -> None:
+    if not condition:
+        raise Rejected(reason)
+
+
+def _command_id(data: bytes) -> str:
+    """The id of a command that failed validation, when it has one, so the sender can match the rejection."""
+    try:
+        value = json.loads(data).get("id")
+    except (ValueError, AttributeError):
+        return "?"
+    return value if isinstance(value, str) else "?"

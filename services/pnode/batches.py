@@ -16,10 +16,11 @@ from computeall.tensorcore.wire import tensor_from_wire
 
 
 class BatchFeed:
-    def __init__(self, nc: NATS, subjects: Subjects, source: BatchSource, micro_batches: int) -> None:
+    def __init__(self, nc: NATS, subjects: Subjects, source: BatchSource, split: str, micro_batches: int) -> None:
         self.nc = nc
         self.subjects = subjects
         self.source = source
+        self.split = split
         self.micro_batches = micro_batches
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
 
@@ -28,7 +29,7 @@ class BatchFeed:
         if key not in self._tasks:
             request = BatchRequest(
                 dataset=self.source.dataset,
-                split=self.source.split,
+                split=self.split,
                 seed=self.source.seed,
                 step=step,
                 micro=micro,
@@ -39,10 +40,11 @@ class BatchFeed:
             self._tasks[key] = asyncio.ensure_future(fetch_batch(self.nc, self.subjects, request, timeout=60.0))
         return self._tasks[key]
 
-    async def get(self, step: int, micro: int) -> torch.Tensor:
+    async def get(self, step: int, micro: int, prefetch: bool = True) -> torch.Tensor:
         """Token ids (B, T+1) as int64; also starts fetching the same micro-batch of the next step."""
         task = self._fetch(step, micro)
-        self._fetch(step + 1, micro)
+        if prefetch:
+            self._fetch(step + 1, micro)
         try:
             dtype, shape, data = await task
         finally:

@@ -1,4 +1,12 @@
-"""Bytes a session stage holds, by category: what the monitor shows per PNode."""
+"""Bytes a session stage holds, by category: what the monitor shows per PNode.
+
+- weights: the parameters as the VNodes compute with them, each in its VNode's precision
+- master: fp32 master copies of low-precision parameters (fp32 parameters are their own: 0)
+- optimizer: Adam moments (fp32) and step counters
+- gradients: the parameters' gradients (their precision) plus the optimizer's flat fp32 buffer
+- activations: VNode outputs kept for backward (their precision)
+- params: the number of parameters, so a reader can turn any category into bytes per parameter
+"""
 
 from __future__ import annotations
 
@@ -12,9 +20,14 @@ def bytes_by_category(stage: "SessionStage") -> dict[str, int]:
     params = list(stage.runtime.parameters().values())
     weights = sum(p.numel() * p.element_size() for p in params)
     grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    optimizer = dict(stage.optimizer.state_bytes())
+    grads += optimizer.pop("grad_buffer", 0)
     return {
         "weights": weights,
+        "master": optimizer.pop("master", 0),
+        "optimizer": optimizer.pop("optimizer", 0),
+        **optimizer,
         "gradients": grads,
-        **stage.optimizer.state_bytes(),
         "activations": stage.runtime.activation_bytes(),
+        "params": sum(p.numel() for p in params),
     }

@@ -18,13 +18,25 @@ from pydantic import TypeAdapter, ValidationError
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.events import EventEnvelope, PNodeJoined, PNodeLeft
-from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, PNodeRequest, RunStep, Unload
+from computeall.protocol.pnode_api import (
+    ApplyStep,
+    LoadCheckpoint,
+    LoadPlan,
+    PNodeReply,
+    PNodeRequest,
+    RunStep,
+    RunValidation,
+    SaveCheckpoint,
+    Unload,
+)
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
+from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
+from . import checkpoints
 from .batches import BatchFeed
 from .memory import bytes_by_category
 from .stage import SessionStage, StepAborted
@@ -116,7 +128,7 @@ class PNode:
         await self._status(request, "running", step, started)
         try:
             reply = await self._dispatch(request)
-        except (StepAborted, KeyError, ValueError, RuntimeError) as exc:
+        except (StepAborted, CheckpointError, KeyError, ValueError, RuntimeError, nats.errors.Error) as exc:
             log.warning("%s failed: %s", request.type, exc)
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
         finally:
@@ -126,11 +138,16 @@ class PNode:
 
     async def _dispatch(self, request) -> PNodeReply:
         if isinstance(request, LoadPlan):
-            feed = BatchFeed(self.nc, self.subjects, request.batches, request.micro_batches)
+            def feeds(split: str, micro_batches: int) -> BatchFeed:
+                return BatchFeed(self.nc, self.subjects, request.batches, split, micro_batches)
+
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feed, self._send_tensor),
+                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._send_tensor),
             )
+            old = self.stages.get(request.session_id)
+            if old is not None:
+                old.abort()
             self.stages[request.session_id] = stage
             log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
             return PNodeReply(ok=True, pnode=self.name)
@@ -141,8 +158,16 @@ class PNode:
             return await stage.run_step(request, self.step_deadline_s)
         if isinstance(request, ApplyStep):
             return await stage.apply(request)
+        if isinstance(request, RunValidation):
+            return await stage.run_validation(request, self.step_deadline_s)
+        if isinstance(request, SaveCheckpoint):
+            saved = await checkpoints.save(self.js, stage, request)
+            return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=saved)
+        if isinstance(request, LoadCheckpoint):
+            await checkpoints.load(self.js, stage, request)
+            return PNodeReply(ok=True, pnode=self.name, step=request.step)
         if isinstance(request, Unload):
-            self.stages.pop(request.session_id, None)
+            self.stages.pop(request.session_id).abort()
             return PNodeReply(ok=True, pnode=self.name)
         raise ValueError(f"unknown request {request!r}")
 
@@ -165,7 +190,7 @@ class PNode:
             stage = self.stages.get(str(meta.get("session")))
             if stage is None:
                 raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-            missing = {"step", "micro", "kind", "src"} - set(meta)
+            missing = {"phase", "step", "micro", "kind", "src"} - set(meta)
             if missing or meta["kind"] not in ("act", "grad") or (meta["kind"] == "grad" and "consumer" not in meta):
                 raise WireError(f"tensor {received.key!r} has incomplete routing metadata {meta}")
             stage.receive(meta, tensor_from_wire(received, self.device))

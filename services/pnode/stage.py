@@ -5,6 +5,10 @@ here (from a local VNode, another PNode, or the dataset). Backward items run in 
 fixed order: micro-batches in order, VNodes in reverse topological order. That order
 never waits on anything a later item produces, so it cannot deadlock, and gradients
 accumulate in the same order on every placement: 1 PNode or 5 compute the same bits.
+
+A pass is a training step (`phase` "train": forward and backward) or a validation
+(`phase` "val": forward only, on the validation split). Tensors between PNodes carry
+the phase and step, so the two never mix.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ import logging
 import time
 from collections import defaultdict
 from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 import torch
 
 from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
-from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep
+from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
@@ -36,113 +41,75 @@ class StepAborted(RuntimeError):
     pass
 
 
+@dataclass
+class _Pass:
+    phase: str  # "train" or "val"
+    step: int
+    micro_batches: int
+    feed: BatchFeed
+    backward: bool
+    batches: dict[int, torch.Tensor] = field(default_factory=dict)
+    outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    grads: dict[tuple[int, str], dict[str, torch.Tensor]] = field(default_factory=lambda: defaultdict(dict))
+    done_forward: set[tuple[int, str]] = field(default_factory=set)
+
+
 class SessionStage:
-    def __init__(self, plan: LoadPlan, pnode: str, device: torch.device, executor: Executor, feed: BatchFeed, send: Send):
+    def __init__(
+        self,
+        plan: LoadPlan,
+        pnode: str,
+        device: torch.device,
+        executor: Executor,
+        feeds: Callable[[str, int], BatchFeed],
+        send: Send,
+    ):
         self.plan = plan
         self.pnode = pnode
         self.executor = executor
-        self.feed = feed
         self.send = send
         self.graph = Graph(NetworkSpec.model_validate(plan.network))
         self.local = [v for v in self.graph.order if plan.assignment[v] == pnode]
         self.runtime = VNodeRuntime(self.graph, self.local, plan.seed, device)
         self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer)
+        self.train_feed = feeds(plan.batches.split, plan.micro_batches)
+        self.feeds = feeds
         self.inbox: dict[tuple, torch.Tensor] = {}
         self.arrived = asyncio.Event()
-        self.current_step = -1
+        self.current: tuple[str, int] = ("train", -1)
         self.loss_scale = 1.0
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
+        self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
+        self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
+
+    def abort(self) -> None:
+        """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
+        self.current = ("aborted", -1)
+        self.arrived.set()
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, meta: dict, tensor: torch.Tensor) -> None:
-        step = int(meta["step"])
-        if step < self.current_step:
-            return  # from an aborted or finished step
+        phase, step = str(meta.get("phase", "train")), int(meta["step"])
+        if phase == self.current[0] and step < self.current[1]:
+            return  # from an aborted or finished pass
         if meta["kind"] == "act":
-            key = ("act", step, int(meta["micro"]), str(meta["src"]))
+            key = ("act", phase, step, int(meta["micro"]), str(meta["src"]))
         else:
-            key = ("grad", step, int(meta["micro"]), str(meta["src"]), str(meta["consumer"]))
+            key = ("grad", phase, step, int(meta["micro"]), str(meta["src"]), str(meta["consumer"]))
         self.inbox[key] = tensor
         self.arrived.set()
 
-    # -- a step ----------------------------------------------------------------
+    # -- passes ----------------------------------------------------------------
     async def run_step(self, request: RunStep, deadline_s: float) -> PNodeReply:
-        step = request.step
-        self.current_step = step
         self.loss_scale = request.loss_scale
-        for key in [k for k in self.inbox if k[1] < step]:
-            del self.inbox[key]
-        self.runtime.drop()
         self.runtime.zero_grad()
+        p = _Pass("train", request.step, self.plan.micro_batches, self.train_feed, backward=True)
+        return await self._run(p, deadline_s)
 
-        micro_batches = self.plan.micro_batches
-        step_tokens = self.plan.batches.micro_batch_size * self.plan.batches.context * micro_batches
-        reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
-        batches: dict[int, torch.Tensor] = {}
-        fetches = [
-            asyncio.ensure_future(self._fetch(step, m, batches)) for m in range(micro_batches)
-        ] if reads_data else []
-
-        outputs: dict[tuple[int, str], torch.Tensor] = {}
-        grads: dict[tuple[int, str], dict[str, torch.Tensor]] = defaultdict(dict)
-        forward_todo = [(m, v) for m in range(micro_batches) for v in self.local]
-        backward_todo = [(m, v) for m in range(micro_batches) for v in reversed(self.local)]
-        done_forward: set[tuple[int, str]] = set()
-        loss_sum, tokens, compute_s, wait_s = 0.0, 0, 0.0, 0.0
-        give_up = time.monotonic() + deadline_s
-        try:
-            while forward_todo or backward_todo:
-                item = None
-                if backward_todo and self._backward_ready(step, *backward_todo[0], done_forward, grads):
-                    item = ("bwd", backward_todo.pop(0))
-                else:
-                    for n, fwd in enumerate(forward_todo):
-                        if self._forward_ready(step, *fwd, outputs, batches):
-                            item = ("fwd", forward_todo.pop(n))
-                            break
-                if item is None:
-                    self.arrived.clear()
-                    t0 = time.monotonic()
-                    remaining = give_up - t0
-                    if remaining <= 0:
-                        waiting = (backward_todo or forward_todo)[0]
-                        raise StepAborted(
-                            f"step {step}: inputs of {waiting} did not arrive within {deadline_s:.0f}s"
-                        )
-                    try:
-                        await asyncio.wait_for(self.arrived.wait(), timeout=min(remaining, 1.0))
-                    except asyncio.TimeoutError:
-                        pass
-                    if self.current_step != step:
-                        raise StepAborted(f"step {step} was superseded by step {self.current_step}")
-                    wait_s += time.monotonic() - t0
-                    continue
-                kind, (m, vid) = item
-                t0 = time.monotonic()
-                if kind == "fwd":
-                    loss = await self._forward(step, m, vid, outputs, batches)
-                    done_forward.add((m, vid))
-                    if loss is not None:
-                        loss_sum += loss
-                        tokens += step_tokens // micro_batches
-                else:
-                    await self._backward(step, m, vid, grads, step_tokens)
-                compute_s += time.monotonic() - t0
-        finally:
-            for task in fetches:
-                task.cancel()
-        finite = await self._compute(self.runtime.grads_finite)
-        has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
-        return PNodeReply(
-            ok=True,
-            pnode=self.pnode,
-            step=step,
-            loss_sum=loss_sum if has_loss else None,
-            tokens=tokens,
-            grads_finite=finite,
-            compute_s=compute_s,
-            wait_s=wait_s,
-        )
+    async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
+        feed = self.feeds(self.plan.batches.validation_split, request.batches)
+        p = _Pass("val", request.step, request.batches, feed, backward=False)
+        return await self._run(p, deadline_s)
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
         def work() -> None:
@@ -153,68 +120,133 @@ class SessionStage:
         await self._compute(work)
         return PNodeReply(ok=True, pnode=self.pnode, step=request.step)
 
+    async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
+        self.current = (p.phase, p.step)
+        for key in [k for k in self.inbox if k[1] == p.phase and k[2] < p.step]:
+            del self.inbox[key]
+        self.runtime.drop()
+        # the loss is the mean over every token of the pass, whatever the micro-batch split
+        pass_tokens = self.plan.batches.micro_batch_size * self.plan.batches.context * p.micro_batches
+        fetches = [asyncio.ensure_future(self._fetch(p, m)) for m in range(p.micro_batches)] if self.reads_data else []
+        forward_todo = [(m, v) for m in range(p.micro_batches) for v in self.local]
+        backward_todo = [(m, v) for m in range(p.micro_batches) for v in reversed(self.local)] if p.backward else []
+        loss_sum, tokens, compute_s, wait_s = 0.0, 0, 0.0, 0.0
+        give_up = time.monotonic() + deadline_s
+        try:
+            while forward_todo or backward_todo:
+                item = None
+                if backward_todo and self._backward_ready(p, *backward_todo[0]):
+                    item = ("bwd", backward_todo.pop(0))
+                else:
+                    for n, fwd in enumerate(forward_todo):
+                        if self._forward_ready(p, *fwd):
+                            item = ("fwd", forward_todo.pop(n))
+                            break
+                if item is None:
+                    wait_s += await self._wait(p, give_up, deadline_s, (backward_todo or forward_todo)[0])
+                    continue
+                kind, (m, vid) = item
+                t0 = time.monotonic()
+                if kind == "fwd":
+                    loss = await self._forward(p, m, vid)
+                    if loss is not None:
+                        loss_sum += loss
+                        tokens += pass_tokens // p.micro_batches
+                else:
+                    await self._backward(p, m, vid, pass_tokens)
+                compute_s += time.monotonic() - t0
+        finally:
+            for task in fetches:
+                task.cancel()
+            if not p.backward:
+                self.runtime.drop()
+        finite = await self._compute(self.runtime.grads_finite) if p.backward else True
+        return PNodeReply(
+            ok=True, pnode=self.pnode, step=p.step, loss_sum=loss_sum if self.has_loss else None,
+            tokens=tokens, grads_finite=finite, compute_s=compute_s, wait_s=wait_s,
+        )
+
+    async def _wait(self, p: _Pass, give_up: float, deadline_s: float, waiting: tuple) -> float:
+        self.arrived.clear()
+        t0 = time.monotonic()
+        if t0 >= give_up:
+            raise StepAborted(f"{p.phase} step {p.step}: inputs of {waiting} did not arrive within {deadline_s:.0f}s")
+        try:
+            await asyncio.wait_for(self.arrived.wait(), timeout=min(give_up - t0, 1.0))
+        except asyncio.TimeoutError:
+            pass
+        if self.current != (p.phase, p.step):
+            raise StepAborted(f"{p.phase} step {p.step} was superseded by {self.current}")
+        return time.monotonic() - t0
+
     # -- readiness ---------------------------------------------------------------
-    def _forward_ready(self, step: int, m: int, vid: str, outputs: dict, batches: dict) -> bool:
+    def _forward_ready(self, p: _Pass, m: int, vid: str) -> bool:
         for name in self.graph.vnodes[vid].inputs:
             if name in DATA_INPUTS:
-                ready = m in batches
+                ready = m in p.batches
             elif name in self.runtime.modules:
-                ready = (m, name) in outputs
+                ready = (m, name) in p.outputs
             else:
-                ready = ("act", step, m, name) in self.inbox
+                ready = ("act", p.phase, p.step, m, name) in self.inbox
             if not ready:
                 return False
         return True
 
-    def _backward_ready(self, step: int, m: int, vid: str, done_forward: set, grads: dict) -> bool:
-        if (m, vid) not in done_forward:
+    def _backward_ready(self, p: _Pass, m: int, vid: str) -> bool:
+        if (m, vid) not in p.done_forward:
             return False
         for consumer in self._consumers[vid]:
             if consumer in self.runtime.modules:
-                if consumer not in grads[(m, vid)]:
+                if consumer not in p.grads[(m, vid)]:
                     return False
-            elif ("grad", step, m, vid, consumer) not in self.inbox:
+            elif ("grad", p.phase, p.step, m, vid, consumer) not in self.inbox:
                 return False
         return True
 
     # -- work items ----------------------------------------------------------------
-    async def _fetch(self, step: int, m: int, batches: dict) -> None:
-        batches[m] = await self.feed.get(step, m)
+    async def _fetch(self, p: _Pass, m: int) -> None:
+        p.batches[m] = await p.feed.get(p.step if p.backward else 0, m, prefetch=p.backward)
         self.arrived.set()
 
-    async def _forward(self, step: int, m: int, vid: str, outputs: dict, batches: dict) -> float | None:
+    def _meta(self, p: _Pass, m: int, **extra) -> dict:
+        return {"session": self.plan.session_id, "phase": p.phase, "step": p.step, "micro": m, **extra}
+
+    async def _forward(self, p: _Pass, m: int, vid: str) -> float | None:
         spec = self.graph.vnodes[vid]
         inputs = []
         for name in spec.inputs:
             if name == "data.tokens":
-                inputs.append(batches[m][:, :-1])
+                inputs.append(p.batches[m][:, :-1])
             elif name == "data.targets":
-                inputs.append(batches[m][:, 1:])
+                inputs.append(p.batches[m][:, 1:])
             elif name in self.runtime.modules:
-                inputs.append(outputs[(m, name)])
+                inputs.append(p.outputs[(m, name)])
             else:
-                inputs.append(self.inbox[("act", step, m, name)])  # other local VNodes may read it too
+                inputs.append(self.inbox[("act", p.phase, p.step, m, name)])  # other local VNodes may read it too
         out = await self._compute(self.runtime.forward, vid, m, inputs)
+        p.done_forward.add((m, vid))
+        if not p.backward:
+            self.runtime.drop_one(m, vid)
         if OPS[spec.op].is_loss:
             return float(out)
-        outputs[(m, vid)] = out
+        p.outputs[(m, vid)] = out
         remote = {self.plan.assignment[c] for c in self._consumers[vid]} - {self.pnode}
         for pnode in sorted(remote):
-            meta = {"session": self.plan.session_id, "step": step, "micro": m, "kind": "act", "src": vid}
-            await self.send(pnode, f"{self.plan.session_id}/{step}/{m}/act/{vid}", out, meta)
+            key = f"{self.plan.session_id}/{p.phase}/{p.step}/{m}/act/{vid}"
+            await self.send(pnode, key, out, self._meta(p, m, kind="act", src=vid))
         return None
 
-    async def _backward(self, step: int, m: int, vid: str, grads: dict, step_tokens: int) -> None:
+    async def _backward(self, p: _Pass, m: int, vid: str, pass_tokens: int) -> None:
         spec = self.graph.vnodes[vid]
         if OPS[spec.op].is_loss:
-            # d(loss_sum * scale / step_tokens): the step's loss is the mean over all its tokens
-            grad_out = torch.tensor(self.loss_scale / step_tokens, device=self.runtime.device)
+            # d(loss_sum * scale / tokens): the step's loss is the mean over all its tokens
+            grad_out = torch.tensor(self.loss_scale / pass_tokens, device=self.runtime.device)
         else:
-            parts = grads.pop((m, vid), {})
+            parts = p.grads.pop((m, vid), {})
             for consumer in self._consumers[vid]:
                 if consumer not in self.runtime.modules:
-                    parts[consumer] = self.inbox.pop(("grad", step, m, vid, consumer))
-            # sum in the graph's consumer order, the same on every placement
+                    parts[consumer] = self.inbox.pop(("grad", p.phase, p.step, m, vid, consumer))
+            # summed in the graph's consumer order, the same on every placement
             ordered = [parts[c] for c in self._consumers[vid]]
             if not ordered:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
@@ -229,13 +261,10 @@ class SessionStage:
                 per_input[name] = g if name not in per_input else per_input[name] + g
         for name, g in per_input.items():
             if name in self.runtime.modules:
-                grads[(m, name)][vid] = g
+                p.grads[(m, name)][vid] = g
             else:
-                meta = {
-                    "session": self.plan.session_id, "step": step, "micro": m,
-                    "kind": "grad", "src": name, "consumer": vid,
-                }
-                await self.send(self.plan.assignment[name], f"{self.plan.session_id}/{step}/{m}/grad/{name}/{vid}", g, meta)
+                key = f"{self.plan.session_id}/{p.phase}/{p.step}/{m}/grad/{name}/{vid}"
+                await self.send(self.plan.assignment[name], key, g, self._meta(p, m, kind="grad", src=name, consumer=vid))
 
     async def _compute(self, fn, *args):
         """Torch work runs on the PNode's one compute thread, so the event loop keeps heartbeating."""

@@ -6,7 +6,7 @@ import torch
 
 from computeall.cli.follow import follow_session, start_session
 from computeall.network import Graph, load_network
-from computeall.orchestrator.driver import _files_dataset_name
+from computeall.orchestrator.driver import files_dataset_name
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch
@@ -42,7 +42,7 @@ async def test_distributed_run_matches_single_process_torch(tmp_path):
         distributed = [e.loss for e in events if isinstance(e, StepCompleted)]
         # the batches the PNodes trained on, asked of the same dataset service
         graph = Graph(load_network(config.network_yaml))
-        dataset = _files_dataset_name(config.data.files, graph.spec.vocab_size)
+        dataset = files_dataset_name(config.data.files, graph.spec.vocab_size)
         batches = {}
         for step in range(STEPS):
             for micro in range(MICRO):

@@ -1,0 +1,64 @@
+"""What `session list`, `session show` and `replay` read: a session's events, folded and listed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from computeall.protocol.eventlog import EventLog
+from computeall.protocol.events import (
+    CheckpointCommitted,
+    CommandRejected,
+    EventEnvelope,
+    StepCompleted,
+    ValidationCompleted,
+)
+from computeall.protocol.session_state import SessionState, fold
+
+
+async def session_events(eventlog: EventLog, sid: str) -> list[tuple[int, EventEnvelope]]:
+    out = []
+    for record in await eventlog.read(eventlog.subjects.session_evt_all(sid)):
+        try:
+            out.append((record.seq, EventEnvelope.model_validate_json(record.data)))
+        except ValidationError:
+            continue  # an event type this client does not know
+    return out
+
+
+async def session_ids(eventlog: EventLog) -> list[str]:
+    return [r.subject.split(".")[-2] for r in await eventlog.read(eventlog.subjects.session_created_all())]
+
+
+def summary(state: SessionState) -> dict[str, Any]:
+    return {
+        "session_id": state.id,
+        "status": state.status,
+        "owner": state.owner,
+        "step": state.next_step,
+        "steps": state.config.steps if state.config else None,
+        "last_loss": state.last_loss,
+    }
+
+
+def report(sid: str, events: list[tuple[int, EventEnvelope]]) -> dict[str, Any]:
+    """Everything `session show` prints: status, config, metrics, validations, checkpoints, rejections."""
+    state = fold(sid, events)
+    payloads = [e.payload for _, e in events]
+    return {
+        **summary(state),
+        "config": state.config.model_dump(exclude={"network_yaml"}) if state.config else None,
+        "failure": state.failure,
+        "metrics": [
+            {"step": p.step, "loss": p.loss, "tokens": p.tokens, "step_time_s": p.step_time_s, "lr": p.lr}
+            for p in payloads if isinstance(p, StepCompleted)
+        ],
+        "validations": [p.model_dump(exclude={"type"}) for p in payloads if isinstance(p, ValidationCompleted)],
+        "checkpoints": [
+            {"step": c.step, "objects": len(c.objects), "bytes": sum(o.bytes for o in c.objects), "seconds": c.seconds,
+             "pruned": c.step not in {k.step for k in state.checkpoints}}
+            for c in payloads if isinstance(c, CheckpointCommitted)
+        ],
+        "rejected_commands": [p.model_dump(exclude={"type"}) for p in payloads if isinstance(p, CommandRejected)],
+    }

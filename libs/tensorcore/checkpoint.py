@@ -1,0 +1,50 @@
+"""A VNode's state as safetensors bytes: its weights (in their own dtype) and its optimizer state.
+
+One object per VNode, so a checkpoint written by one placement loads into any other.
+"""
+
+from __future__ import annotations
+
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from .optimizer import VNodeOptimizer
+from .vnode_runtime import VNodeRuntime
+
+PARAM, OPTIM = "param/", "optim/"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def _vnode_params(runtime: VNodeRuntime, vid: str) -> dict[str, torch.nn.Parameter]:
+    return {f"{vid}.{name}": p for name, p in runtime.modules[vid].named_parameters()}
+
+
+def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, step: int) -> bytes:
+    params = _vnode_params(runtime, vid)
+    tensors = {PARAM + name: p.detach().contiguous().cpu() for name, p in params.items()}
+    tensors.update({OPTIM + k: v.contiguous().cpu() for k, v in optimizer.state_dict(sorted(params)).items()})
+    return save_tensors(tensors, metadata={"vnode": vid, "step": str(step)})
+
+
+def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data: bytes) -> None:
+    """Load one VNode's state in place."""
+    try:
+        tensors = load_tensors(data)
+    except Exception as exc:  # safetensors raises its own error types for bad headers
+        raise CheckpointError(f"checkpoint of {vid} is not readable safetensors: {exc}") from None
+    params = _vnode_params(runtime, vid)
+    missing = [n for n in params if PARAM + n not in tensors]
+    if missing:
+        raise CheckpointError(f"checkpoint of {vid} lacks {', '.join(missing)}")
+    with torch.no_grad():
+        for name, p in params.items():
+            saved = tensors[PARAM + name]
+            if saved.shape != p.shape:
+                raise CheckpointError(f"checkpoint of {name} has shape {list(saved.shape)}, the network needs {list(p.shape)}")
+            p.copy_(saved.to(p.dtype))  # copy, never rebind: optimizers may hold views of p
+    optimizer.load_state_dict({k[len(OPTIM) :]: v for k, v in tensors.items() if k.startswith(OPTIM)})
+

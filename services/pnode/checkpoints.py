@@ -1,0 +1,46 @@
+"""Checkpoints of a session stage: one safetensors object per hosted VNode, digests checked on load."""
+
+from __future__ import annotations
+
+from nats.js import JetStreamContext
+from nats.js.errors import ObjectNotFoundError
+
+from computeall.protocol.events import CheckpointObject
+from computeall.protocol.object_store import open_bucket
+from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
+from computeall.protocol.wire import digest
+from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, save_vnode
+
+from .stage import SessionStage
+
+
+def object_name(session_id: str, step: int, vnode: str) -> str:
+    return f"{session_id}/{step:08d}/{vnode}.safetensors"
+
+
+async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint) -> list[CheckpointObject]:
+    store = await open_bucket(js, request.bucket)
+    objects = []
+    for vid in stage.local:
+        data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid, request.step)
+        name = object_name(request.session_id, request.step, vid)
+        await store.put(name, data)
+        objects.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data)))
+    return objects
+
+
+async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoint) -> None:
+    """Raise `CheckpointError` when an object is missing or its digest does not match the log."""
+    store = await open_bucket(js, request.bucket)
+    by_vnode = {o.vnode: o for o in request.objects}
+    for vid in stage.local:
+        entry = by_vnode.get(vid)
+        if entry is None:
+            raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
+        try:
+            data = (await store.get(entry.object)).data
+        except ObjectNotFoundError:
+            raise CheckpointError(f"checkpoint object {entry.object} is missing from {request.bucket}") from None
+        if digest(data) != entry.digest:
+            raise CheckpointError(f"checkpoint object {entry.object} is corrupted (digest mismatch)")
+        await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, data)
