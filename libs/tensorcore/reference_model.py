@@ -13,6 +13,7 @@ from computeall.network import Graph
 from computeall.network.ops import OPS
 
 from .ops import build_vnode
+from .precision import cast_input, dtype_of
 
 
 class ReferenceModel(nn.Module):
@@ -38,7 +39,8 @@ class ReferenceModel(nn.Module):
         total = torch.zeros((), device=tokens.device)
         for vid in self.graph.order:
             spec = self.graph.vnodes[vid]
-            out = self.vnodes[vid.replace(".", "/")](*(values[i] for i in spec.inputs))
+            dtype = dtype_of(spec.precision)  # each VNode casts its inputs to its own precision, as on a PNode
+            out = self.vnodes[vid.replace(".", "/")](*(cast_input(values[i], dtype) for i in spec.inputs))
             if OPS[spec.op].is_loss:
                 total = total + out
             else:

@@ -5,6 +5,11 @@ backward is its own small autograd call: gradients flow VNode by VNode, in the
 same order whichever PNode hosts what. That is what makes a session on 1 PNode and
 on 5 PNodes compute the same numbers, and what lets a PNode start the backward of
 one VNode while another PNode still works on a later one.
+
+Precision: each VNode's parameters, compute and output are in its own precision (`spec.precision`).
+An input arriving in another precision is cast to it *inside* the VNode's graph, after the leaf,
+so the gradient handed back to the producer is in the producer's dtype. Parameters are never
+re-bound (`p.data = ...`): the optimizer keeps them as views into its flat buffers.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from torch import nn
 from computeall.network import Graph
 from computeall.network.ops import DATA_INPUTS
 
+from computeall.kernels import found_nonfinite
+
 from .ops import build_vnode
+from .precision import cast_input, dtype_of
 
 
 @dataclass
@@ -33,6 +41,7 @@ class VNodeRuntime:
         self.graph = graph
         self.device = device
         self.order = [v for v in graph.order if v in set(vnode_ids)]
+        self.dtypes = {v: dtype_of(graph.vnodes[v].precision) for v in self.order}
         self.modules: dict[str, nn.Module] = {}
         # tied VNodes point at their partner, so build the partners (embeddings) first
         for vid in sorted(self.order, key=lambda v: graph.vnodes[v].tie is not None):
@@ -61,7 +70,7 @@ class VNodeRuntime:
                 leaves.append(leaf)
                 args.append(leaf)
         with torch.enable_grad():
-            out = self.modules[vid](*args)
+            out = self.modules[vid](*(cast_input(a, self.dtypes[vid]) for a in args))
         self._saved[(micro, vid)] = _Saved(leaves, out)
         return out.detach()
 
@@ -72,6 +81,7 @@ class VNodeRuntime:
         params = [p for p in self.modules[vid].parameters()] + [
             p for p in getattr(self.modules[vid], "tied_weight", [])
         ]
+        grad_output = grad_output.to(device=saved.output.device, dtype=saved.output.dtype)
         grads = torch.autograd.grad(
             saved.output, leaves + params, grad_outputs=grad_output, allow_unused=True
         )
@@ -95,7 +105,10 @@ class VNodeRuntime:
             p.grad = None
 
     def grads_finite(self) -> bool:
-        return all(bool(torch.isfinite(p.grad).all()) for p in self.parameters().values() if p.grad is not None)
+        """No inf or nan in any gradient held here (one device reduction, one host read)."""
+        grads = [p.grad for p in self.parameters().values() if p.grad is not None]
+        return not grads or not bool(found_nonfinite(grads))
 
     def activation_bytes(self) -> int:
+        """Bytes of the VNode outputs kept for backward (in each VNode's precision)."""
         return sum(s.output.numel() * s.output.element_size() for s in self._saved.values())

@@ -1,6 +1,9 @@
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from computeall.kernels import flash_attention
+
+from ..kernel_choice import attention_impl
 
 
 def rope_tables(T: int, head_dim: int, base: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,5 +40,5 @@ class Attention(nn.Module):
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
         cos, sin = rope_tables(T, C // self.heads, self.rope_base, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        y = flash_attention(q, k, v, causal=True, impl=attention_impl(x.device, C // self.heads))  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))

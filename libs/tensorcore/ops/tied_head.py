@@ -1,13 +1,18 @@
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from computeall.kernels import linear_cross_entropy
+
+from ..kernel_choice import lce_impl
 
 
 class TiedLMHeadCE(nn.Module):
-    """The cost VNode: logits = x @ embedding.T, cross-entropy against the targets.
+    """The cost VNode: cross-entropy of x @ embedding.T against the targets, fused and chunked.
 
-    Returns the *sum* of token losses: the trainer divides by the step's token count,
-    so that any split into micro-batches gives the same gradient.
+    Returns the *sum* of token losses (fp32, whatever the VNode's precision): the trainer divides
+    by the step's token count, so that any split into micro-batches gives the same gradient. The
+    (tokens x vocab) logits never exist; the tied weight's gradient is computed in the forward
+    (accumulated in fp32) and added to the embedding's own gradient by the runtime.
     """
 
     def __init__(self, dim: int, vocab_size: int, weight: nn.Parameter) -> None:
@@ -22,5 +27,5 @@ class TiedLMHeadCE(nn.Module):
         pass
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(x, self.weight)  # (B, T, V)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum")
+        w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)  # head in its own precision
+        return linear_cross_entropy(x, w, targets.long(), reduction="sum", impl=lce_impl(x.device))
