@@ -71,6 +71,16 @@ class DataConfig(BaseModel):
         return self
 
 
+class ReplayOf(BaseModel):
+    """Re-execute another session's steps from its checkpoint, to check they reproduce its losses."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    from_step: int = Field(..., ge=0)
+    to_step: int = Field(..., ge=1, description="exclusive")
+
+
 class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -89,6 +99,7 @@ class SessionConfig(BaseModel):
     validate_every: int = Field(0, ge=0)
     validation_batches: int = Field(4, ge=1, description="micro-batches of the validation split per validation")
     min_pnodes: int = Field(1, ge=1, description="wait for this many live PNodes before allocating")
+    replay_of: ReplayOf | None = None
 
     @model_validator(mode="after")
     def _micro_divides_batch(self) -> "SessionConfig":

@@ -75,7 +75,7 @@ class DatasetService:
         self.store = store
         self.events = EventLog(nc.jetstream(), subjects)
         self._open: dict[str, _Open] = {}
-        self._creating: set[str] = set()
+        self._creating: dict[str, asyncio.Event] = {}  # name -> set when its creation ends
         self._tasks: set[asyncio.Task] = set()
         self._subs = []
         self._handlers = {
@@ -126,13 +126,16 @@ class DatasetService:
 
     # -- handlers ------------------------------------------------------------
     async def create(self, request: CreateDataset) -> DatasetReply:
-        if request.name in self._creating:
-            raise DatasetUserError(f"dataset {request.name!r} is being created right now; wait for it or choose another name")
-        self._creating.add(request.name)
+        while request.name in self._creating:
+            if request.if_exists != "reuse":
+                raise DatasetUserError(f"dataset {request.name!r} is being created right now; wait for it or choose another name")
+            await self._creating[request.name].wait()  # then reuse what it made, if it is the same recipe
+        done = self._creating[request.name] = asyncio.Event()
         try:
             return await self._create(request)
         finally:
-            self._creating.discard(request.name)
+            del self._creating[request.name]
+            done.set()
 
     async def _create(self, request: CreateDataset) -> DatasetReply:
         reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)

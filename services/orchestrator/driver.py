@@ -249,7 +249,16 @@ class SessionDriver:
 
     async def _restore(self) -> int:
         """Load the newest checkpoint whose objects are intact; the step to continue from (0: none)."""
-        for checkpoint in reversed(self.state.checkpoints):
+        checkpoints = self.state.checkpoints
+        replay = self.state.config.replay_of
+        if replay:  # a verification run starts from the other session's checkpoint
+            original = SessionLog(self.session.eventlog, replay.session_id)
+            await original.refresh()
+            checkpoints = [c for c in original.state.checkpoints if c.step <= replay.from_step]
+            if not checkpoints and replay.from_step > 0:
+                kept = ", ".join(str(c.step) for c in original.state.checkpoints) or "none"
+                raise SessionError(f"session {replay.session_id} keeps no checkpoint at or before step {replay.from_step} (kept: {kept})")
+        for checkpoint in reversed(checkpoints):
             request = LoadCheckpoint(
                 session_id=self.state.id, step=checkpoint.step, bucket=checkpoint.bucket, objects=checkpoint.objects
             )
@@ -266,6 +275,7 @@ class SessionDriver:
     # -- the step loop ------------------------------------------------------------------
     async def _train(self, step: int) -> None:
         config = self.state.config
+        end = config.replay_of.to_step if config.replay_of else config.steps
         while True:
             await self.session.refresh()
             if self.state.claimed_by != self.orchestrator_id:
@@ -280,7 +290,7 @@ class SessionDriver:
                 return
             if self.state.validation_requested:
                 await self._validate(step)
-            if step >= config.steps:
+            if step >= end:
                 break
             await self._step(step)
             step += 1
@@ -320,6 +330,8 @@ class SessionDriver:
         await self.record(ValidationCompleted(step=step, loss=loss, perplexity=math.exp(min(loss, 50.0)), tokens=tokens))
 
     async def _checkpoint(self, step: int) -> None:
+        if self.state.config.replay_of:
+            return  # a verification run changes nothing worth keeping
         if self.state.last_checkpoint and self.state.last_checkpoint.step == step:
             return  # already have exactly this state
         t0 = time.monotonic()

@@ -1,0 +1,55 @@
+"""Helpers for session tests: commands, waiting on events, reading losses."""
+
+from __future__ import annotations
+
+import asyncio
+
+from computeall.cli.client import Client
+from computeall.cli.follow import follow_session, start_session
+from computeall.cli.session_view import session_events
+from computeall.protocol.commands import CommandEnvelope
+from computeall.protocol.config import DataConfig, SessionConfig
+from computeall.protocol.events import StepCompleted
+from computeall.protocol.session_state import SessionState, fold
+
+from .cluster import stdlib_corpus
+from .test_training_run import NETWORK
+
+
+def config(steps: int = 24, **overrides) -> SessionConfig:
+    settings = {"seed": 3, "checkpoint_every": 5, "keep_checkpoints": 10, "min_pnodes": 2, **overrides}
+    return SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=steps, **settings)
+
+
+async def command(client: Client, sid: str, payload) -> CommandEnvelope:
+    envelope = CommandEnvelope(actor="local", session_id=sid, payload=payload)
+    await client.eventlog.publish_command(envelope)
+    return envelope
+
+
+async def state(client: Client, sid: str) -> SessionState:
+    return fold(sid, await session_events(client.eventlog, sid))
+
+
+async def wait_for(client: Client, sid: str, predicate, timeout: float = 120.0) -> SessionState:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        current = await state(client, sid)
+        if predicate(current):
+            return current
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"session {sid} did not get there in {timeout}s: {current.status} step {current.next_step}")
+
+
+async def run_to_end(client: Client, cfg: SessionConfig, timeout: float = 240.0) -> str:
+    sid, command_id = await start_session(client, cfg)
+    outcome = await asyncio.wait_for(follow_session(client.eventlog, sid, cfg.steps, progress=False, command_id=command_id), timeout)
+    assert outcome.ok, outcome.message
+    return sid
+
+
+async def losses(client: Client, sid: str) -> list[tuple[int, float]]:
+    """Every recorded StepCompleted, in log order (a step recorded twice would show twice)."""
+    return [(e.payload.step, e.payload.loss) for _, e in await session_events(client.eventlog, sid)
+            if isinstance(e.payload, StepCompleted)]
