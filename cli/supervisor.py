@@ -21,7 +21,9 @@ from .cluster_file import ClusterInfo, ServiceStatus, write
 
 log = logging.getLogger("computeall.supervisor")
 
-SERVICE_KINDS = ("orchestrator", "dataset", "pnode", "monitor")
+# Stop order: the orchestrator first, so a PNode going away during shutdown is never taken for a
+# failure of the session; the monitor last, so it records everything that happened.
+STOP_ORDER = ("orchestrator", "pnode", "dataset", "monitor")
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -130,23 +132,22 @@ class Supervisor:
         return True
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM every service (PNodes first, so they announce they leave), then SIGKILL stragglers."""
+        """SIGTERM each kind of service in `STOP_ORDER`, waiting for it; SIGKILL stragglers."""
         self._stopping = True
-        order = sorted(self.services.values(), key=lambda r: SERVICE_KINDS.index(r.spec.kind), reverse=True)
-        for running in order:
-            if running.process and running.process.poll() is None:
-                running.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for running in order:
-            if running.process is None:
-                continue
-            try:
-                running.process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in time; killing it", running.spec.name)
-                running.process.kill()
-                running.process.wait()
-            running.state = "stopped"
+        for kind in STOP_ORDER:
+            group = [r for r in self.services.values() if r.spec.kind == kind and r.process is not None]
+            for running in group:
+                if running.process.poll() is None:
+                    running.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for running in group:
+                try:
+                    running.process.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop in time; killing it", running.spec.name)
+                    running.process.kill()
+                    running.process.wait()
+                running.state = "stopped"
         self.write_cluster_file()
 
     def statuses(self) -> list[ServiceStatus]:

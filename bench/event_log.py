@@ -1,0 +1,114 @@
+"""The event log's speed: session appends against raw JetStream publishes, replay folding against raw reads,
+and the cost of a tiny-gpt checkpoint (seconds, bytes per parameter).
+
+    python bench/event_log.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+import torch
+
+from computeall.cli.nats_server import EmbeddedNats
+from computeall.network import Graph, load_network_file
+from computeall.protocol.config import OptimizerConfig
+from computeall.protocol.eventlog import EventLog, ensure_streams
+from computeall.protocol.events import EventEnvelope, StepCompleted
+from computeall.protocol.object_store import open_bucket
+from computeall.protocol.session_state import SessionLog
+from computeall.protocol.subjects import Subjects
+from computeall.tensorcore.checkpoint import save_vnode
+from computeall.tensorcore.optimizer import VNodeOptimizer
+from computeall.tensorcore.vnode_runtime import VNodeRuntime
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def step_event(sid: str, step: int) -> EventEnvelope:
+    return EventEnvelope(actor="bench", session_id=sid, payload=StepCompleted(
+        step=step, loss=4.2, tokens=2048, step_time_s=0.5, lr=1e-3, compute_s=0.4, wait_s=0.1))
+
+
+async def appends(js, eventlog: EventLog, n: int) -> dict:
+    session = SessionLog(eventlog, "bench-session")
+    t0 = time.perf_counter()
+    for step in range(n):
+        await session.append(step_event("bench-session", step))
+    session_s = time.perf_counter() - t0
+    payload = step_event("raw", 0).model_dump_json().encode()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await js.publish("ca.evt.session.raw.StepCompleted", payload)
+    raw_s = time.perf_counter() - t0
+    return {"name": "append", "events": n, "session_path_per_s": n / session_s, "raw_jetstream_per_s": n / raw_s,
+            "ratio": raw_s / session_s}
+
+
+async def replay(eventlog: EventLog, n: int) -> dict:
+    t0 = time.perf_counter()
+    records = await eventlog.read("ca.evt.session.bench-session.>")
+    raw_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    session = SessionLog(eventlog, "bench-session")
+    state = await session.refresh()
+    fold_s = time.perf_counter() - t0
+    assert state.next_step == n == len(records)
+    return {"name": "replay", "events": n, "folded_per_s": n / fold_s, "raw_read_per_s": n / raw_s,
+            "ratio": raw_s / fold_s}
+
+
+async def checkpoint(js) -> dict:
+    graph = Graph(load_network_file(REPO / "examples" / "networks" / "tiny-gpt.yaml"))
+    runtime = VNodeRuntime(graph, list(graph.vnodes), 1, torch.device("cpu"))
+    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig())
+    for p in runtime.parameters().values():
+        p.grad = torch.zeros_like(p)
+    optimizer.step(1e-3)  # so the Adam state exists, as in any real checkpoint
+    params = sum(p.numel() for p in runtime.parameters().values())
+    store = await open_bucket(js, "bench-checkpoints")
+    t0 = time.perf_counter()
+    total = 0
+    for vid in runtime.order:
+        data = save_vnode(runtime, optimizer, vid, 0)
+        await store.put(f"bench/{vid}.safetensors", data)
+        total += len(data)
+    seconds = time.perf_counter() - t0
+    return {"name": "checkpoint tiny-gpt", "parameters": params, "bytes": total, "seconds": seconds,
+            "bytes_per_parameter": total / params}
+
+
+async def main(args: argparse.Namespace) -> list[dict]:
+    n = 2000 if args.quick else 20000
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp)) as server:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        subjects = Subjects("ca")
+        await ensure_streams(js, subjects)
+        eventlog = EventLog(js, subjects)
+        rows = [await appends(js, eventlog, n), await replay(eventlog, n), await checkpoint(js)]
+        await nc.close()
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "event_log.json")
+    args = parser.parse_args()
+    rows = asyncio.run(main(args))
+    a, r, c = rows
+    print(f"append   {a['events']} StepCompleted: session path {a['session_path_per_s']:.0f}/s, raw JetStream "
+          f"{a['raw_jetstream_per_s']:.0f}/s, ratio {a['ratio']:.2f}")
+    print(f"replay   {r['events']} events: folded {r['folded_per_s']:.0f}/s, raw read {r['raw_read_per_s']:.0f}/s, "
+          f"ratio {r['ratio']:.2f}")
+    print(f"checkpoint tiny-gpt: {c['parameters']} parameters, {c['bytes'] / 2**20:.1f} MiB in {c['seconds']:.2f}s, "
+          f"{c['bytes_per_parameter']:.1f} bytes/parameter")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -1,0 +1,68 @@
+"""Stop everything, NATS included, and run `computeall up` again: running sessions continue."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from computeall.cli.client import connect
+from computeall.cli.cluster_file import read
+
+from .cluster import stdlib_corpus
+from .sessions import losses, run_to_end, wait_for
+from .sessions import config as session_config
+from .test_training_run import NETWORK
+
+COMPUTEALL = str(Path(sys.executable).parent / "computeall")
+
+
+def up(data_dir: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([COMPUTEALL, "up", "--pnodes", "2", "--data-dir", str(data_dir)],
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+
+
+def wait_for_cluster(data_dir: Path, previous: str | None = None, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = read(data_dir)
+        if info and info.nats != previous:
+            return info.nats
+        time.sleep(0.2)
+    raise AssertionError("computeall up did not write cluster.json")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGINT)
+    assert process.wait(60) == 0
+
+
+async def test_full_restart_continues_running_sessions(tmp_path):
+    data_dir, log = tmp_path / "run", tmp_path / "up.log"
+    first = up(data_dir, log)
+    try:
+        url = wait_for_cluster(data_dir)
+        created = subprocess.run(
+            [COMPUTEALL, "session", "create", "--network", str(NETWORK), "--data", *stdlib_corpus(), "--steps", "24",
+             "--seed", "3", "--checkpoint-every", "5", "--min-pnodes", "2", "--json", "--data-dir", str(data_dir)],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert created.returncode == 0, created.stderr
+        sid = json.loads(created.stdout)["session_id"]
+        async with connect(url) as client:
+            await wait_for(client, sid, lambda s: s.next_step >= 8)
+    finally:
+        stop(first)  # everything stops: PNodes, orchestrator, dataset, monitor and nats-server
+    second = up(data_dir, log)
+    try:
+        url = wait_for_cluster(data_dir, previous=url)
+        async with connect(url) as client:
+            final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
+            resumed = await losses(client, sid)
+            clean = await losses(client, await run_to_end(client, session_config()))
+    finally:
+        stop(second)
+    assert final.next_step == 24
+    assert [s for s, _ in resumed] == list(range(24)), "each step recorded exactly once"
+    assert resumed == clean
