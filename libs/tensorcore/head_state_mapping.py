@@ -137,14 +137,32 @@ def source_vnodes(spec: NetworkSpec, vid: str) -> list[str]:
     return [vid]
 
 
+def _owner(key: str, ids_longest_first: list[str]) -> str | None:
+    rest = _split(key)[1]
+    return next((vid for vid in ids_longest_first if rest.startswith(vid + ".")), None)
+
+
 def group_by_vnode(state: dict[str, torch.Tensor], spec: NetworkSpec) -> dict[str, dict[str, torch.Tensor]]:
     """Split a flat state into per-VNode dicts (one checkpoint object each) by the VNode ids of `spec`."""
-    ids = sorted((v.id for v in spec.vnodes), key=len, reverse=True)  # longest first: 'b0.h1' before 'b0.h'
+    ids = sorted((v.id for v in spec.vnodes), key=len, reverse=True)  # longest first: 'b0.h10' before 'b0.h1'
     out: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, t in state.items():
-        rest = _split(key)[1]
-        owner = next((vid for vid in ids if rest.startswith(vid + ".")), None)
+        owner = _owner(key, ids)
         if owner is None:
             raise StateMappingError(f"{key} names no VNode of {spec.name}")
         out[owner][key] = t
     return dict(out)
+
+
+def vnode_state(objects: dict[str, dict[str, torch.Tensor]], spec: NetworkSpec, vid: str) -> dict[str, torch.Tensor]:
+    """VNode `vid` of `spec`, from checkpoint objects (VNode id -> its tensors) of either topology.
+
+    `objects` should hold the objects of `source_vnodes(spec, vid)` that the checkpoint has. The result
+    has the keys a checkpoint written by `spec`'s topology would have for `vid` (same namespaces).
+    """
+    merged: dict[str, torch.Tensor] = {}
+    for tensors in objects.values():
+        merged.update(tensors)
+    converted = convert_state(merged, spec)
+    ids = sorted((v.id for v in spec.vnodes), key=len, reverse=True)
+    return {k: t for k, t in converted.items() if _owner(k, ids) == vid}

@@ -11,6 +11,7 @@ from computeall.tensorcore.head_state_mapping import (
     convert_state,
     group_by_vnode,
     source_vnodes,
+    vnode_state,
     to_fused,
     to_unfused,
 )
@@ -139,3 +140,18 @@ def test_checkpoint_objects_per_vnode(specs):
     assert sorted(objects["b0.attn"]) == sorted(
         f"param/b0.attn.{p}{s}" for p in ("qkv.weight", "proj.weight")
         for s in ("", ".master", ".exp_avg", ".exp_avg_sq", ".step"))
+
+
+def test_vnode_state_from_objects_of_either_topology(specs):
+    """What a PNode does on load: fetch the objects `source_vnodes` names, take its VNode's state."""
+    unfused, fused = specs
+    ustate = random_state(unfused, ns="optim/") | random_state(unfused, suffixes=("",), ns="param/")
+    fstate = to_fused(ustate, head_groups(fused))
+    for saved_spec, saved, target_spec, target in ((unfused, ustate, fused, fstate), (fused, fstate, unfused, ustate),
+                                                   (fused, fstate, fused, fstate), (unfused, ustate, unfused, ustate)):
+        objects = group_by_vnode(saved, saved_spec)
+        want = group_by_vnode(target, target_spec)
+        for vid in want:
+            got = vnode_state({s: objects[s] for s in source_vnodes(target_spec, vid) if s in objects}, target_spec, vid)
+            assert sorted(got) == sorted(want[vid]), vid
+            assert all(torch.equal(got[k], want[vid][k]) for k in got), vid
