@@ -35,7 +35,7 @@ export const TOPOLOGY = `query Topology($id: ID!) {
   topology(sessionId: $id) {
     sessionId bytesAcrossPerStep
     vnodes { id op params precision pnode }
-    edges { src dst bytesPerStep }
+    edges { src dst bytesPerStep crosses }
     pnodes { ${PNODE_SUMMARY} }
   }
 }`;

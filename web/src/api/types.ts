@@ -76,7 +76,9 @@ export interface VNode {
 export interface Edge {
   src: string;
   dst: string;
+  /** carried per step when the edge crosses PNodes */
   bytesPerStep: number;
+  crosses: boolean;
 }
 
 /** Bytes a PNode holds by category, as the PNode measures them. */
