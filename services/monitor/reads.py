@@ -12,6 +12,8 @@ from typing import Any
 
 import duckdb
 
+from . import network_edges
+
 SESSION_FIELDS = (
     "id", "owner", "status", "config", "created_at", "started_at", "ended_at", "step", "last_loss", "tokens",
     "tokens_per_s", "loss_scale", "reason", "pnodes", "bytes_across_per_step",
@@ -87,8 +89,11 @@ def events(
 def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: float) -> dict[str, Any]:
     vnodes = _rows(cur, ("id", "op", "params", "precision", "pnode"),
                    "SELECT vnode, op, params, precision, pnode FROM vnodes WHERE session_id = ? ORDER BY vnode", [sid])
-    edges = _rows(cur, ("src", "dst", "bytes_per_step"),
-                  "SELECT src, dst, bytes_per_step FROM edges WHERE session_id = ? ORDER BY src, dst", [sid])
+    recorded = _rows(cur, ("src", "dst", "bytes_per_step"),
+                     "SELECT src, dst, bytes_per_step FROM edges WHERE session_id = ? ORDER BY src, dst", [sid])
+    row = cur.execute("SELECT config FROM sessions WHERE id = ?", [sid]).fetchone()
+    config = json.loads(row[0]) if row and row[0] else None
+    edges = network_edges.all_edges(config, {v["id"]: v["pnode"] for v in vnodes}, recorded)
     allocations = _rows(cur, ("seq", "ts", "type", "pnodes", "bytes_across_per_step"),
                         "SELECT seq, ts, type, pnodes, bytes_across_per_step FROM allocations WHERE session_id = ? ORDER BY seq",
                         [sid])

@@ -1,0 +1,37 @@
+"""Every edge of a session's network, for the topology view.
+
+The orchestrator records only the edges that cross PNodes (the traffic allocation minimises),
+but a picture of the network needs all of them. The monitor rebuilds the graph from the
+session's own network YAML with `computeall.network` (shared library code, no torch) and marks
+which edges cross; the recorded crossing figures win where they exist.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from computeall.network import Graph, load_network
+
+
+@lru_cache(maxsize=64)
+def _graph_edges(network_yaml: str, batch_size: int) -> tuple[tuple[str, str, int], ...]:
+    graph = Graph(load_network(network_yaml))
+    return tuple((e.src, e.dst, graph.edge_bytes_per_step(e, batch_size)) for e in graph.edges)
+
+
+def all_edges(config: dict[str, Any] | None, placement: dict[str, str], recorded: list[dict]) -> list[dict]:
+    """(src, dst, bytes_per_step, crosses) for every edge between VNodes; only the recorded
+    crossing edges when the network cannot be rebuilt (an older or foreign config)."""
+    crossing = {(e["src"], e["dst"]): e["bytes_per_step"] for e in recorded}
+    try:
+        edges = _graph_edges(config["network_yaml"], int(config.get("batch_size", 8)))
+    except Exception:  # noqa: BLE001 - any config the library rejects reads as "unknown graph"
+        return [{**e, "crosses": True} for e in recorded]
+    out = []
+    for src, dst, nbytes in edges:
+        if src not in placement or dst not in placement:
+            continue  # an input from the dataset, not a VNode
+        crosses = placement[src] != placement[dst]
+        out.append({"src": src, "dst": dst, "bytes_per_step": crossing.get((src, dst), nbytes), "crosses": crosses})
+    return out
