@@ -1,0 +1,48 @@
+"""Helpers of the end-to-end dashboard tests (no tests here): Debian's Chromium driven by
+Playwright, the built dashboard, and the local user's API key."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from computeall.cli.client import Client
+from computeall.protocol.monitor_api import DEFAULT_KEY, DefaultKey, MonitorReply, monitor_subject
+
+REPO = Path(__file__).resolve().parents[2]
+WEB = REPO / "web"
+ARTIFACTS = REPO / "test-artifacts" / "e2e"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]
+
+
+def chromium_path() -> str:
+    """The system Chromium, or a skip that says how to install it (Playwright's own download
+    is not used: machines without internet cannot fetch it)."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("Chromium is not installed (`make browser`, or apt-get install chromium chromium-driver)")
+    return path
+
+
+def ensure_dashboard_built() -> None:
+    """`make web` does this; a test run straight from pytest builds it too rather than skip."""
+    if (WEB / "dist" / "index.html").exists():
+        return
+    if not (WEB / "node_modules").exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=WEB, check=True, capture_output=True)
+    subprocess.run(["npm", "run", "build"], cwd=WEB, check=True, capture_output=True)
+
+
+async def default_key(client: Client) -> str:
+    """The local default user's key, as `computeall up` prints it."""
+    subject = monitor_subject(client.subjects, DEFAULT_KEY)
+    msg = await client.nc.request(subject, DefaultKey().model_dump_json().encode(), timeout=10)
+    reply = MonitorReply.model_validate_json(msg.data)
+    assert reply.ok and reply.api_key, reply
+    return reply.api_key

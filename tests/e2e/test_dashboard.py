@@ -1,0 +1,143 @@
+"""The dashboard in real headless Chromium against a real embedded system that is training.
+
+One test walks the whole path a user takes (the system takes a while to start, so it starts
+once): a wrong key is refused, the right key logs in, the running session is listed, its loss
+chart gains points while it trains, the topology shows a VNode's memory, the PNodes view lists
+both PNodes, and pausing from the UI changes the session's state. Screenshots of every page go
+to test-artifacts/e2e/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from computeall.cli.follow import start_session
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+
+from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
+from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, chromium_path, default_key, ensure_dashboard_built
+
+playwright_api = pytest.importorskip(
+    "playwright.async_api", reason="the e2e tests drive Chromium with Playwright: pip install -e '.[dev]'"
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+NETWORK = REPO / "examples" / "networks" / "micro-gpt.yaml"
+PNODES = ["pnode-0", "pnode-1"]
+# long enough to still be training when the test pauses it; the cluster is torn down after
+STEPS = 20_000
+UI_TIMEOUT_MS = 30_000
+
+
+def session_config() -> SessionConfig:
+    return SessionConfig(
+        network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
+        lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
+    )
+
+
+async def wait_for_monitor(supervisor, timeout: float = 30.0) -> str:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while supervisor.monitor_url is None:
+        assert asyncio.get_running_loop().time() < deadline, "the monitor did not start"
+        await asyncio.sleep(0.2)
+    return supervisor.monitor_url
+
+
+async def chart_points(page, title: str) -> int:
+    return int(await page.get_attribute(f'[data-chart="{title}"]', "data-points") or 0)
+
+
+async def wait_for(predicate, timeout: float, what: str):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (value := await predicate()):
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.25)
+    return value
+
+
+async def test_dashboard_end_to_end(tmp_path):
+    executable = chromium_path()
+    ensure_dashboard_built()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    async with running_cluster(tmp_path, pnodes=len(PNODES), with_monitor=True) as (client, supervisor):
+        url = await wait_for_monitor(supervisor)
+        await wait_for_pnodes(client, PNODES)
+        key = await default_key(client)
+        sid, _ = await start_session(client, session_config())
+
+        async with playwright_api.async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+            page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(UI_TIMEOUT_MS)
+            try:
+                await run_user_path(page, url, key, sid)
+            finally:
+                await page.screenshot(path=str(ARTIFACTS / "last.png"), full_page=True)
+                await browser.close()
+
+
+async def run_user_path(page, url: str, key: str, sid: str) -> None:
+    # a wrong key is refused with a message, not a blank page
+    await page.goto(url)
+    await page.fill('input[name="apiKey"]', "ca_not-a-key")
+    await page.click('button[type="submit"]')
+    error = page.locator('[data-notice="error"]')
+    await error.wait_for()
+    assert "not valid" in await error.inner_text()
+    await page.screenshot(path=str(ARTIFACTS / "login-wrong-key.png"))
+
+    # the right key shows the user's session in the list
+    await page.fill('input[name="apiKey"]', key)
+    await page.click('button[type="submit"]')
+    row = page.locator(f'[data-session="{sid}"]')
+    await row.wait_for()
+    await page.screenshot(path=str(ARTIFACTS / "sessions.png"), full_page=True)
+
+    # the session page: the loss chart gains points while the session trains
+    await row.locator("a").click()
+    await page.wait_for_selector('[data-chart="Train loss"][data-rendered="yes"]')
+    first = await wait_for(lambda: chart_points(page, "Train loss"), 120, "the first steps on the loss chart")
+    await wait_for(lambda: _more(page, first + 3), 60, "the loss chart to gain points")
+    await page.screenshot(path=str(ARTIFACTS / "session.png"), full_page=True)
+
+    # the topology: click a VNode in the graph and read its memory
+    await page.click('[data-nav="topology"]')
+    await page.wait_for_selector("[data-topology-graph] canvas")
+    box = await page.locator("[data-topology-graph]").bounding_box()
+    position = await page.evaluate(
+        """() => document.querySelector('[data-topology-graph]')._cyreg.cy.getElementById('b0.attn').renderedPosition()"""
+    )
+    await page.mouse.click(box["x"] + position["x"], box["y"] + position["y"])
+    panel = page.locator('[data-vnode-panel][data-vnode="b0.attn"]')
+    await panel.wait_for()
+    assert await panel.locator('[data-field="precision"]').inner_text() == "fp32"
+    memory = await panel.locator('[data-table="vnode-memory"]').inner_text()
+    assert "weights" in memory and "KiB" in memory, memory
+    await page.screenshot(path=str(ARTIFACTS / "topology.png"), full_page=True)
+
+    # the PNodes view: both PNodes live, each with the VNodes it hosts
+    await page.click('[data-nav="pnodes"]')
+    for name in PNODES:
+        await page.wait_for_selector(f'[data-pnode="{name}"][data-state="live"]')
+    hosted = await page.locator("[data-pnode] .hosted code").count()
+    assert hosted >= 2, "the PNodes should list the VNodes they host"
+    await page.screenshot(path=str(ARTIFACTS / "pnodes.png"), full_page=True)
+
+    # pause from the UI: the status follows the session's real state
+    await page.click('[data-nav="sessions"]')
+    await page.locator(f'[data-session="{sid}"] a').click()
+    status = page.locator("[data-session-status]")
+    await page.wait_for_selector('[data-session-status][data-status="running"]')
+    await page.click('[data-command="pause"]')
+    await page.wait_for_selector('[data-session-status][data-status="paused"]', timeout=60_000)
+    await page.screenshot(path=str(ARTIFACTS / "session-paused.png"), full_page=True)
+    assert await status.inner_text() == "paused"
+
+
+async def _more(page, n: int) -> bool:
+    return await chart_points(page, "Train loss") >= n
