@@ -1,0 +1,216 @@
+"""Dashboard benchmark in headless Chromium, against a real monitor and nats-server.
+
+1. Time to chart: a session of 100,000 steps (real StepCompleted events in CA_LOG, projected by
+   the monitor); from navigation to the session page until the loss chart is drawn with its
+   points, in a fresh page each time (median of --runs). Target <= 1.5 s.
+2. Heap under live updates: the session page stays open while steps keep arriving (--rate per
+   second) for --minutes; the JS heap after a forced GC is sampled every 10 s. It must level
+   off (the page re-queries a downsampled series instead of keeping every live step).
+
+    .venv/bin/python bench/dashboard.py [--minutes 10] [--rate 20]   # writes bench/results/dashboard.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import nats
+from playwright.async_api import async_playwright
+
+from computeall.cli.nats_server import EmbeddedNats
+from computeall.protocol.config import DataConfig, SessionConfig
+from computeall.protocol.eventlog import ensure_streams
+from computeall.protocol.events import EventEnvelope, SessionCreated, SessionStarted, StepCompleted
+from computeall.protocol.subjects import Subjects
+
+REPO = Path(__file__).resolve().parents[1]
+SESSION = "bench-dashboard"
+STEPS = 100_000
+TARGET_S = 1.5
+HEAP_SAMPLE_S = 10.0
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]
+CHART = '[data-chart="Train loss"][data-rendered="yes"]'
+
+
+def step_event(i: int) -> EventEnvelope:
+    loss = 4.0 / (1 + i / 1000) + (0.3 if i % 997 == 0 else 0.0)
+    return EventEnvelope(session_id=SESSION, actor="orchestrator", payload=StepCompleted(
+        step=i, loss=loss, tokens=4096, step_time_s=0.05 + (i % 13) * 1e-3, lr=1e-3, loss_scale=1.0))
+
+
+async def publish_history(url: str) -> int:
+    """The session's creation and STEPS steps; returns the last stream sequence."""
+    config = SessionConfig(network_yaml="name: bench\n", data=DataConfig(files=["a"]), steps=10 * STEPS)
+    envs = [EventEnvelope(session_id=SESSION, actor="orchestrator", payload=SessionCreated(config=config, owner="local")),
+            EventEnvelope(session_id=SESSION, actor="orchestrator", payload=SessionStarted())]
+    envs += [step_event(i) for i in range(STEPS)]
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        s = Subjects()
+        await ensure_streams(js, s)
+        futures = [await js.publish_async(s.session_evt(SESSION, e.type), e.model_dump_json().encode()) for e in envs]
+        await js.publish_async_completed()
+        return futures[-1].result().seq
+    finally:
+        await nc.close()
+
+
+async def publish_live(url: str, first: int, rate: float, stop: asyncio.Event) -> int:
+    """StepCompleted at `rate` per second from step `first` until `stop`; returns steps sent."""
+    nc = await nats.connect(url)
+    js, s, i = nc.jetstream(), Subjects(), first
+    try:
+        while not stop.is_set():
+            await js.publish(s.session_evt(SESSION, "StepCompleted"), step_event(i).model_dump_json().encode())
+            i += 1
+            await asyncio.sleep(1 / rate)
+    finally:
+        await nc.close()
+    return i - first
+
+
+def start_monitor(nats_url: str, data_dir: Path) -> tuple[subprocess.Popen, str, str]:
+    data_dir.mkdir(parents=True)
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "computeall.monitor", "--nats", nats_url, "--data-dir", str(data_dir),
+         "--web-dir", str(REPO / "web" / "dist")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    address = data_dir / "monitor.json"
+    while not address.exists():
+        if monitor.poll() is not None:
+            raise RuntimeError("the monitor did not start")
+        time.sleep(0.05)
+    return monitor, json.loads(address.read_text())["url"], (data_dir / "local-api-key").read_text().strip()
+
+
+def wait_caught_up(url: str, key: str, seq: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = httpx.post(f"{url}/graphql", json={"query": "{ monitor { positions } }"},
+                          headers={"Authorization": f"Bearer {key}"}, timeout=10).json()
+        if body["data"]["monitor"]["positions"].get("CA_LOG", 0) >= seq:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the monitor did not catch up")
+        time.sleep(0.2)
+
+
+async def time_to_chart(browser, url: str, key: str) -> float:
+    """Seconds from navigation start to the loss chart drawn with its points, in a new page."""
+    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    await context.add_init_script(f"localStorage.setItem('computeall.apiKey', {json.dumps(key)})")
+    page = await context.new_page()
+    try:
+        await page.goto(f"{url}/#/sessions/{SESSION}")
+        handle = await page.wait_for_function(
+            f"""() => {{
+              const c = document.querySelector('{CHART}');
+              return c && Number(c.dataset.points) > 0 && c.querySelector('canvas') ? performance.now() : null;
+            }}""", polling="raf", timeout=30_000)
+        return await handle.json_value() / 1000
+    finally:
+        await context.close()
+
+
+async def heap_under_live_updates(browser, url: str, key: str, nats_url: str, minutes: float, rate: float) -> dict:
+    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    await context.add_init_script(f"localStorage.setItem('computeall.apiKey', {json.dumps(key)})")
+    page = await context.new_page()
+    await page.goto(f"{url}/#/sessions/{SESSION}")
+    await page.wait_for_selector(CHART)
+    cdp = await context.new_cdp_session(page)
+
+    async def heap() -> float:
+        await cdp.send("HeapProfiler.collectGarbage")
+        return (await cdp.send("Runtime.getHeapUsage"))["usedSize"] / 2**20
+
+    stop = asyncio.Event()
+    publisher = asyncio.create_task(publish_live(nats_url, STEPS, rate, stop))
+    samples = [(0.0, await heap())]
+    start = time.monotonic()
+    while (elapsed := time.monotonic() - start) < minutes * 60:
+        await asyncio.sleep(min(HEAP_SAMPLE_S, minutes * 60 - elapsed))
+        samples.append((round(time.monotonic() - start, 1), round(await heap(), 2)))
+        print(f"  {samples[-1][0]:6.0f} s  heap {samples[-1][1]:.1f} MiB", flush=True)
+    stop.set()
+    sent = await publisher
+    points = int(await page.get_attribute(CHART, "data-points") or 0)
+    await context.close()
+    heaps = [h for _, h in samples]
+    half = heaps[len(heaps) // 2:]
+    return {
+        "minutes": minutes, "rate_steps_per_s": rate, "live_steps_sent": sent, "chart_points_at_end": points,
+        "heap_mib_start": heaps[0], "heap_mib_end": heaps[-1], "heap_mib_max": max(heaps),
+        # growth over the second half: ~0 when the heap has levelled off
+        "heap_mib_growth_second_half": round(half[-1] - half[0], 2), "samples": samples,
+    }
+
+
+async def run(args) -> dict:
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        raise SystemExit("Chromium is not installed: make browser")
+    if not (REPO / "web" / "dist" / "index.html").exists():
+        raise SystemExit("the dashboard is not built: make web")
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "nats") as server:
+        t = time.perf_counter()
+        last = await publish_history(server.url)
+        print(f"published {STEPS:,} steps in {time.perf_counter() - t:.1f} s")
+        monitor, url, key = start_monitor(server.url, Path(tmp) / "monitor")
+        try:
+            t = time.perf_counter()
+            wait_caught_up(url, key, last)
+            print(f"monitor projected them in {time.perf_counter() - t:.1f} s")
+            async with async_playwright() as p:
+                browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+                await time_to_chart(browser, url, key)  # warm-up: the HTTP cache and DuckDB's first read
+                timings = [await time_to_chart(browser, url, key) for _ in range(args.runs)]
+                median = statistics.median(timings)
+                print(f"time to chart ({STEPS:,} steps): median {median:.3f} s, max {max(timings):.3f} s "
+                      f"(target {TARGET_S} s: x{TARGET_S / median:.1f} headroom)")
+                print(f"heap under live updates, {args.minutes} min at {args.rate} steps/s:")
+                heap = await heap_under_live_updates(browser, url, key, server.url, args.minutes, args.rate)
+                await browser.close()
+        finally:
+            monitor.terminate()
+            monitor.wait(15)
+    print(f"heap: {heap['heap_mib_start']:.1f} MiB at start, {heap['heap_mib_end']:.1f} MiB at the end, "
+          f"max {heap['heap_mib_max']:.1f} MiB; growth over the second half {heap['heap_mib_growth_second_half']:+.2f} MiB")
+    return {
+        "steps": STEPS, "time_to_chart_s_median": round(median, 3), "time_to_chart_s_max": round(max(timings), 3),
+        "time_to_chart_runs": [round(t, 3) for t in timings], "time_to_chart_target_s": TARGET_S,
+        "target_vs_median": round(TARGET_S / median, 2), "live": heap,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=1.0, help="live-update period for the heap measure (10 for the full one)")
+    parser.add_argument("--rate", type=float, default=20.0, help="live steps per second")
+    parser.add_argument("--runs", type=int, default=5, help="time-to-chart measurements")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "dashboard.json")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
