@@ -141,7 +141,7 @@ async def heap_under_live_updates(browser, url: str, key: str, nats_url: str, mi
 
     stop = asyncio.Event()
     publisher = asyncio.create_task(publish_live(nats_url, STEPS, rate, stop))
-    samples = [(0.0, await heap())]
+    samples = [(0.0, round(await heap(), 2))]
     start = time.monotonic()
     while (elapsed := time.monotonic() - start) < minutes * 60:
         await asyncio.sleep(min(HEAP_SAMPLE_S, minutes * 60 - elapsed))
