@@ -248,7 +248,8 @@ def _checkpoint(batch: Batch, h: Header, p: dict, msg: Message) -> None:
 
 
 def _loss_scale(batch: Batch, h: Header, p: dict, msg: Message) -> None:
-    scale = p.get("loss_scale", p.get("scale"))
+    # LossScaleChanged names the scale now in force `new`; older guesses of the name still read
+    scale = p.get("new", p.get("loss_scale", p.get("scale")))
     if scale is not None:
         batch.ops.append(("UPDATE sessions SET loss_scale = ? WHERE id = ?", [float(scale), h.session_id]))
 
