@@ -99,6 +99,10 @@ class SessionConfig(BaseModel):
     validate_every: int = Field(0, ge=0)
     validation_batches: int = Field(4, ge=1, description="micro-batches of the validation split per validation")
     min_pnodes: int = Field(1, ge=1, description="wait for this many live PNodes before allocating")
+    rebalance: Literal["on-join", "on-failure"] = Field(
+        "on-join", description="use PNodes that join at the next checkpoint boundary, or only after a failure"
+    )
+    slow_after_s: float = Field(60.0, gt=0, description="report a PNode still working on a request after this long")
     replay_of: ReplayOf | None = None
 
     @model_validator(mode="after")

@@ -105,6 +105,8 @@ class ValidationRequested(_Event):
 class SessionPaused(_Event):
     type: Literal["SessionPaused"] = "SessionPaused"
     step: int  # the next step to run
+    reason: str | None = None  # why, when the orchestrator paused it (not enough capacity)
+    auto_resume: bool = False  # resumes by itself once the reason is gone
 
 
 class SessionResumed(_Event):
@@ -164,6 +166,44 @@ class StepSkipped(_Event):
     reason: str
 
 
+class PNodeLost(_Event):
+    """A PNode the session used went silent for the heartbeat timeout (also recorded per PNode)."""
+
+    type: Literal["PNodeLost"] = "PNodeLost"
+    pnode: str
+    step: int | None = None  # the step in flight, if any
+    silent_s: float = 0.0
+
+
+class PNodeSlow(_Event):
+    type: Literal["PNodeSlow"] = "PNodeSlow"
+    pnode: str
+    step: int
+    waited_s: float
+
+
+class StepAborted(_Event):
+    type: Literal["StepAborted"] = "StepAborted"
+    step: int
+    reason: str
+
+
+class Reallocated(Allocated):
+    """A new allocation after a PNode was lost, joined or left; the same fields as `Allocated`."""
+
+    type: Literal["Reallocated"] = "Reallocated"  # type: ignore[assignment]
+    reason: str
+    moves: dict[str, str] = Field(default_factory=dict)  # vnode -> new pnode, for the VNodes that moved
+
+
+class RolledBack(_Event):
+    """Every PNode went back to the checkpoint at `to_step`; steps from there are re-run."""
+
+    type: Literal["RolledBack"] = "RolledBack"
+    to_step: int
+    from_step: int  # the first step not yet recorded when the failure happened
+
+
 SessionEvent = Annotated[
     Union[
         SessionCreated,
@@ -183,6 +223,11 @@ SessionEvent = Annotated[
         CheckpointCommitted,
         CheckpointPruned,
         ValidationCompleted,
+        PNodeLost,
+        PNodeSlow,
+        StepAborted,
+        Reallocated,
+        RolledBack,
         LossScaleChanged,
         StepSkipped,
     ],
@@ -206,7 +251,7 @@ class PNodeLeft(_Event):
     pnode: str
 
 
-PNodeEvent = Annotated[Union[PNodeJoined, PNodeLeft], Field(discriminator="type")]
+PNodeEvent = Annotated[Union[PNodeJoined, PNodeLeft, PNodeLost], Field(discriminator="type")]
 
 # -- datasets -----------------------------------------------------------------
 

@@ -98,8 +98,15 @@ class LoadCheckpoint(_Request):
     objects: list[CheckpointObject]
 
 
+class Reset(_Request):
+    """Drop every session: this PNode was declared lost, its state is stale; it joins again as new."""
+
+    type: Literal["Reset"] = "Reset"
+    session_id: str = "*"
+
+
 PNodeRequest = Annotated[
-    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint],
+    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint, Reset],
     Field(discriminator="type"),
 ]
 

@@ -51,6 +51,8 @@ class SessionState(BaseModel):
     checkpoints: list[CheckpointCommitted] = []  # committed and not pruned, oldest first
     allocation: dict[str, str] = {}
     failure: str | None = None
+    pause_reason: str | None = None
+    auto_resume: bool = False  # paused by the orchestrator (capacity), resumes by itself
 
     @property
     def last_checkpoint(self) -> CheckpointCommitted | None:
@@ -79,8 +81,9 @@ class SessionState(BaseModel):
             self.validation_requested = False
         elif isinstance(p, SessionPaused):
             self.status, self.pause_requested, self.claimed_by = "paused", False, None
+            self.pause_reason, self.auto_resume = p.reason, p.auto_resume
         elif isinstance(p, SessionResumed):
-            self.status = "running"
+            self.status, self.pause_reason, self.auto_resume = "running", None, False
         elif isinstance(p, SessionStopped):
             self.status, self.claimed_by = "stopped", None
         elif isinstance(p, CheckpointCommitted):

@@ -19,6 +19,7 @@ class Heartbeat(BaseModel):
     memory_bytes: int
     ts: float
     sessions: list[str] = Field(default_factory=list)
+    leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
 
 
 class RequestStatus(BaseModel):

@@ -1,8 +1,11 @@
-"""Drives one session from its log: claim, data, allocation, plans, checkpoint reload, then steps.
+"""Drives one session from its log: claim, data, placement, checkpoint reload, then steps.
 
 Every decision is an event appended with the session's expected sequence (`SessionLog`);
 between steps the driver folds whatever others recorded (pause, stop and validation
-requests), so it never holds state the log does not have.
+requests), so it holds no state the log does not have. When a PNode goes silent the step
+in flight is aborted, the network is placed on the live PNodes and every PNode goes back to
+the last committed checkpoint: batches and math are deterministic, so the session ends as if
+nothing had happened.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import time
 from pathlib import Path
 
 import nats.errors
-from nats.aio.client import Client as NATS
 from pydantic import BaseModel
 
 from computeall.network import Graph, NetworkError, load_network
@@ -23,76 +25,62 @@ from computeall.protocol.dataset_api import CreateDataset
 from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
 from computeall.protocol.eventlog import ConcurrencyError
 from computeall.protocol.events import (
-    Allocated,
     CheckpointCommitted,
     CheckpointPruned,
-    EdgeTraffic,
     EventEnvelope,
+    PNodeLost,
+    PNodeSlow,
+    RolledBack,
     SessionClaimed,
     SessionCompleted,
     SessionFailed,
     SessionPaused,
     SessionStopped,
+    StepAborted,
     StepCompleted,
     ValidationCompleted,
-    VNodePlacement,
 )
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket
-from computeall.protocol.pnode_api import (
-    ApplyStep,
-    BatchSource,
-    LoadCheckpoint,
-    LoadPlan,
-    PNodeReply,
-    RunStep,
-    RunValidation,
-    SaveCheckpoint,
-    Unload,
-)
+from computeall.protocol.pnode_api import ApplyStep, LoadCheckpoint, RunStep, RunValidation, SaveCheckpoint, Unload
 from computeall.protocol.session_state import SessionLog
 from computeall.protocol.subjects import Subjects
 
-from .allocator import AllocationError, PNodeCapacity, allocate
+from .errors import DriverDone, LostClaim, PNodeFailure, SessionError
+from .placement import Placement
+from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 
 log = logging.getLogger("computeall.orchestrator.driver")
 
 
-class SessionError(RuntimeError):
-    """The session cannot go on; the message says why and is recorded as `SessionFailed`."""
-
-
-class LostClaim(RuntimeError):
-    """Another orchestrator drives this session now."""
-
-
 class SessionDriver:
     def __init__(
         self,
-        nc: NATS,
+        calls: PNodeCalls,
         subjects: Subjects,
         session: SessionLog,
         registry: PNodeRegistry,
         orchestrator_id: str,
         takeover_from: str | None = None,
         pnode_wait_s: float = 120.0,
-        request_timeout_s: float = 600.0,
     ) -> None:
-        self.nc = nc
-        self.js = nc.jetstream()
+        self.calls = calls
+        self.nc = calls.nc
         self.subjects = subjects
         self.session = session
         self.registry = registry
         self.orchestrator_id = orchestrator_id
         self.takeover_from = takeover_from  # the claimant we saw (None or a dead orchestrator)
         self.pnode_wait_s = pnode_wait_s
-        self.request_timeout_s = request_timeout_s
-        self.pnodes: list[str] = []
-        self.plan: LoadPlan | None = None
+        self.placement: Placement | None = None
 
     @property
     def state(self):
         return self.session.state
+
+    @property
+    def pnodes(self) -> list[str]:
+        return self.placement.pnodes if self.placement else []
 
     async def record(self, payload: BaseModel) -> None:
         """Append an event; if others appended first, fold theirs and retry while we still hold the claim."""
@@ -103,17 +91,19 @@ class SessionDriver:
                 return
             except ConcurrencyError:
                 await self.session.refresh()
-                if not isinstance(payload, SessionClaimed) and self.state.claimed_by != self.orchestrator_id:
-                    raise LostClaim(f"session {self.state.id} is driven by {self.state.claimed_by}") from None
-                if isinstance(payload, SessionClaimed) and self.state.claimed_by not in (None, self.orchestrator_id):
-                    raise LostClaim(f"session {self.state.id} was claimed by {self.state.claimed_by}") from None
+                claimant = self.state.claimed_by
+                if isinstance(payload, SessionClaimed):
+                    if claimant not in (None, self.takeover_from, self.orchestrator_id):
+                        raise LostClaim(f"session {self.state.id} was claimed by {claimant}") from None
+                elif claimant != self.orchestrator_id:
+                    raise LostClaim(f"session {self.state.id} is driven by {claimant}") from None
         raise LostClaim(f"session {self.state.id}: too many concurrent appends")
 
     async def run(self) -> None:
         try:
             await self._claim_and_drive()
-        except LostClaim as exc:
-            log.info("%s", exc)
+        except (LostClaim, DriverDone) as exc:
+            log.info("session %s: %s", self.state.id, exc)
         except SessionError as exc:
             log.error("session %s failed: %s", self.state.id, exc)
             await self.record(SessionFailed(reason=str(exc)))
@@ -125,8 +115,8 @@ class SessionDriver:
         finally:
             for pnode in self.pnodes:
                 try:
-                    await self._request(pnode, Unload(session_id=self.state.id), timeout=10.0)
-                except SessionError:
+                    await self.calls.one(pnode, Unload(session_id=self.state.id), timeout=10.0)
+                except (SessionError, PNodeFailure):
                     pass
 
     async def _claim_and_drive(self) -> None:
@@ -138,17 +128,22 @@ class SessionDriver:
         checkpoint = self.state.last_checkpoint
         await self.record(SessionClaimed(orchestrator=self.orchestrator_id, resume_from_step=checkpoint.step if checkpoint else 0))
         graph, dataset = await self._prepare()
-        await self._allocate_and_load(graph, dataset)
-        step = await self._restore()
+        self.placement = Placement(self, graph, dataset)
+        await self._wait_for_pnodes()
+        try:
+            step = await self.placement.place(reason="start")
+        except PNodeFailure as failure:
+            step = await self._recover(failure, 0)
         await self._train(step)
 
     async def _honour_requests_without_state(self) -> bool:
         """A stop or pause asked while nobody drove the session: the last checkpoint stands."""
+        at = self.state.last_checkpoint.step if self.state.last_checkpoint else 0
         if self.state.stop_requested:
-            await self.record(SessionStopped(step=self.state.last_checkpoint.step if self.state.last_checkpoint else 0))
+            await self.record(SessionStopped(step=at))
             return True
         if self.state.pause_requested:
-            await self.record(SessionPaused(step=self.state.last_checkpoint.step if self.state.last_checkpoint else 0))
+            await self.record(SessionPaused(step=at))
             return True
         return False
 
@@ -163,9 +158,7 @@ class SessionDriver:
             for v in spec.vnodes:
                 v.precision = config.precision
         if config.data.dataset:
-            manifest = await self._dataset_call(
-                lambda: get_dataset(self.nc, self.subjects, config.data.dataset, timeout=30.0)
-            )
+            manifest = await self._dataset_call(lambda: get_dataset(self.nc, self.subjects, config.data.dataset, timeout=30.0))
         else:
             request = CreateDataset(
                 name=files_dataset_name(config.data.files, spec.vocab_size),
@@ -198,109 +191,72 @@ class SessionDriver:
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 raise SessionError("the dataset service did not answer in time; see its log") from None
 
-    async def _allocate_and_load(self, graph: Graph, dataset: str) -> None:
-        config = self.state.config
+    async def _wait_for_pnodes(self) -> None:
+        want = self.state.config.min_pnodes
         deadline = time.monotonic() + self.pnode_wait_s
-        while len(self.registry.live()) < config.min_pnodes:
+        while len(self.registry.live()) < want:
             if time.monotonic() > deadline:
                 raise SessionError(
-                    f"waited {self.pnode_wait_s:.0f}s for {config.min_pnodes} PNodes, {len(self.registry.live())} "
-                    "are live; start more with `computeall pnode --nats URL`"
+                    f"waited {self.pnode_wait_s:.0f}s for {want} PNodes, {len(self.registry.live())} are live; "
+                    "start more with `computeall pnode --nats URL`"
                 )
             await asyncio.sleep(0.2)
-        live = self.registry.live()
-        try:
-            allocation = allocate(
-                graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live], config.batch_size, config.micro_batch_size
-            )
-        except AllocationError as exc:
-            raise SessionError(str(exc)) from None
-        crossing = {
-            (e.src, e.dst): graph.edge_bytes_per_step(e, config.batch_size)
-            for e in graph.edges
-            if e.src in allocation.assignment and allocation.assignment[e.src] != allocation.assignment[e.dst]
-        }
-        await self.record(
-            Allocated(
-                placements=[
-                    VNodePlacement(vnode=v, op=graph.vnodes[v].op, pnode=allocation.assignment[v],
-                                   params=graph.param_count(v), precision=graph.vnodes[v].precision)
-                    for v in graph.order
-                ],
-                edges=[EdgeTraffic(src=s, dst=d, bytes_per_step=b) for (s, d), b in crossing.items()],
-                pnodes=[s.pnode for s in allocation.stages],
-                bytes_across_per_step=allocation.bytes_across_per_step,
-            )
-        )
-        self.pnodes = [s.pnode for s in allocation.stages]
-        self.plan = LoadPlan(
-            session_id=self.state.id,
-            network=graph.spec.model_dump(),
-            assignment=allocation.assignment,
-            seed=config.seed,
-            batches=BatchSource(
-                dataset=dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,
-                context=graph.spec.context, validation_split=config.data.validation_split,
-            ),
-            micro_batches=config.micro_batches,
-            optimizer=config.optimizer,
-        )
-        await self._all(lambda p: self.plan, timeout=120.0)
-
-    async def _restore(self) -> int:
-        """Load the newest checkpoint whose objects are intact; the step to continue from (0: none)."""
-        checkpoints = self.state.checkpoints
-        replay = self.state.config.replay_of
-        if replay:  # a verification run starts from the other session's checkpoint
-            original = SessionLog(self.session.eventlog, replay.session_id)
-            await original.refresh()
-            checkpoints = [c for c in original.state.checkpoints if c.step <= replay.from_step]
-            if not checkpoints and replay.from_step > 0:
-                kept = ", ".join(str(c.step) for c in original.state.checkpoints) or "none"
-                raise SessionError(f"session {replay.session_id} keeps no checkpoint at or before step {replay.from_step} (kept: {kept})")
-        for checkpoint in reversed(checkpoints):
-            request = LoadCheckpoint(
-                session_id=self.state.id, step=checkpoint.step, bucket=checkpoint.bucket, objects=checkpoint.objects
-            )
-            try:
-                await self._all(lambda p: request, timeout=300.0)
-                log.info("session %s: resumed from the checkpoint at step %d", self.state.id, checkpoint.step)
-                return checkpoint.step
-            except SessionError as exc:
-                log.warning("session %s: checkpoint at step %d unusable (%s); trying an older one",
-                            self.state.id, checkpoint.step, exc)
-                await self._all(lambda p: self.plan, timeout=120.0)  # back to a clean, freshly initialised stage
-        return 0
 
     # -- the step loop ------------------------------------------------------------------
     async def _train(self, step: int) -> None:
         config = self.state.config
         end = config.replay_of.to_step if config.replay_of else config.steps
         while True:
-            await self.session.refresh()
-            if self.state.claimed_by != self.orchestrator_id:
-                raise LostClaim(f"session {self.state.id} is driven by {self.state.claimed_by}")
-            if self.state.stop_requested:
-                await self._checkpoint(step)
-                await self.record(SessionStopped(step=step))
-                return
-            if self.state.pause_requested:
-                await self._checkpoint(step)
-                await self.record(SessionPaused(step=step))
-                return
-            if self.state.validation_requested:
-                await self._validate(step)
-            if step >= end:
-                break
-            await self._step(step)
-            step += 1
-            if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
-                await self._checkpoint(step)
-            if config.validate_every and step % config.validate_every == 0:
-                await self._validate(step)
-        await self._checkpoint(step)
+            try:
+                if await self._boundary(step):
+                    return
+                if step >= end:
+                    await self.checkpoint(step)  # the final state, kept like any other checkpoint
+                    break
+                await self._step(step)
+                step += 1
+                at_checkpoint = bool(config.checkpoint_every) and step % config.checkpoint_every == 0 and step < end
+                if at_checkpoint:
+                    await self.checkpoint(step)
+                if config.validate_every and step % config.validate_every == 0:
+                    await self._validate(step)
+                await self.placement.rebalance(step, at_checkpoint)
+            except PNodeFailure as failure:
+                step = await self._recover(failure, step)
         await self.record(SessionCompleted(steps=step, final_loss=self.state.last_loss))
         log.info("session %s completed at loss %.4f", self.state.id, self.state.last_loss or float("nan"))
+
+    async def _boundary(self, step: int) -> bool:
+        """Fold what others recorded and act on it; True when the driver is done."""
+        await self.session.refresh()
+        if self.state.claimed_by != self.orchestrator_id:
+            raise LostClaim(f"session {self.state.id} is driven by {self.state.claimed_by}")
+        if self.state.stop_requested:
+            await self.checkpoint(step)
+            await self.record(SessionStopped(step=step))
+            return True
+        if self.state.pause_requested:
+            await self.checkpoint(step)
+            await self.record(SessionPaused(step=step))
+            return True
+        if self.state.validation_requested:
+            await self._validate(step)
+        return False
+
+    async def _recover(self, failure: PNodeFailure, step: int) -> int:
+        """Abort the step, place the network on the live PNodes, roll everyone back; the step to go on from."""
+        while True:
+            for pnode in failure.pnodes:
+                await self.record(PNodeLost(pnode=pnode, step=step, silent_s=min(self.registry.silent_s(pnode), 1e9)))
+            await self.record(StepAborted(step=step, reason=str(failure)))
+            log.warning("session %s: %s; recovering", self.state.id, failure)
+            try:
+                restored = await self.placement.place(reason=f"lost {', '.join(failure.pnodes)}", exclude=set(failure.pnodes))
+            except PNodeFailure as again:
+                failure = again
+                continue
+            await self.record(RolledBack(to_step=restored, from_step=max(step, self.state.next_step)))
+            return restored
 
     async def _step(self, step: int) -> None:
         config = self.state.config
@@ -313,7 +269,7 @@ class SessionDriver:
         tokens = sum(r.tokens for r in replies)
         loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
         if step < self.state.next_step:
-            # re-run after a resume: the log has this step already; a step is recorded once
+            # re-run after a resume or a rollback: the log has this step already; a step is recorded once
             log.info("session %s: re-ran step %d, loss %.6f", self.state.id, step, loss)
             return
         compute = sum(r.compute_s for r in replies)
@@ -329,7 +285,7 @@ class SessionDriver:
         loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
         await self.record(ValidationCompleted(step=step, loss=loss, perplexity=math.exp(min(loss, 50.0)), tokens=tokens))
 
-    async def _checkpoint(self, step: int) -> None:
+    async def checkpoint(self, step: int) -> None:
         if self.state.config.replay_of:
             return  # a verification run changes nothing worth keeping
         if self.state.last_checkpoint and self.state.last_checkpoint.step == step:
@@ -338,6 +294,7 @@ class SessionDriver:
         bucket = checkpoint_bucket(self.subjects)
         replies = await self._all(lambda p: SaveCheckpoint(session_id=self.state.id, step=step, bucket=bucket), timeout=300.0)
         objects = [o for r in replies for o in (r.checkpoint or [])]
+        # only now, with every object written, does the checkpoint exist
         await self.record(CheckpointCommitted(step=step, bucket=bucket, objects=objects, seconds=time.monotonic() - t0))
         await self._prune(bucket)
 
@@ -346,7 +303,7 @@ class SessionDriver:
         excess = self.state.checkpoints[: -self.state.config.keep_checkpoints]
         if not excess:
             return
-        store = await open_bucket(self.js, bucket)
+        store = await open_bucket(self.nc.jetstream(), bucket)
         for old in excess:
             await self.record(CheckpointPruned(step=old.step))
             for obj in old.objects:
@@ -355,21 +312,37 @@ class SessionDriver:
                 except Exception as exc:  # an object already gone is fine; the log no longer names it
                     log.warning("could not delete %s: %s", obj.object, exc)
 
-    # -- requests to PNodes -------------------------------------------------------------
-    async def _all(self, make, timeout: float | None = None) -> list[PNodeReply]:
-        return list(await asyncio.gather(*(self._request(p, make(p), timeout) for p in self.pnodes)))
+    async def restore(self) -> int:
+        """Load the newest checkpoint whose objects are intact; the step to continue from (0: none)."""
+        checkpoints = self.state.checkpoints
+        replay = self.state.config.replay_of
+        if replay:  # a verification run starts from the other session's checkpoint
+            original = SessionLog(self.session.eventlog, replay.session_id)
+            await original.refresh()
+            checkpoints = [c for c in original.state.checkpoints if c.step <= replay.from_step]
+            if not checkpoints and replay.from_step > 0:
+                kept = ", ".join(str(c.step) for c in original.state.checkpoints) or "none"
+                raise SessionError(f"session {replay.session_id} keeps no checkpoint at or before step {replay.from_step} (kept: {kept})")
+        for checkpoint in reversed(checkpoints):
+            request = LoadCheckpoint(session_id=self.state.id, step=checkpoint.step, bucket=checkpoint.bucket,
+                                     objects=checkpoint.objects)
+            try:
+                await self._all(lambda p: request, timeout=300.0)
+                log.info("session %s: loaded the checkpoint at step %d", self.state.id, checkpoint.step)
+                return checkpoint.step
+            except SessionError as exc:
+                log.warning("session %s: checkpoint at step %d unusable (%s); trying an older one",
+                            self.state.id, checkpoint.step, exc)
+                await self.placement.load_plan()  # back to a clean, freshly initialised stage
+        return 0
 
-    async def _request(self, pnode: str, request: BaseModel, timeout: float | None = None) -> PNodeReply:
-        try:
-            msg = await self.nc.request(
-                self.subjects.pnode_ctl(pnode), request.model_dump_json().encode(), timeout=timeout or self.request_timeout_s
-            )
-        except Exception as exc:  # nats timeout / no responders
-            raise SessionError(f"pnode {pnode} did not answer {request.type}: {type(exc).__name__}") from None
-        reply = PNodeReply.model_validate_json(msg.data)
-        if not reply.ok:
-            raise SessionError(f"pnode {pnode} failed {request.type}: {reply.error}")
-        return reply
+    # -- requests to PNodes -------------------------------------------------------------
+    async def _all(self, make, timeout: float | None = None):
+        return await self.calls.all(self.pnodes, make, timeout, self.state.config.slow_after_s, self._slow)
+
+    async def _slow(self, pnode: str, waited_s: float) -> None:
+        log.warning("session %s: pnode %s still working after %.0fs", self.state.id, pnode, waited_s)
+        await self.record(PNodeSlow(pnode=pnode, step=self.state.next_step, waited_s=waited_s))
 
 
 def files_dataset_name(files: list[str], vocab_size: int) -> str:

@@ -22,7 +22,7 @@ import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import BaseModel, ValidationError
 
-from computeall.network import NetworkError, load_network
+from computeall.network import Graph, NetworkError, load_network
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
@@ -37,6 +37,7 @@ from computeall.protocol.events import (
     CommandRejected,
     EventEnvelope,
     PauseRequested,
+    PNodeLost,
     SessionCreated,
     SessionResumed,
     SessionStarted,
@@ -46,9 +47,12 @@ from computeall.protocol.events import (
 )
 from computeall.protocol.session_state import TERMINAL, SessionLog
 from computeall.protocol.subjects import LOG_STREAM, Subjects
+from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import Heartbeat
 
+from .allocator import AllocationError, PNodeCapacity, allocate
 from .driver import SessionDriver
+from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 
 log = logging.getLogger("computeall.orchestrator")
@@ -75,6 +79,7 @@ class Orchestrator:
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects)
         self.eventlog = EventLog(self.js, self.subjects)
+        self.calls = PNodeCalls(self.nc, self.subjects, self.registry)
         await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_pnode_heartbeat)
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_peer_heartbeat)
         await self.nc.subscribe(self.subjects.session_created_all(), cb=self._on_session_created)
@@ -88,7 +93,7 @@ class Orchestrator:
             stream=LOG_STREAM,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL, ack_wait=60.0),
         )
-        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._adopt_orphans())]
+        tasks = [asyncio.create_task(t) for t in (self._heartbeat(), self._adopt_orphans(), self._watch_pnodes())]
         log.info("orchestrator %s ready on %s", self.id, self.nats_url)
         while not self._stop.is_set():
             try:
@@ -109,9 +114,36 @@ class Orchestrator:
     # -- liveness -----------------------------------------------------------------------
     async def _on_pnode_heartbeat(self, msg) -> None:
         try:
-            self.registry.beat(Heartbeat.model_validate_json(msg.data))
+            beat = Heartbeat.model_validate_json(msg.data)
         except ValidationError:
             log.warning("ignored a malformed heartbeat on %s", msg.subject)
+            return
+        if self.registry.beat(beat):
+            # declared lost, now back: its state is stale; it drops it and counts as a new PNode
+            log.info("pnode %s is back after being declared lost; resetting it", beat.pnode)
+            asyncio.ensure_future(self._reset(beat.pnode))
+
+    async def _reset(self, pnode: str) -> None:
+        try:
+            await self.calls.one(pnode, Reset(), timeout=10.0)
+        except Exception as exc:  # it may die again at once; the registry will notice
+            log.warning("could not reset %s: %s", pnode, exc)
+
+    async def _watch_pnodes(self) -> None:
+        """Record `PNodeLost` once per PNode that goes silent (every orchestrator may notice: deduplicated)."""
+        while True:
+            for pnode in self.registry.newly_lost():
+                silent = self.registry.silent_s(pnode)
+                event = EventEnvelope(
+                    id=f"lost-{pnode}-{int(time.time() - silent)}", actor=f"orchestrator:{self.id}",
+                    payload=PNodeLost(pnode=pnode, silent_s=silent),
+                )
+                log.warning("pnode %s lost (silent for %.1fs)", pnode, silent)
+                try:
+                    await self.eventlog.append_event(self.subjects.pnode_evt(pnode, "PNodeLost"), event)
+                except nats.errors.Error as exc:
+                    log.warning("could not record PNodeLost for %s: %s", pnode, exc)
+            await asyncio.sleep(0.5)
 
     async def _on_peer_heartbeat(self, msg) -> None:
         peer = msg.subject.rsplit(".", 1)[-1]
@@ -156,10 +188,27 @@ class Orchestrator:
                 if state.status == "running" and not self._alive(state.claimed_by):
                     log.info("session %s is running without a live driver (was %s); taking it over", sid, state.claimed_by)
                     self._drive(session, takeover_from=state.claimed_by)
+                elif state.status == "paused" and state.auto_resume and self._fits(state):
+                    log.info("session %s: capacity is back; resuming it", sid)
+                    try:
+                        await session.append(EventEnvelope(actor="orchestrator", session_id=sid, payload=SessionResumed()))
+                    except ConcurrencyError:
+                        continue  # someone else changed it first; look again next round
+                    self._drive(session)
             await asyncio.sleep(1.0)
 
+    def _fits(self, state) -> bool:
+        """Whether the live PNodes can hold the session's network now."""
+        try:
+            graph = Graph(load_network(state.config.network_yaml))
+            capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
+            allocate(graph, capacities, state.config.batch_size, state.config.micro_batch_size)
+        except (AllocationError, NetworkError):
+            return False
+        return True
+
     def _drive(self, session: SessionLog, takeover_from: str | None = None) -> None:
-        driver = SessionDriver(self.nc, self.subjects, session, self.registry, self.id, takeover_from)
+        driver = SessionDriver(self.calls, self.subjects, session, self.registry, self.id, takeover_from)
         task = asyncio.create_task(driver.run())
         self.drivers[session.state.id] = task
         task.add_done_callback(lambda t: self._driver_done(session.state.id, t))

@@ -25,6 +25,7 @@ from computeall.protocol.pnode_api import (
     PNodeReply,
     PNodeRequest,
     RunStep,
+    Reset,
     RunValidation,
     SaveCheckpoint,
     Unload,
@@ -71,6 +72,9 @@ class PNode:
         self.reassembler = Reassembler()
         self.rejected_frames = 0
         self.pending = 0
+        self.leaving = False
+        self.leave_grace_s = 60.0
+        self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -82,6 +86,7 @@ class PNode:
         await self.nc.subscribe(
             self.subjects.pnode_tensor(self.name), cb=self._on_tensor, pending_bytes_limit=1 << 30
         )
+        await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
         await self.log.append_event(
             self.subjects.pnode_evt(self.name, "PNodeJoined"),
             EventEnvelope(actor=f"pnode:{self.name}", payload=self._joined()),
@@ -102,7 +107,26 @@ class PNode:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
+        """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's
+        VNodes away at the next step boundary and unloads them; then the process exits."""
+        if self.leaving:
+            self._stop.set()  # a second signal: exit now
+            return
+        self.leaving = True
+        asyncio.ensure_future(self._leave())
+
+    async def _leave(self) -> None:
+        deadline = time.monotonic() + self.leave_grace_s
+        while self.stages and time.monotonic() < deadline:
+            if time.monotonic() - self._orchestrator_seen > 3.0:
+                break  # no orchestrator to hand the VNodes to (the whole system is stopping)
+            await asyncio.sleep(0.2)
+        if self.stages:
+            log.warning("leaving with %d session(s) still hosted", len(self.stages))
         self._stop.set()
+
+    async def _on_orchestrator_heartbeat(self, msg) -> None:
+        self._orchestrator_seen = time.monotonic()
 
     def _joined(self) -> PNodeJoined:
         return PNodeJoined(
@@ -137,6 +161,12 @@ class PNode:
         await self._reply(msg, reply)
 
     async def _dispatch(self, request) -> PNodeReply:
+        if isinstance(request, Reset):
+            for stage in self.stages.values():
+                stage.abort()
+            self.stages.clear()
+            log.info("reset: dropped every session (this PNode had been declared lost)")
+            return PNodeReply(ok=True, pnode=self.name)
         if isinstance(request, LoadPlan):
             def feeds(split: str, micro_batches: int) -> BatchFeed:
                 return BatchFeed(self.nc, self.subjects, request.batches, split, micro_batches)
@@ -203,7 +233,7 @@ class PNode:
         while True:
             beat = Heartbeat(
                 pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
-                memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages),
+                memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving,
             )
             try:
                 await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())
