@@ -27,12 +27,12 @@ NETWORK = heads_network(heads=4, blocks=2, dim=64, context=64, vocab=512, name="
 HAS_FUSE_FLAG = "fuse_heads" in SessionConfig.model_fields
 
 
-def session_config(**extra) -> SessionConfig:
+def session_config(pnodes: int = PNODES, **extra) -> SessionConfig:
     return SessionConfig(
         network_yaml=NETWORK,
         data=DataConfig(files=stdlib_corpus()),
         steps=STEPS, batch_size=BATCH, micro_batches=MICRO, seed=7,
-        lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=PNODES,
+        lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=pnodes,
         **extra,
     )
 
@@ -106,7 +106,7 @@ async def test_per_head_network_spread_over_pnodes_equals_fused_single_process(t
 
 @pytest.mark.skipif(not HAS_FUSE_FLAG, reason="SessionConfig.fuse_heads is not wired into the orchestrator yet")
 async def test_orchestrator_fuses_heads_by_default(tmp_path):
-    config = session_config()
+    config = session_config(pnodes=2)
     async with running_cluster(tmp_path, pnodes=2) as (client, _):
         allocated, losses = await run_session(client, config)
         batches = await fetch_batches(client, config, load_network(NETWORK))

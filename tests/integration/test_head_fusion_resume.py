@@ -1,0 +1,59 @@
+"""A session switches between the fused and the unfused topology at a resume: the checkpoint of one
+loads into the other, and the losses match a run that never stopped (to float tolerance)."""
+
+import pytest
+
+from computeall.cli.follow import start_session
+from computeall.cli.session_view import session_events
+from computeall.protocol.commands import PauseSession, ResumeSession
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.events import Allocated
+
+from unit.network.heads_yaml import heads_network  # tests/ is on sys.path (rootdir-relative packages)
+
+from .cluster import running_cluster, stdlib_corpus
+from .sessions import command, losses, run_to_end, wait_for
+
+pytestmark = pytest.mark.skipif(
+    "fuse_heads" not in SessionConfig.model_fields or "fuse_heads" not in ResumeSession.model_fields,
+    reason="head fusion is not wired into the session protocol yet",
+)
+
+STEPS = 30
+
+
+def config() -> SessionConfig:
+    return SessionConfig(
+        network_yaml=heads_network(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads"),
+        data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=8, micro_batches=2, seed=3,
+        lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=2, keep_checkpoints=10,
+    )
+
+
+async def test_fused_to_unfused_and_back_at_resume(tmp_path):
+    async with running_cluster(tmp_path, pnodes=2) as (client, _):
+        clean = dict(await losses(client, await run_to_end(client, config())))  # fused throughout (the default)
+
+        sid, _ = await start_session(client, config())
+        await wait_for(client, sid, lambda s: s.next_step >= 4)
+        await command(client, sid, PauseSession())
+        first = await wait_for(client, sid, lambda s: s.status == "paused")
+        await command(client, sid, ResumeSession(fuse_heads=False))  # the fused checkpoint loads per head
+        await wait_for(client, sid, lambda s: s.status == "running" and s.next_step >= first.next_step + 4)
+        await command(client, sid, PauseSession())
+        second = await wait_for(client, sid, lambda s: s.status == "paused" and s.next_step > first.next_step)
+        await command(client, sid, ResumeSession(fuse_heads=True))  # and the per-head checkpoint loads fused
+        final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
+        resumed = await losses(client, sid)
+        allocations = [e.payload for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, Allocated)]
+
+    assert final.next_step == STEPS and final.fuse_heads is True
+    assert [s for s, _ in resumed] == list(range(STEPS)), "each step recorded exactly once"
+    forms = [{p.op for p in a.placements} for a in allocations]
+    assert len(forms) == 3
+    assert "fused_attention_heads" in forms[0] and "attention_head" not in forms[0]
+    assert {"attention_head", "concat_heads"} <= forms[1] and "fused_attention_heads" not in forms[1]
+    assert "fused_attention_heads" in forms[2] and "attention_head" not in forms[2]
+    assert 0 < first.next_step < second.next_step < STEPS
+    for step, loss in resumed:
+        assert abs(loss - clean[step]) <= 1e-4 * abs(clean[step]), f"step {step}: resumed {loss} vs clean {clean[step]}"
