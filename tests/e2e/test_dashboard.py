@@ -105,6 +105,18 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     await wait_for(lambda: _more(page, first + 3), 60, "the loss chart to gain points")
     await page.screenshot(path=str(ARTIFACTS / "session.png"), full_page=True)
 
+    # dragging across the chart zooms: the range is asked of the server again, in full detail
+    over = await page.locator('[data-chart="Train loss"] .u-over').bounding_box()
+    y = over["y"] + over["height"] / 2
+    await page.mouse.move(over["x"] + 5, y)
+    await page.mouse.down()
+    await page.mouse.move(over["x"] + over["width"] * 0.6, y, steps=5)
+    await page.mouse.up()
+    await page.locator("[data-zoom]").wait_for()
+    await page.screenshot(path=str(ARTIFACTS / "session-zoomed.png"), full_page=True)
+    await page.get_by_role("button", name="Reset zoom").click()
+    await page.locator("[data-zoom]").wait_for(state="detached")
+
     # the topology: click a VNode in the graph and read its memory
     await page.click('[data-nav="topology"]')
     await page.wait_for_selector("[data-topology-graph] canvas")
