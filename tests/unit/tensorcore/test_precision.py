@@ -114,3 +114,33 @@ def test_training_ops_never_time_kernels(monkeypatch):
     monkeypatch.delenv("COMPUTEALL_TRAIN_LCE", raising=False)
     graph = tiny_graph("bf16")
     run_step(VNodeRuntime(graph, graph.order, 0, CPU), batch(graph))
+
+
+@pytest.mark.parametrize("mix", [dict(default="bf16"), dict(default="fp16", embed="fp32", head="bf16")])
+def test_any_placement_computes_the_same_bits_in_mixed_precision(mix):
+    """One PNode or two (the cut crossing precisions): the same losses and weights, bit for bit."""
+    from computeall.protocol.config import OptimizerConfig
+    from computeall.tensorcore.optimizer import VNodeOptimizer
+
+    graph = tiny_graph(**mix)
+    middle = [v for v in graph.order if v.startswith("b1.")]
+    placements = {
+        "one": [graph.order],
+        "two": [[v for v in graph.order if v not in middle], middle],
+    }
+    results = {}
+    for name, parts in placements.items():
+        runtimes = [VNodeRuntime(graph, part, 11, CPU) for part in parts]
+        optimizers = [VNodeOptimizer(r.parameters(), OptimizerConfig()) for r in runtimes]
+        losses = []
+        for step in range(3):
+            loss, _ = run_step(runtimes, batch(graph, seed=step), loss_scale=256.0)
+            for r, o in zip(runtimes, optimizers):
+                o.step(1e-2, 256.0)
+                r.zero_grad()
+            losses.append(loss)
+        params = {n: p.detach().clone() for r in runtimes for n, p in r.parameters().items()}
+        results[name] = (losses, params)
+    assert results["one"][0] == results["two"][0]
+    for n, p in results["one"][1].items():
+        assert torch.equal(p, results["two"][1][n]), n
