@@ -76,7 +76,7 @@ async def checkpoint(js) -> dict:
     t0 = time.perf_counter()
     total = 0
     for vid in runtime.order:
-        data = save_vnode(runtime, optimizer, vid, 0)
+        data = save_vnode(runtime, optimizer, vid)
         await store.put(f"bench/{vid}.safetensors", data)
         total += len(data)
     seconds = time.perf_counter() - t0

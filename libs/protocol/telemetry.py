@@ -20,6 +20,7 @@ class Heartbeat(BaseModel):
     ts: float
     sessions: list[str] = Field(default_factory=list)
     leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
+    incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state
 
 
 class RequestStatus(BaseModel):

@@ -23,11 +23,13 @@ def _vnode_params(runtime: VNodeRuntime, vid: str) -> dict[str, torch.nn.Paramet
     return {f"{vid}.{name}": p for name, p in runtime.modules[vid].named_parameters()}
 
 
-def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, step: int) -> bytes:
+def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str) -> bytes:
     params = _vnode_params(runtime, vid)
     tensors = {PARAM + name: p.detach().contiguous().cpu() for name, p in params.items()}
     tensors.update({OPTIM + k: v.contiguous().cpu() for k, v in optimizer.state_dict(sorted(params)).items()})
-    return save_tensors(tensors, metadata={"vnode": vid, "step": str(step)})
+    # One metadata key only: safetensors writes several in a random order, and the same state must
+    # give the same bytes (and digest) whoever writes it. The step is in the object's name and event.
+    return save_tensors(tensors, metadata={"vnode": vid})
 
 
 def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data: bytes) -> None:

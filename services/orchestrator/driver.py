@@ -192,7 +192,16 @@ class SessionDriver:
                 raise SessionError("the dataset service did not answer in time; see its log") from None
 
     async def _wait_for_pnodes(self) -> None:
-        want = self.state.config.min_pnodes
+        """At the first start, for `min_pnodes`; when taking a session up again, a few seconds for the
+        PNodes it used before (after a restart they register again), then whatever is live."""
+        if self.state.allocation:
+            before = set(self.state.allocation.values())
+            deadline = time.monotonic() + 2 * self.registry.timeout_s
+            while time.monotonic() < deadline and not before <= {hb.pnode for hb in self.registry.live()}:
+                await asyncio.sleep(0.2)
+            want = 1
+        else:
+            want = self.state.config.min_pnodes
         deadline = time.monotonic() + self.pnode_wait_s
         while len(self.registry.live()) < want:
             if time.monotonic() > deadline:
@@ -338,7 +347,9 @@ class SessionDriver:
 
     # -- requests to PNodes -------------------------------------------------------------
     async def _all(self, make, timeout: float | None = None):
-        return await self.calls.all(self.pnodes, make, timeout, self.state.config.slow_after_s, self._slow)
+        return await self.calls.all(
+            self.pnodes, make, timeout, self.state.config.slow_after_s, self._slow, self.placement.generations
+        )
 
     async def _slow(self, pnode: str, waited_s: float) -> None:
         log.warning("session %s: pnode %s still working after %.0fs", self.state.id, pnode, waited_s)

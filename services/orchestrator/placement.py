@@ -29,6 +29,7 @@ class Placement:
         self.dataset = dataset
         self.allocation: Allocation | None = None
         self.plan: LoadPlan | None = None
+        self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
 
     @property
     def pnodes(self) -> list[str]:
@@ -94,6 +95,7 @@ class Placement:
             moves = {v: p for v, p in allocation.assignment.items() if self.allocation.assignment.get(v) != p}
             await self.driver.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
+        self.generations = {p: self.driver.registry.generation(p) for p in self.pnodes}
         config = self.config
         self.plan = LoadPlan(
             session_id=self.driver.state.id,
@@ -110,7 +112,7 @@ class Placement:
         await self.load_plan()
 
     async def load_plan(self) -> None:
-        await self.driver.calls.all(self.pnodes, lambda p: self.plan, timeout=120.0)
+        await self.driver.calls.all(self.pnodes, lambda p: self.plan, timeout=120.0, generations=self.generations)
 
     async def _pause_for_capacity(self, reason: str) -> None:
         at = self.driver.state.last_checkpoint.step if self.driver.state.last_checkpoint else 0

@@ -47,8 +47,10 @@ class PNodeCalls:
         timeout: float | None = None,
         slow_after_s: float | None = None,
         on_slow: OnSlow | None = None,
+        generations: dict[str, int] | None = None,
     ) -> list[PNodeReply]:
-        """One request per PNode, answered in order; `PNodeFailure` as soon as one of them goes silent."""
+        """One request per PNode, answered in order; `PNodeFailure` as soon as one of them goes silent
+        or restarts (its generation differs from `generations`: the state it held is gone)."""
         tasks = {pnode: asyncio.ensure_future(self.one(pnode, make(pnode), timeout)) for pnode in pnodes}
         started = time.monotonic()
         reported: set[str] = set()
@@ -64,6 +66,9 @@ class PNodeCalls:
                 silent = [p for p in waiting if not self.registry.is_live(p)]
                 if silent:
                     raise PNodeFailure(silent, f"lost {', '.join(silent)} (no heartbeat for {self.registry.timeout_s:.0f}s)")
+                restarted = [p for p in pnodes if generations and self.registry.generation(p) != generations.get(p)]
+                if restarted:
+                    raise PNodeFailure(restarted, f"lost {', '.join(restarted)} (restarted, its state is gone)")
                 elapsed = time.monotonic() - started
                 if on_slow and slow_after_s and elapsed > slow_after_s:
                     for p in set(waiting) - reported:

@@ -12,13 +12,27 @@ class PNodeRegistry:
         self.timeout_s = timeout_s
         self._last: dict[str, tuple[float, Heartbeat]] = {}
         self._lost: set[str] = set()
+        self._restarted: list[str] = []
+        self._generation: dict[str, int] = {}
 
     def beat(self, heartbeat: Heartbeat) -> bool:
-        """Record a heartbeat; True when it comes from a PNode declared lost (its state is stale)."""
-        returned = heartbeat.pnode in self._lost
-        self._lost.discard(heartbeat.pnode)
-        self._last[heartbeat.pnode] = (time.monotonic(), heartbeat)
+        """Record a heartbeat; True when its state is stale: it was declared lost, or it restarted
+        (a new incarnation under the same name, faster than the timeout)."""
+        pnode = heartbeat.pnode
+        previous = self._last.get(pnode)
+        restarted = previous is not None and previous[1].incarnation != heartbeat.incarnation
+        if restarted:
+            self._generation[pnode] = self._generation.get(pnode, 0) + 1
+            if pnode not in self._lost:
+                self._restarted.append(pnode)
+        returned = pnode in self._lost or restarted
+        self._lost.discard(pnode)
+        self._last[pnode] = (time.monotonic(), heartbeat)
         return returned
+
+    def generation(self, pnode: str) -> int:
+        """Changes whenever the PNode restarts: work sent to an older generation is lost."""
+        return self._generation.get(pnode, 0)
 
     def live(self, include_leaving: bool = False) -> list[Heartbeat]:
         now = time.monotonic()
@@ -41,8 +55,10 @@ class PNodeRegistry:
         return time.monotonic() - seen[0] if seen else float("inf")
 
     def newly_lost(self) -> list[str]:
-        """PNodes that went silent since the last call: each is reported once."""
+        """PNodes that went silent (or restarted) since the last call: each is reported once."""
         now = time.monotonic()
         lost = [p for p, (seen, _) in self._last.items() if now - seen > self.timeout_s and p not in self._lost]
         self._lost.update(lost)
+        lost += self._restarted
+        self._restarted = []
         return lost

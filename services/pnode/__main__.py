@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -26,6 +27,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> None:
+    faulthandler.enable()  # a crash in native code leaves its Python stack in the log
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     name = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
     share = max(1, args.processes_on_machine)

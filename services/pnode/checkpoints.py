@@ -22,7 +22,7 @@ async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoin
     store = await open_bucket(js, request.bucket)
     objects = []
     for vid in stage.local:
-        data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid, request.step)
+        data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid)
         name = object_name(request.session_id, request.step, vid)
         await store.put(name, data)
         objects.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data)))

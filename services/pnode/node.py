@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import nats
@@ -73,6 +74,7 @@ class PNode:
         self.rejected_frames = 0
         self.pending = 0
         self.leaving = False
+        self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
         self._stop = asyncio.Event()
@@ -234,6 +236,7 @@ class PNode:
             beat = Heartbeat(
                 pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
                 memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving,
+                incarnation=self.incarnation,
             )
             try:
                 await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())

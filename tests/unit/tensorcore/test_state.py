@@ -55,7 +55,7 @@ def test_per_vnode_checkpoints_resume_a_bf16_run_exactly():
     graph = tiny_graph("bf16")
     runtime, optimizer = _setup(graph, 0)
     _train(graph, runtime, optimizer, 2)
-    blobs = {v: save_vnode(runtime, optimizer, v, 2) for v in graph.order}
+    blobs = {v: save_vnode(runtime, optimizer, v) for v in graph.order}
     expected = _train(graph, runtime, optimizer, 2, first=2)
     runtime2, optimizer2 = _setup(graph, 1)
     for v, blob in blobs.items():

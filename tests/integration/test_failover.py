@@ -1,0 +1,162 @@
+"""Failover with real processes on a real NATS: PNodes die, come back, join, leave and run out,
+and each session ends with the losses and final parameters of a run where nothing happened."""
+
+import asyncio
+import random
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from computeall.cli.follow import start_session
+from computeall.cli.session_view import session_events
+from computeall.protocol.events import CheckpointCommitted, Reallocated, RolledBack, SessionPaused, StepAborted
+
+from .cluster import running_cluster, wait_for_pnodes
+from .sessions import config, losses, run_to_end, wait_for
+
+STEPS = 30
+LONG = 150
+
+
+def final_digests(events) -> dict[str, str]:
+    """The digest of every VNode's final state (weights and optimizer), from the last checkpoint."""
+    last = [e.payload for _, e in events if isinstance(e.payload, CheckpointCommitted)][-1]
+    return {o.vnode: o.digest for o in last.objects}
+
+
+async def outcome(client, sid):
+    events = await session_events(client.eventlog, sid)
+    return await losses(client, sid), final_digests(events), [e.payload for _, e in events]
+
+
+def pnode_process(supervisor, name):
+    return supervisor.services[name].process
+
+
+@pytest.fixture
+def cfg():
+    return config(steps=STEPS, checkpoint_every=5, min_pnodes=3)
+
+
+async def clean_run(client, cfg):
+    sid = await run_to_end(client, cfg)
+    return await outcome(client, sid)
+
+
+async def test_kill_one_then_two_pnodes_same_result_as_clean_run(tmp_path, cfg):
+    async with running_cluster(tmp_path, pnodes=3) as (client, supervisor):
+        clean_losses, clean_digests, _ = await clean_run(client, cfg)
+        sid, _ = await start_session(client, cfg)
+        await wait_for(client, sid, lambda s: s.next_step >= 8)
+        pnode_process(supervisor, "pnode-1").kill()  # kill -9; the supervisor starts it again
+        await wait_for(client, sid, lambda s: s.next_step >= 18, timeout=120)
+        pnode_process(supervisor, "pnode-2").kill()
+        await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
+        got_losses, got_digests, events = await outcome(client, sid)
+    assert [s for s, _ in got_losses] == list(range(STEPS)), "every step recorded once"
+    assert got_losses == clean_losses
+    assert got_digests == clean_digests, "the same final parameters and optimizer state"
+    rollbacks = [e for e in events if isinstance(e, RolledBack)]
+    assert len(rollbacks) == 2 and all(r.to_step % 5 == 0 and r.from_step - r.to_step <= 5 for r in rollbacks)
+    lost = [e.pnode for e in events if e.type == "PNodeLost"]
+    assert lost == ["pnode-1", "pnode-2"]
+    assert any(isinstance(e, StepAborted) for e in events)
+
+
+async def test_kill_during_a_checkpoint_write_never_uses_it(tmp_path, cfg):
+    async with running_cluster(tmp_path, pnodes=3) as (client, supervisor):
+        clean_losses, clean_digests, _ = await clean_run(client, cfg)
+        sid, _ = await start_session(client, cfg)
+        killed = asyncio.Event()
+
+        async def kill_on_save(msg) -> None:
+            # the test listens to pnode-2's requests too: kill it the moment a checkpoint write starts
+            if b'"SaveCheckpoint"' in msg.data and b'"step":10' in msg.data.replace(b" ", b"") and not killed.is_set():
+                pnode_process(supervisor, "pnode-2").kill()
+                killed.set()
+
+        sub = await client.nc.subscribe(client.subjects.pnode_ctl("pnode-2"), cb=kill_on_save)
+        await asyncio.wait_for(killed.wait(), 120)
+        await sub.unsubscribe()
+        await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
+        got_losses, got_digests, events = await outcome(client, sid)
+    commits = [e for e in events if isinstance(e, CheckpointCommitted)]
+    rollback = next(e for e in events if isinstance(e, RolledBack))
+    assert rollback.to_step == 5, "back to the last committed checkpoint, not the half-written one"
+    first_commit_at_10 = next(i for i, e in enumerate(events) if isinstance(e, CheckpointCommitted) and e.step == 10)
+    assert first_commit_at_10 > events.index(rollback), "step 10 was committed only after the re-run"
+    assert len(commits) == STEPS // 5
+    assert got_losses == clean_losses and got_digests == clean_digests
+
+
+async def test_join_and_graceful_leave(tmp_path):
+    cfg = config(steps=LONG, checkpoint_every=5, min_pnodes=3)  # long enough for a PNode to start meanwhile
+    async with running_cluster(tmp_path, pnodes=3) as (client, supervisor):
+        clean_losses, clean_digests, _ = await clean_run(client, cfg)
+        sid, _ = await start_session(client, cfg)
+        await wait_for(client, sid, lambda s: s.next_step >= 3)
+        fourth = subprocess.Popen(
+            [sys.executable, "-m", "computeall.pnode", "--nats", supervisor.nats_url, "--name", "pnode-x",
+             "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-x.log", "wb"), stderr=subprocess.STDOUT)
+        try:
+            await wait_for_pnodes(client, ["pnode-x"])
+            joined = await wait_for(client, sid, lambda s: "pnode-x" in s.allocation.values(), timeout=120)
+            leaver = supervisor.services.pop("pnode-2")  # not restarted: it leaves for good
+            leaver.process.send_signal(signal.SIGTERM)
+            await wait_for(client, sid, lambda s: "pnode-2" not in s.allocation.values(), timeout=120)
+            assert leaver.process.wait(60) == 0, "the leaving PNode exits once its VNodes moved"
+            await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
+            got_losses, got_digests, events = await outcome(client, sid)
+        finally:
+            fourth.send_signal(signal.SIGTERM)
+            fourth.wait(30)
+    reasons = [e.reason for e in events if isinstance(e, Reallocated)]
+    assert any("joined" in r for r in reasons) and any("pnode-2 leaving" in r for r in reasons)
+    assert not any(isinstance(e, (RolledBack, StepAborted)) for e in events), "joining and leaving lose no step"
+    assert got_losses == clean_losses and got_digests == clean_digests
+
+
+async def test_capacity_exhausted_pauses_and_resumes_when_a_pnode_joins(tmp_path):
+    cfg = config(steps=LONG, checkpoint_every=5, min_pnodes=3)
+    async with running_cluster(tmp_path, pnodes=3) as (client, supervisor):
+        clean_losses, clean_digests, _ = await clean_run(client, cfg)
+        sid, _ = await start_session(client, cfg)
+        await wait_for(client, sid, lambda s: s.next_step >= 6)
+        for name in ("pnode-0", "pnode-1", "pnode-2"):  # every PNode gone: nothing can hold the network
+            supervisor.services.pop(name).process.kill()
+        paused = await wait_for(client, sid, lambda s: s.status == "paused", timeout=60)
+        assert paused.auto_resume and "not enough capacity" in paused.pause_reason
+        helper = subprocess.Popen(
+            [sys.executable, "-m", "computeall.pnode", "--nats", supervisor.nats_url, "--name", "pnode-new",
+             "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-new.log", "wb"), stderr=subprocess.STDOUT)
+        try:
+            await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
+            got_losses, got_digests, events = await outcome(client, sid)
+        finally:
+            helper.send_signal(signal.SIGTERM)
+            helper.wait(30)
+    assert any(isinstance(e, SessionPaused) and e.auto_resume for e in events)
+    assert got_losses == clean_losses and got_digests == clean_digests
+
+
+async def test_chaos_random_kills_and_restarts(tmp_path):
+    cfg = config(steps=LONG, checkpoint_every=5, min_pnodes=3)
+    rng = random.Random(7)
+    async with running_cluster(tmp_path, pnodes=3) as (client, supervisor):
+        clean_losses, clean_digests, _ = await clean_run(client, cfg)
+        sid, _ = await start_session(client, cfg)
+        for _ in range(3):
+            await asyncio.sleep(rng.uniform(1.0, 4.0))
+            state = await wait_for(client, sid, lambda s: True)
+            if state.status == "completed":
+                break
+            victim = rng.choice(["pnode-0", "pnode-1", "pnode-2"])
+            process = pnode_process(supervisor, victim)
+            if process is not None:
+                process.kill()
+        await wait_for(client, sid, lambda s: s.status == "completed", timeout=300)
+        got_losses, got_digests, _ = await outcome(client, sid)
+    assert [s for s, _ in got_losses] == list(range(LONG))
+    assert got_losses == clean_losses and got_digests == clean_digests
