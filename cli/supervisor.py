@@ -48,6 +48,14 @@ class ServiceSpec:
         return [sys.executable, "-m", f"computeall.{self.kind}", "--nats", nats_url,
                 "--data-dir", str(data_dir / self.kind), *self.args]
 
+    def with_arg(self, flag: str, value: str) -> "ServiceSpec":
+        args = list(self.args)
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+        return ServiceSpec(self.name, self.kind, args)
+
 
 def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0) -> list[ServiceSpec]:
     """What `computeall up` runs; docker-compose.yml mirrors this list."""
@@ -114,6 +122,9 @@ class Supervisor:
                     running.next_start = time.monotonic() + min(30.0, 0.5 * 2 ** min(running.restarts, 6))
                     changed = True
                 if running.process is None and running.state == "restarting" and time.monotonic() >= running.next_start:
+                    if running.spec.kind == "monitor" and self.monitor_url:
+                        # the same port again, so open dashboards reconnect to it
+                        running.spec = running.spec.with_arg("--port", self.monitor_url.rsplit(":", 1)[1])
                     self._spawn(running)
                     changed = True
             changed |= self._read_monitor_address()

@@ -42,6 +42,8 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=10, help="warmup steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
+    p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
+                   help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
 
 
 def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
@@ -68,6 +70,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             seed=args.seed,
             lr=LrSchedule(peak=args.lr, warmup_steps=args.warmup, min_lr=args.lr / 10),
             precision=args.precision,
+            fuse_heads=args.fuse_heads,
             min_pnodes=min_pnodes,
         )
     except ValueError as exc:

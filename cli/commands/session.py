@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     for verb in EFFECTS:
         v = verbs.add_parser(verb, help=f"{verb} a session")
         v.add_argument("session_id")
+        if verb == "resume":
+            fusion = v.add_mutually_exclusive_group()
+            fusion.add_argument("--fuse-heads", dest="fuse_heads", action="store_true", default=None,
+                                help="from this resume on, fuse per-head attention VNodes (the checkpoint is mapped)")
+            fusion.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
+                                help="from this resume on, keep per-head attention VNodes apart")
         _common(v)
         v.set_defaults(func=lambda a: asyncio.run(_command(a)))
 
@@ -109,7 +115,8 @@ async def _command(args: argparse.Namespace) -> int:
         if not events or (user and events[0][1].payload.type == "SessionCreated" and events[0][1].payload.owner != user):
             raise UserError(f"no session {args.session_id}")
         model, effects = EFFECTS[args.verb]
-        command = CommandEnvelope(actor=user or "local", session_id=args.session_id, payload=model())
+        extra = {"fuse_heads": args.fuse_heads} if getattr(args, "fuse_heads", None) is not None else {}
+        command = CommandEnvelope(actor=user or "local", session_id=args.session_id, payload=model(**extra))
         after_seq = (await client.js.stream_info(LOG_STREAM)).state.last_seq
         await client.eventlog.publish_command(command)
         effect = await _await_effect(client, args.session_id, command.id, effects, after_seq)

@@ -34,6 +34,7 @@ class PauseSession(_Command):
 
 class ResumeSession(_Command):
     type: Literal["ResumeSession"] = "ResumeSession"
+    fuse_heads: bool | None = None  # switch attention-head fusion from here on; None keeps the session's setting
 
 
 class StopSession(_Command):

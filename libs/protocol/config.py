@@ -93,6 +93,9 @@ class SessionConfig(BaseModel):
     lr: LrSchedule = Field(default_factory=LrSchedule)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     precision: Precision | None = Field(None, description="overrides the network's default precision")
+    fuse_heads: bool = Field(
+        True, description="rewrite per-head attention VNodes into one fused VNode per block before allocation"
+    )
     loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig)
     checkpoint_every: int = Field(0, ge=0, description="0 = only on pause, stop and completion")
     keep_checkpoints: int = Field(3, ge=1, description="older checkpoints are pruned")

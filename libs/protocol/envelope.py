@@ -23,7 +23,8 @@ def new_id() -> str:
 
 
 class Envelope(BaseModel, Generic[P]):
-    model_config = ConfigDict(extra="forbid")
+    # a diverging run has an infinite or NaN loss: written as Infinity/NaN, so it parses back
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
     id: str = Field(default_factory=new_id)
     type: str = ""

@@ -111,6 +111,7 @@ class SessionPaused(_Event):
 
 class SessionResumed(_Event):
     type: Literal["SessionResumed"] = "SessionResumed"
+    fuse_heads: bool | None = None  # the session's head fusion from here on, when the resume changed it
 
 
 class SessionStopped(_Event):

@@ -53,6 +53,7 @@ class SessionState(BaseModel):
     failure: str | None = None
     pause_reason: str | None = None
     auto_resume: bool = False  # paused by the orchestrator (capacity), resumes by itself
+    fuse_heads: bool = True  # the config's setting, or the last resume's that changed it
 
     @property
     def last_checkpoint(self) -> CheckpointCommitted | None:
@@ -63,6 +64,7 @@ class SessionState(BaseModel):
         self.last_seq = max(self.last_seq, seq)
         if isinstance(p, SessionCreated):
             self.status, self.owner, self.config = "created", p.owner, p.config
+            self.fuse_heads = p.config.fuse_heads
         elif isinstance(p, SessionStarted):
             self.status = "running"
         elif isinstance(p, SessionClaimed):
@@ -84,6 +86,8 @@ class SessionState(BaseModel):
             self.pause_reason, self.auto_resume = p.reason, p.auto_resume
         elif isinstance(p, SessionResumed):
             self.status, self.pause_reason, self.auto_resume = "running", None, False
+            if p.fuse_heads is not None:
+                self.fuse_heads = p.fuse_heads
         elif isinstance(p, SessionStopped):
             self.status, self.claimed_by = "stopped", None
         elif isinstance(p, CheckpointCommitted):

@@ -12,12 +12,19 @@ from functools import lru_cache
 from typing import Any
 
 from computeall.network import Graph, load_network
+from computeall.network.head_fusion import fuse_heads
 
 
 @lru_cache(maxsize=64)
-def _graph_edges(network_yaml: str, batch_size: int) -> tuple[tuple[str, str, int], ...]:
-    graph = Graph(load_network(network_yaml))
+def _graph_edges(network_yaml: str, batch_size: int, fused: bool) -> tuple[tuple[str, str, int], ...]:
+    spec = load_network(network_yaml)
+    graph = Graph(fuse_heads(spec)[0] if fused else spec)
     return tuple((e.src, e.dst, graph.edge_bytes_per_step(e, batch_size)) for e in graph.edges)
+
+
+@lru_cache(maxsize=64)
+def _vnode_ids(network_yaml: str) -> frozenset[str]:
+    return frozenset(v.id for v in load_network(network_yaml).vnodes)
 
 
 def all_edges(config: dict[str, Any] | None, placement: dict[str, str], recorded: list[dict]) -> list[dict]:
@@ -25,7 +32,9 @@ def all_edges(config: dict[str, Any] | None, placement: dict[str, str], recorded
     crossing edges when the network cannot be rebuilt (an older or foreign config)."""
     crossing = {(e["src"], e["dst"]): e["bytes_per_step"] for e in recorded}
     try:
-        edges = _graph_edges(config["network_yaml"], int(config.get("batch_size", 8)))
+        # placed with attention heads fused (the per-head VNodes are absent): draw the fused graph
+        fused = bool(placement) and not _vnode_ids(config["network_yaml"]) <= set(placement)
+        edges = _graph_edges(config["network_yaml"], int(config.get("batch_size", 8)), fused)
     except Exception:  # noqa: BLE001 - any config the library rejects reads as "unknown graph"
         return [{**e, "crosses": True} for e in recorded]
     out = []

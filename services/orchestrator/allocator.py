@@ -57,6 +57,10 @@ def vnode_flops_per_token(graph: Graph, vid: str) -> float:
     flops = 6.0 * graph.param_count(vid)
     if v.op == "attention":
         flops += 6.0 * graph.spec.context * p["dim"]  # q.k and p.v, causal halves it, backward doubles it
+    elif v.op == "attention_head":
+        flops += 6.0 * graph.spec.context * p["head_dim"]
+    elif v.op == "fused_attention_heads":
+        flops += 6.0 * graph.spec.context * p["heads"] * p["head_dim"]
     return flops or 4.0 * (graph.out_features[vid] or 1)
 
 
@@ -67,7 +71,7 @@ def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
     master = MASTER_BYTES if v.precision != "fp32" else 0
     params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES)
     features = graph.out_features[vid] or 1
-    saved = {"attention": 6, "swiglu_mlp": 2 + 3 * v.params.get("hidden", 0) // max(1, features)}.get(v.op, 2)
+    saved = {"attention": 6, "attention_head": 6, "fused_attention_heads": 6, "swiglu_mlp": 2 + 3 * v.params.get("hidden", 0) // max(1, features)}.get(v.op, 2)
     if v.op == "tied_lm_head_ce":
         features, saved = v.params["dim"], 4
     return params + micro_batch_size * graph.spec.context * features * element * saved

@@ -21,6 +21,7 @@ import nats.errors
 from pydantic import BaseModel
 
 from computeall.network import Graph, NetworkError, load_network
+from computeall.network.head_fusion import fuse_heads
 from computeall.protocol.dataset_api import CreateDataset
 from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
 from computeall.protocol.eventlog import ConcurrencyError
@@ -28,6 +29,7 @@ from computeall.protocol.events import (
     CheckpointCommitted,
     CheckpointPruned,
     EventEnvelope,
+    LossScaleChanged,
     PNodeLost,
     PNodeSlow,
     RolledBack,
@@ -38,6 +40,7 @@ from computeall.protocol.events import (
     SessionStopped,
     StepAborted,
     StepCompleted,
+    StepSkipped,
     ValidationCompleted,
 )
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket
@@ -46,6 +49,7 @@ from computeall.protocol.session_state import SessionLog
 from computeall.protocol.subjects import Subjects
 
 from .errors import DriverDone, LostClaim, PNodeFailure, SessionError
+from .loss_scale import LossScaler, replay, uses_dynamic_scaling
 from .placement import Placement
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -73,6 +77,8 @@ class SessionDriver:
         self.takeover_from = takeover_from  # the claimant we saw (None or a dead orchestrator)
         self.pnode_wait_s = pnode_wait_s
         self.placement: Placement | None = None
+        self.scaler: LossScaler | None = None
+        self._scaler_step = -1  # the step the scaler's state is for
 
     @property
     def state(self):
@@ -157,6 +163,10 @@ class SessionDriver:
         if config.precision:
             for v in spec.vnodes:
                 v.precision = config.precision
+        if self.state.fuse_heads:  # before allocation: the allocator places the fused VNodes
+            spec, lines = fuse_heads(spec)
+            for line in lines:
+                log.info("session %s: %s", self.state.id, line)
         if config.data.dataset:
             manifest = await self._dataset_call(lambda: get_dataset(self.nc, self.subjects, config.data.dataset, timeout=30.0))
         else:
@@ -271,9 +281,13 @@ class SessionDriver:
         config = self.state.config
         lr = config.lr.at(step, config.steps)
         t0 = time.monotonic()
-        replies = await self._all(lambda p: RunStep(session_id=self.state.id, step=step))
-        finite = all(r.grads_finite for r in replies)
-        await self._all(lambda p: ApplyStep(session_id=self.state.id, step=step, lr=lr, skip=not finite))
+        scaler = await self._loss_scaler(step)
+        scale = scaler.scale
+        replies = await self._all(lambda p: RunStep(session_id=self.state.id, step=step, loss_scale=scale))
+        overflowed = sorted(r.pnode for r in replies if not r.grads_finite)
+        decision = scaler.update(bool(overflowed))  # one decision, every PNode applies or skips
+        self._scaler_step = step + 1
+        await self._all(lambda p: ApplyStep(session_id=self.state.id, step=step, lr=lr, skip=not decision.apply))
         elapsed = time.monotonic() - t0
         tokens = sum(r.tokens for r in replies)
         loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
@@ -282,10 +296,29 @@ class SessionDriver:
             log.info("session %s: re-ran step %d, loss %.6f", self.state.id, step, loss)
             return
         compute = sum(r.compute_s for r in replies)
+        if not decision.apply:
+            await self.record(StepSkipped(step=step, reason=f"non-finite gradients on {', '.join(overflowed)}"))
+        if decision.changed:
+            await self.record(LossScaleChanged(step=step, old=decision.old, new=decision.new, reason=decision.reason))
         await self.record(
-            StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr,
+            StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
                           compute_s=compute, wait_s=max(0.0, elapsed - compute))
         )
+
+    async def _loss_scaler(self, step: int) -> LossScaler:
+        """The loss scaler as it stands before `step`: kept from step to step, rebuilt from the log
+        after any jump (start, resume, rollback). Re-run steps decide exactly as first time (same bits)."""
+        if self.scaler is None or self._scaler_step != step:
+            config = self.state.config.loss_scale
+            dynamic = uses_dynamic_scaling(config, [v.precision for v in self.placement.graph.spec.vnodes])
+            events = []
+            for record in await self.session.eventlog.read(self.subjects.session_evt_all(self.state.id)):
+                try:
+                    events.append(EventEnvelope.model_validate_json(record.data).payload)
+                except ValueError:
+                    continue
+            self.scaler, self._scaler_step = replay(config, dynamic, events, before_step=step), step
+        return self.scaler
 
     async def _validate(self, step: int) -> None:
         batches = self.state.config.validation_batches

@@ -23,6 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import BaseModel, ValidationError
 
 from computeall.network import Graph, NetworkError, load_network
+from computeall.network.head_fusion import fuse_heads
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
@@ -200,7 +201,8 @@ class Orchestrator:
     def _fits(self, state) -> bool:
         """Whether the live PNodes can hold the session's network now."""
         try:
-            graph = Graph(load_network(state.config.network_yaml))
+            spec = load_network(state.config.network_yaml)
+            graph = Graph(fuse_heads(spec)[0] if state.fuse_heads else spec)
             capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
             allocate(graph, capacities, state.config.batch_size, state.config.micro_batch_size)
         except (AllocationError, NetworkError):
@@ -273,7 +275,7 @@ class Orchestrator:
                 await append(PauseRequested())
         elif isinstance(payload, ResumeSession):
             _require(state.status == "paused", f"cannot resume a session that is {state.status}")
-            await append(SessionResumed())
+            await append(SessionResumed(fuse_heads=payload.fuse_heads))
             self._drive(session)
         elif isinstance(payload, StopSession):
             _require(state.status not in TERMINAL and state.status != "new", f"cannot stop a session that is {state.status}")

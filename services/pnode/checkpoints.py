@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from nats.js import JetStreamContext
 from nats.js.errors import ObjectNotFoundError
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
 
 from computeall.protocol.events import CheckpointObject
 from computeall.protocol.object_store import open_bucket
 from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
 from computeall.protocol.wire import digest
 from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, save_vnode
+from computeall.tensorcore.head_state_mapping import StateMappingError, source_vnodes, vnode_state
 
 from .stage import SessionStage
 
@@ -33,14 +36,31 @@ async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoin
     """Raise `CheckpointError` when an object is missing or its digest does not match the log."""
     store = await open_bucket(js, request.bucket)
     by_vnode = {o.vnode: o for o in request.objects}
-    for vid in stage.local:
-        entry = by_vnode.get(vid)
-        if entry is None:
-            raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
+
+    async def fetch(vid: str) -> bytes:
+        entry = by_vnode[vid]
         try:
             data = (await store.get(entry.object)).data
         except ObjectNotFoundError:
             raise CheckpointError(f"checkpoint object {entry.object} is missing from {request.bucket}") from None
         if digest(data) != entry.digest:
             raise CheckpointError(f"checkpoint object {entry.object} is corrupted (digest mismatch)")
+        return data
+
+    spec = stage.graph.spec
+    same_topology = set(by_vnode) == {v.id for v in spec.vnodes}
+    for vid in stage.local:
+        sources = [s for s in source_vnodes(spec, vid) if s in by_vnode]
+        if not sources:
+            raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
+        if same_topology or source_vnodes(spec, vid) == [vid]:
+            if vid not in by_vnode:
+                raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
+            data = await fetch(vid)
+        else:  # the checkpoint may come from the other topology (heads fused or not): map it
+            objects = {s: load_tensors(await fetch(s)) for s in sources}
+            try:
+                data = save_tensors(await stage._compute(vnode_state, objects, spec, vid))
+            except StateMappingError as exc:
+                raise CheckpointError(f"checkpoint at step {request.step} cannot be mapped onto {vid}: {exc}") from None
         await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, data)

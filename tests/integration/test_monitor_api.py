@@ -36,7 +36,8 @@ pytestmark = pytest.mark.timeout(120)
 def system(tmp_path_factory):
     root = tmp_path_factory.mktemp("monitor-api")
     with EmbeddedNats(root / "nats") as server:
-        monitor = MonitorProcess(server.url, root / "data").start()
+        # an empty --web-dir: these tests see the placeholder page whether or not web/dist is built
+        monitor = MonitorProcess(server.url, root / "data", "--web-dir", str(root / "no-dashboard")).start()
         try:
             yield monitor
         finally:
@@ -183,16 +184,19 @@ def test_future_event_types_are_stored_and_projected(system, keys, sessions):
         return json.dumps({"id": f"f-{type_}", "type": type_, "ts": time.time(), "actor": "orchestrator",
                            "session_id": "sa", "schema_version": 1, "payload": {"type": type_, **payload}}).encode()
 
+    validation = {"step": 40, "loss": 1.5, "perplexity": 4.48, "tokens": 512}
+    checkpoint = {"step": 40, "bucket": "ca-checkpoints", "seconds": 0.1,
+                  "objects": [{"vnode": "a", "object": "sa/40/a", "digest": "0" * 32, "bytes": 8}]}
     seq = asyncio.run(publish(system.nats_url, [
-        (s.session_evt("sa", "ValidationCompleted"), envelope("ValidationCompleted", {"step": 40, "loss": 1.5})),
-        (s.session_evt("sa", "CheckpointCommitted"), envelope("CheckpointCommitted", {"step": 40, "objects": ["a"]})),
+        (s.session_evt("sa", "ValidationCompleted"), envelope("ValidationCompleted", validation)),
+        (s.session_evt("sa", "CheckpointCommitted"), envelope("CheckpointCommitted", checkpoint)),
         (s.session_evt("sa", "SomethingNew"), envelope("SomethingNew", {"x": 1})),
     ]))
     wait_until(lambda: caught_up(system, keys["alice"], seq))
     got = data(system.url, keys["alice"], '{ session(id: "sa") { validations { step loss } checkpoints { step detail } '
                                           'events(types: ["SomethingNew"]) { type payload } } }')["session"]
     assert got["validations"] == [{"step": 40, "loss": 1.5}]
-    assert got["checkpoints"][0]["step"] == 40 and got["checkpoints"][0]["detail"]["objects"] == ["a"]
+    assert got["checkpoints"][0]["step"] == 40 and got["checkpoints"][0]["detail"]["objects"][0]["vnode"] == "a"
     assert got["events"] == [{"type": "SomethingNew", "payload": {"type": "SomethingNew", "x": 1}}]
 
 

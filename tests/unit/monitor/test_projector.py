@@ -12,7 +12,8 @@ from computeall.monitor.projector import Message, project
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import (
-    EventEnvelope, PNodeJoined, PNodeLeft, SessionCompleted, SessionCreated, SessionStarted, StepCompleted,
+    EventEnvelope, LossScaleChanged, PNodeJoined, PNodeLeft, PNodeLost, Reallocated, SessionCompleted, SessionCreated,
+    SessionPaused, SessionStarted, StepCompleted, VNodePlacement,
 )
 from computeall.protocol.telemetry import MemorySample, RequestStatus
 
@@ -81,18 +82,20 @@ def test_malformed_messages_are_counted_kept_and_skipped(db):
     assert db.con.execute("SELECT count(*) FROM steps").fetchone() == (1,)
 
 
-def test_unknown_types_are_stored_and_future_types_projected_by_name(db):
+def test_unknown_types_are_stored_and_lifecycle_events_projected(db):
     def env(seq: int, type_: str, payload: dict) -> Message:
         body = {"id": f"e{seq}", "type": type_, "ts": 1.0, "session_id": "s", "payload": {"type": type_, **payload}}
         return Message("CA_LOG", seq, f"ca.evt.session.s.{type_}", json.dumps(body).encode())
 
+    placement = VNodePlacement(vnode="embed", op="embedding", pnode="p2", params=10, precision="fp32")
     apply(db, [
         log(1, EventEnvelope(session_id="s", payload=SessionCreated(config=CONFIG, owner="bob"))),
-        env(2, "Paused", {}),
-        env(3, "LossScaleChanged", {"loss_scale": 32768.0}),
-        env(4, "PNodeLost", {"pnode": "p9"}),
-        env(5, "Reallocated", {"moves": {"embed": "p2"}, "pnodes": ["p2"]}),
-        env(6, "Brand-new", {"anything": [1, 2]}),
+        log(2, EventEnvelope(session_id="s", payload=SessionPaused(step=3))),
+        log(3, EventEnvelope(session_id="s", payload=LossScaleChanged(step=3, old=65536.0, new=32768.0, reason="overflow"))),
+        log(4, EventEnvelope(session_id="s", payload=PNodeLost(pnode="p9", step=3))),
+        log(5, EventEnvelope(session_id="s", payload=Reallocated(
+            placements=[placement], edges=[], pnodes=["p2"], bytes_across_per_step=0, reason="lost p9", moves={"embed": "p2"}))),
+        env(6, "Brand-new", {"anything": [1, 2]}),  # a type this build does not know: stored, not projected
     ])
     assert db.con.execute("SELECT status, loss_scale, pnodes FROM sessions").fetchone() == ("paused", 32768.0, '["p2"]')
     assert db.con.execute("SELECT state FROM pnodes WHERE id = 'p9'").fetchone() == ("lost",)
