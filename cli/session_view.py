@@ -11,6 +11,9 @@ from computeall.protocol.events import (
     CheckpointCommitted,
     CommandRejected,
     EventEnvelope,
+    PNodeLost,
+    Reallocated,
+    RolledBack,
     StepCompleted,
     ValidationCompleted,
 )
@@ -61,4 +64,27 @@ def report(sid: str, events: list[tuple[int, EventEnvelope]]) -> dict[str, Any]:
             for c in payloads if isinstance(c, CheckpointCommitted)
         ],
         "rejected_commands": [p.model_dump(exclude={"type"}) for p in payloads if isinstance(p, CommandRejected)],
+        "failovers": failovers(payloads),
+        "rebalances": [
+            {"reason": p.reason, "moves": p.moves, "pnodes": p.pnodes}
+            for p in payloads if isinstance(p, Reallocated) and not p.reason.startswith("lost ")
+        ],
     }
+
+
+def failovers(payloads: list) -> list[dict[str, Any]]:
+    """Each failure and its recovery: the lost PNodes, where their VNodes went, the steps re-run."""
+    out: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for p in payloads:
+        if isinstance(p, PNodeLost):
+            if current is None or "rolled_back_to" in current:
+                current = {"lost": [], "at_step": p.step, "moves": {}}
+                out.append(current)
+            current["lost"].append(p.pnode)
+        elif isinstance(p, Reallocated) and current is not None and p.reason.startswith("lost "):
+            current["moves"].update(p.moves)
+            current["pnodes_after"] = p.pnodes
+        elif isinstance(p, RolledBack) and current is not None:
+            current.update(rolled_back_to=p.to_step, steps_rerun=max(0, p.from_step - p.to_step))
+    return out

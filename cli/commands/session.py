@@ -185,6 +185,9 @@ async def _show(args: argparse.Namespace) -> int:
             print(f"  validation at step {v['step']}: loss {v['loss']:.4f}, perplexity {v['perplexity']:.1f}")
         for c in data["checkpoints"]:
             print(f"  checkpoint at step {c['step']}: {c['bytes']} bytes in {c['seconds']:.2f}s{' (pruned)' if c['pruned'] else ''}")
+        for f in data["failovers"]:
+            print(f"  failover at step {f['at_step']}: lost {', '.join(f['lost'])}, {len(f['moves'])} VNodes moved, "
+                  f"back to step {f.get('rolled_back_to')}, {f.get('steps_rerun', 0)} steps re-run")
         if data["failure"]:
             print(f"  failed: {data['failure']}")
     return 0

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from computeall.cli.follow import start_session
-from computeall.cli.session_view import session_events
+from computeall.cli.session_view import failovers, session_events
 from computeall.protocol.events import CheckpointCommitted, Reallocated, RolledBack, SessionPaused, StepAborted
 
 from .cluster import running_cluster, wait_for_pnodes
@@ -63,6 +63,9 @@ async def test_kill_one_then_two_pnodes_same_result_as_clean_run(tmp_path, cfg):
     lost = [e.pnode for e in events if e.type == "PNodeLost"]
     assert lost == ["pnode-1", "pnode-2"]
     assert any(isinstance(e, StepAborted) for e in events)
+    shown = failovers(events)  # what `computeall session show SID --json` lists
+    assert [f["lost"] for f in shown] == [["pnode-1"], ["pnode-2"]]
+    assert all(f["moves"] and f["steps_rerun"] == r.from_step - r.to_step for f, r in zip(shown, rollbacks))
 
 
 async def test_kill_during_a_checkpoint_write_never_uses_it(tmp_path, cfg):
