@@ -43,17 +43,15 @@ def steps(
         rows = cur.execute(f"SELECT {cols} FROM steps WHERE {where} ORDER BY step", [session_id, lo, hi]).fetchall()
     else:
         buckets = max(1, limit // 2)
-        rows = cur.execute(
+        # one scan: each bucket's lowest and highest row come out whole, as structs
+        picks = cur.execute(
             f"""
-            WITH r AS (SELECT {cols}, {METRICS[metric]} AS m,
-                              (step - ?) * ? // (? - ? + 1) AS bucket
-                       FROM steps WHERE {where}),
-                 picks AS (SELECT arg_min(step, m) AS lo_step, arg_max(step, m) AS hi_step FROM r GROUP BY bucket)
-            SELECT {cols} FROM r
-            WHERE step IN (SELECT lo_step FROM picks UNION SELECT hi_step FROM picks)
-            ORDER BY step
+            SELECT arg_min(({cols}), m), arg_max(({cols}), m)
+            FROM (SELECT {cols}, {METRICS[metric]} AS m FROM steps WHERE {where})
+            GROUP BY (step - ?) * ? // (? - ? + 1)
             """,
-            [first, buckets, last, first, session_id, lo, hi],
+            [session_id, lo, hi, first, buckets, last, first],
         ).fetchall()
+        rows = sorted({tuple(row.values()) if isinstance(row, dict) else row for pair in picks for row in pair})
     columns = list(zip(*rows)) or [()] * len(STEP_FIELDS)
     return {name: list(values) for name, values in zip(STEP_FIELDS, columns)}

@@ -11,6 +11,7 @@ from . import downsample, reads
 from .context import Context
 
 json_scalar = ScalarType("JSON")  # values pass through as JSON-compatible Python objects
+number_list_scalar = ScalarType("NumberList")  # a step series column, passed through whole
 query = QueryType()
 session_type = ObjectType("Session")
 pnode_type = ObjectType("PNode")
@@ -110,4 +111,4 @@ async def resolve_requests(p: dict, info: GraphQLResolveInfo, limit: int = 50) -
     return await c.services.db.read(reads.requests, p["id"], c.user, min(max(limit, 0), MAX_LIST))
 
 
-BINDABLES = [json_scalar, query, session_type, pnode_type, user_type]
+BINDABLES = [json_scalar, number_list_scalar, query, session_type, pnode_type, user_type]

@@ -1,7 +1,6 @@
 """A session switches between the fused and the unfused topology at a resume: the checkpoint of one
 loads into the other, and the losses match a run that never stopped (to float tolerance)."""
 
-import pytest
 
 from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
@@ -13,11 +12,6 @@ from unit.network.heads_yaml import heads_network  # tests/ is on sys.path (root
 
 from .cluster import running_cluster, stdlib_corpus
 from .sessions import command, losses, run_to_end, wait_for
-
-pytestmark = pytest.mark.skipif(
-    "fuse_heads" not in SessionConfig.model_fields or "fuse_heads" not in ResumeSession.model_fields,
-    reason="head fusion is not wired into the session protocol yet",
-)
 
 STEPS = 30
 

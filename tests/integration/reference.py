@@ -1,0 +1,63 @@
+"""Run a session on the real system, then the same network as one plain torch model on the same batches."""
+
+from __future__ import annotations
+
+import asyncio
+
+from computeall.cli.follow import follow_session, start_session
+from computeall.network import Graph, NetworkSpec
+from computeall.orchestrator.driver import files_dataset_name
+from computeall.protocol.config import SessionConfig
+from computeall.protocol.dataset_api import BatchRequest
+from computeall.protocol.dataset_client import fetch_batch
+from computeall.protocol.events import Allocated, EventEnvelope, StepCompleted
+from computeall.protocol.wire import Tensor
+from computeall.tensorcore.optimizer import VNodeOptimizer
+from computeall.tensorcore.reference_model import ReferenceModel
+from computeall.tensorcore.wire import tensor_from_wire
+
+
+async def run_session(client, config: SessionConfig) -> tuple[Allocated, list[float]]:
+    """Its first allocation and its recorded losses."""
+    sid, command_id = await start_session(client, config)
+    outcome = await asyncio.wait_for(
+        follow_session(client.eventlog, sid, config.steps, progress=False, command_id=command_id), 180
+    )
+    assert outcome.ok, outcome.message
+    events = [EventEnvelope.model_validate_json(r.data).payload
+              for r in await client.eventlog.read(client.subjects.session_evt_all(sid))]
+    allocated = next(e for e in events if isinstance(e, Allocated))
+    return allocated, [e.loss for e in events if isinstance(e, StepCompleted)]
+
+
+async def fetch_batches(client, config: SessionConfig, spec: NetworkSpec) -> dict:
+    """The batches the PNodes trained on, asked of the same dataset service: (step, micro) -> tokens."""
+    dataset = files_dataset_name(config.data.files, spec.vocab_size)
+    out = {}
+    for step in range(config.steps):
+        for micro in range(config.micro_batches):
+            request = BatchRequest(dataset=dataset, split="train", seed=config.seed, step=step, micro=micro,
+                                   micro_batches=config.micro_batches, batch=config.micro_batch_size,
+                                   context=spec.context)
+            dtype, shape, data = await fetch_batch(client.nc, client.subjects, request, timeout=30)
+            out[(step, micro)] = tensor_from_wire(Tensor("b", dtype, shape, data, {})).long()
+    return out
+
+
+def reference_losses(spec: NetworkSpec, config: SessionConfig, batches: dict) -> list[float]:
+    """The single-process plain torch loop: same init, same batches, ordinary autograd."""
+    model = ReferenceModel(Graph(spec), config.seed)
+    optimizer = VNodeOptimizer(model.named_vnode_parameters(), config.optimizer)
+    step_tokens = config.batch_size * spec.context
+    losses = []
+    for step in range(config.steps):
+        total = 0.0
+        for micro in range(config.micro_batches):
+            tokens = batches[(step, micro)]
+            loss_sum = model(tokens[:, :-1], tokens[:, 1:])
+            (loss_sum / step_tokens).backward()
+            total += loss_sum.item()
+        optimizer.step(config.lr.at(step, config.steps))
+        model.zero_grad(set_to_none=True)
+        losses.append(total / step_tokens)
+    return losses
