@@ -4,6 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STEPS  ?= 200
+BENCH_ARGS ?=
 
 .PHONY: setup web browser demo up test bench clean
 
@@ -35,8 +36,9 @@ up: setup web
 test: setup web browser
 	$(PY) -m pytest -q
 
-bench: setup
-	$(PY) bench/run_all.py
+# `make bench BENCH_ARGS=--quick` for a short run
+bench: setup web browser
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .computeall bench/results/*.json

@@ -204,7 +204,10 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="live steps per second")
     parser.add_argument("--runs", type=int, default=5, help="time-to-chart measurements")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "dashboard.json")
+    parser.add_argument("--quick", action="store_true", help="a 20 s heap measure and 3 time-to-chart runs")
     args = parser.parse_args()
+    if args.quick:
+        args.minutes, args.runs = min(args.minutes, 1 / 3), min(args.runs, 3)
     result = asyncio.run(run(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
