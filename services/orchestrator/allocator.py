@@ -19,6 +19,7 @@ from computeall.network.ops import OPS
 
 ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
 MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
+GRAD_BUFFER_BYTES = 4  # the fused optimizer's flat fp32 gradient buffer
 
 
 class AllocationError(ValueError):
@@ -65,11 +66,12 @@ def vnode_flops_per_token(graph: Graph, vid: str) -> float:
 
 
 def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
-    """Weights, gradient, fp32 master (low precision only), Adam state, and a micro-batch's activations."""
+    """Weights, gradient, fp32 master (low precision only), Adam state, the optimizer's gradient buffer,
+    and a micro-batch's activations."""
     v = graph.vnodes[vid]
     element = BYTES_PER_ELEMENT[v.precision]
     master = MASTER_BYTES if v.precision != "fp32" else 0
-    params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES)
+    params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
     features = graph.out_features[vid] or 1
     saved = {"attention": 6, "attention_head": 6, "fused_attention_heads": 6, "swiglu_mlp": 2 + 3 * v.params.get("hidden", 0) // max(1, features)}.get(v.op, 2)
     if v.op == "tied_lm_head_ce":
