@@ -16,7 +16,7 @@ from computeall.protocol.events import CheckpointCommitted, Reallocated, RolledB
 from .cluster import running_cluster, wait_for_pnodes
 from .sessions import config, losses, run_to_end, wait_for
 
-STEPS = 30
+STEPS = 60  # long enough that every kill lands mid-session whatever the machine's speed
 LONG = 150
 
 

@@ -44,7 +44,7 @@ async def test_full_restart_continues_running_sessions(tmp_path):
     try:
         url = wait_for_cluster(data_dir)
         created = subprocess.run(
-            [COMPUTEALL, "session", "create", "--network", str(NETWORK), "--data", *stdlib_corpus(), "--steps", "24",
+            [COMPUTEALL, "session", "create", "--network", str(NETWORK), "--data", *stdlib_corpus(), "--steps", "60",
              "--seed", "3", "--checkpoint-every", "5", "--min-pnodes", "2", "--json", "--data-dir", str(data_dir)],
             capture_output=True, text=True, timeout=60,
         )
@@ -60,9 +60,9 @@ async def test_full_restart_continues_running_sessions(tmp_path):
         async with connect(url) as client:
             final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
             resumed = await losses(client, sid)
-            clean = await losses(client, await run_to_end(client, session_config()))
+            clean = await losses(client, await run_to_end(client, session_config(steps=60)))
     finally:
         stop(second)
-    assert final.next_step == 24
-    assert [s for s, _ in resumed] == list(range(24)), "each step recorded exactly once"
+    assert final.next_step == 60
+    assert [s for s, _ in resumed] == list(range(60)), "each step recorded exactly once"
     assert resumed == clean

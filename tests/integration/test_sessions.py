@@ -19,17 +19,18 @@ from .sessions import command, config, losses, run_to_end, state, wait_for
 
 async def test_orchestrator_kill_resumes_from_checkpoint_with_identical_losses(tmp_path):
     async with running_cluster(tmp_path, pnodes=2) as (client, supervisor):
-        clean = await losses(client, await run_to_end(client, config()))
-        sid, _ = await start_session(client, config())
+        # long enough that the kill lands mid-session whatever the machine's speed
+        clean = await losses(client, await run_to_end(client, config(steps=60)))
+        sid, _ = await start_session(client, config(steps=60))
         await wait_for(client, sid, lambda s: s.next_step >= 12)
         supervisor.services["orchestrator"].process.kill()  # kill -9: the supervisor restarts it
         final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
         resumed = await losses(client, sid)
         claims = [e.payload for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, SessionClaimed)]
-    assert final.next_step == 24
-    assert [s for s, _ in resumed] == list(range(24)), "each step recorded exactly once"
+    assert final.next_step == 60
+    assert [s for s, _ in resumed] == list(range(60)), "each step recorded exactly once"
     assert resumed == clean, "losses after the resume equal those of a run that never stopped"
-    assert len(claims) == 2 and claims[1].resume_from_step in (10, 15) and claims[0].orchestrator != claims[1].orchestrator
+    assert len(claims) == 2 and claims[1].resume_from_step % 5 == 0 and claims[1].resume_from_step >= 10 and claims[0].orchestrator != claims[1].orchestrator
     assert supervisor.services["orchestrator"].restarts == 1
 
 
@@ -89,8 +90,8 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
 
 async def test_corrupted_checkpoint_is_detected_and_the_previous_one_used(tmp_path):
     async with running_cluster(tmp_path, pnodes=2) as (client, _):
-        clean = await losses(client, await run_to_end(client, config(steps=16)))
-        sid, _ = await start_session(client, config(steps=16))
+        clean = await losses(client, await run_to_end(client, config(steps=60)))
+        sid, _ = await start_session(client, config(steps=60))
         await wait_for(client, sid, lambda s: s.next_step >= 11)
         await command(client, sid, PauseSession())
         paused = await wait_for(client, sid, lambda s: s.status == "paused")
