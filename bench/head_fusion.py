@@ -32,6 +32,7 @@ import torch
 from computeall.network import Graph, NetworkSpec, load_network, load_network_file
 from computeall.network.head_fusion import fuse_heads
 from computeall.network.ops import DATA_INPUTS, OPS
+from computeall.network.per_head import per_head_gpt
 from computeall.protocol.config import OptimizerConfig
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
@@ -43,32 +44,10 @@ EXAMPLE = REPO / "examples" / "networks" / "tiny-gpt-heads.yaml"
 
 def with_heads(base: NetworkSpec, heads: int, blocks: int, context: int) -> NetworkSpec:
     """The tiny-gpt-heads layout with `heads` heads per block (head_dim = dim / heads) and `blocks` blocks."""
-    dim = base.vnode("embed").params["dim"]
-    head_dim = dim // heads
-    ids = ", ".join('"b{i}.h%d"' % h for h in range(heads))
-    lines = [f'        - {{id: "b{{i}}.h{h}", op: attention_head, head: {h}, inputs: ["b{{i}}.norm1"]}}' for h in range(heads)]
-    text = f"""name: {base.name}-{heads}h
-vocab_size: {base.vocab_size}
-context: {context}
-defaults: {{dim: {dim}, heads: {heads}, head_dim: {head_dim}, hidden: {base.vnode("b0.mlp").params["hidden"]}}}
-vnodes:
-  - {{id: embed, op: embedding, inputs: [data.tokens]}}
-  - repeat:
-      count: {blocks}
-      input: embed
-      output: "b{{i}}.res2"
-      vnodes:
-        - {{id: "b{{i}}.norm1", op: rmsnorm, inputs: ["{{in}}"]}}
-{chr(10).join(lines)}
-        - {{id: "b{{i}}.attn", op: concat_heads, inputs: [{ids}]}}
-        - {{id: "b{{i}}.res1", op: add, inputs: ["{{in}}", "b{{i}}.attn"]}}
-        - {{id: "b{{i}}.norm2", op: rmsnorm, inputs: ["b{{i}}.res1"]}}
-        - {{id: "b{{i}}.mlp", op: swiglu_mlp, inputs: ["b{{i}}.norm2"]}}
-        - {{id: "b{{i}}.res2", op: add, inputs: ["b{{i}}.res1", "b{{i}}.mlp"]}}
-  - {{id: norm_f, op: rmsnorm, inputs: [b{blocks - 1}.res2]}}
-  - {{id: head, op: tied_lm_head_ce, inputs: [norm_f, data.targets], tie: embed}}
-"""
-    return load_network(text)
+    return load_network(per_head_gpt(
+        heads=heads, blocks=blocks, dim=base.vnode("embed").params["dim"], context=context, vocab=base.vocab_size,
+        name=f"{base.name}-{heads}h", hidden=base.vnode("b0.mlp").params["hidden"],
+    ))
 
 
 class OnePNode:

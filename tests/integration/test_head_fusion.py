@@ -5,14 +5,14 @@ import torch
 
 from computeall.network import load_network
 from computeall.network.head_fusion import fuse_heads
+from computeall.network.per_head import per_head_gpt
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 
-from unit.network.heads_yaml import heads_network  # tests/ is on sys.path (rootdir-relative packages)
 from .cluster import running_cluster, stdlib_corpus
 from .reference import fetch_batches, reference_losses, run_session
 
 STEPS, BATCH, MICRO, PNODES = 8, 8, 2, 3
-NETWORK = heads_network(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads")
+NETWORK = per_head_gpt(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads")
 
 
 def session_config(pnodes: int = PNODES, **extra) -> SessionConfig:

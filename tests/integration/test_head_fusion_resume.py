@@ -4,11 +4,11 @@ loads into the other, and the losses match a run that never stopped (to float to
 
 from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
+from computeall.network.per_head import per_head_gpt
 from computeall.protocol.commands import PauseSession, ResumeSession
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from computeall.protocol.events import Allocated
 
-from unit.network.heads_yaml import heads_network  # tests/ is on sys.path (rootdir-relative packages)
 
 from .cluster import running_cluster, stdlib_corpus
 from .sessions import command, losses, run_to_end, wait_for
@@ -18,7 +18,7 @@ STEPS = 30
 
 def config() -> SessionConfig:
     return SessionConfig(
-        network_yaml=heads_network(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads"),
+        network_yaml=per_head_gpt(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads"),
         data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=8, micro_batches=2, seed=3,
         lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=2, keep_checkpoints=10,
     )

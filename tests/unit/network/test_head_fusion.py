@@ -8,7 +8,7 @@ from computeall.network import Graph, NetworkError, load_network, load_network_f
 from computeall.network.head_fusion import find_head_groups, fuse_heads, head_groups
 from computeall.network.loader import validate
 
-from .heads_yaml import heads_network
+from computeall.network.per_head import per_head_gpt
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "networks"
 
@@ -67,20 +67,20 @@ def test_network_without_heads_is_untouched():
 
 
 def test_missing_head_is_left_unfused_with_reason():
-    text = heads_network(blocks=1, block_heads=block(head(0), head(1), head(3), concat([0, 1, 3], heads=3)))
+    text = per_head_gpt(blocks=1, block_heads=block(head(0), head(1), head(3), concat([0, 1, 3], heads=3)))
     spec, fused, lines = rewrite(text)
     assert fused == spec
     assert lines == ["left b0.attn unfused: head indices [0, 1, 3] are not 0..2 in order (head 2 missing)"]
 
 
 def test_heads_out_of_order_are_left_unfused():
-    text = heads_network(blocks=1, block_heads=block(*(head(h) for h in range(4)), concat([1, 0, 2, 3])))
+    text = per_head_gpt(blocks=1, block_heads=block(*(head(h) for h in range(4)), concat([1, 0, 2, 3])))
     spec, fused, lines = rewrite(text)
     assert fused == spec and "head indices [1, 0, 2, 3] are not 0..3 in order" in lines[0]
 
 
 def test_different_head_dims_are_left_unfused_and_still_train():
-    text = heads_network(blocks=1, block_heads=block(
+    text = per_head_gpt(blocks=1, block_heads=block(
         head(0), head(1), head(2, head_dim=32), head(3), concat([0, 1, 2, 3], head_dim="[16, 16, 32, 16]")
     ))
     spec, fused, lines = rewrite(text)
@@ -93,7 +93,7 @@ def test_different_head_dims_are_left_unfused_and_still_train():
 def test_heads_feeding_two_consumers_are_left_unfused():
     other = '        - {id: "b{i}.other", op: concat_heads, inputs: ["b{i}.h0", "b{i}.h1"], heads: 2}'
     res = '        - {id: "b{i}.mix", op: add, inputs: ["b{i}.attn", "b{i}.other"]}'
-    text = heads_network(blocks=1, block_heads=block(*(head(h) for h in range(4)), concat([0, 1, 2, 3]), other, res))
+    text = per_head_gpt(blocks=1, block_heads=block(*(head(h) for h in range(4)), concat([0, 1, 2, 3]), other, res))
     text = text.replace('inputs: ["{in}", "b{i}.attn"]', 'inputs: ["{in}", "b{i}.mix"]')
     spec, fused, lines = rewrite(text)
     assert fused == spec
@@ -103,20 +103,20 @@ def test_heads_feeding_two_consumers_are_left_unfused():
 
 def test_heads_reading_different_inputs_are_left_unfused():
     odd = '        - {id: "b{i}.h3", op: attention_head, head: 3, inputs: ["{in}"]}'
-    text = heads_network(blocks=1, block_heads=block(head(0), head(1), head(2), odd, concat([0, 1, 2, 3])))
+    text = per_head_gpt(blocks=1, block_heads=block(head(0), head(1), head(2), odd, concat([0, 1, 2, 3])))
     spec, fused, lines = rewrite(text)
     assert fused == spec and "the heads read different inputs" in lines[0]
 
 
 def test_mixed_precision_group_is_left_unfused():
-    text = heads_network(blocks=1, block_heads=block(head(0), head(1, precision="bf16"), concat([0, 1], heads=2)))
+    text = per_head_gpt(blocks=1, block_heads=block(head(0), head(1, precision="bf16"), concat([0, 1], heads=2)))
     text = text.replace("head_dim: 16", "head_dim: 32")
     spec, fused, lines = rewrite(text)
     assert fused == spec and "differ in precision" in lines[0]
 
 
 def test_only_the_matching_block_is_fused():
-    good = heads_network(blocks=1)
+    good = per_head_gpt(blocks=1)
     # a second block written by hand with a missing head
     extra = """  - {id: c.norm1, op: rmsnorm, inputs: [b0.res2]}
   - {id: c.h0, op: attention_head, head: 0, inputs: [c.norm1]}
@@ -143,18 +143,18 @@ def problems(text: str) -> list[str]:
 
 
 def test_validation_of_the_new_ops_names_vnode_and_field():
-    wrong_count = heads_network(blocks=1, block_heads=block(head(0), head(1), concat([0, 1])))  # declares 4 heads
+    wrong_count = per_head_gpt(blocks=1, block_heads=block(head(0), head(1), concat([0, 1])))  # declares 4 heads
     assert any("vnode 'b0.attn', field 'inputs': op concat_heads takes 4 input(s), got 2" in p for p in problems(wrong_count))
-    odd = heads_network(blocks=1, block_heads=block(head(0, head_dim=15), concat([0], heads=1, head_dim=15)))
+    odd = per_head_gpt(blocks=1, block_heads=block(head(0, head_dim=15), concat([0], heads=1, head_dim=15)))
     assert any("vnode 'b0.h0', field 'head_dim'" in p and "even" in p for p in problems(odd))
-    width = heads_network(blocks=1, block_heads=block(head(0), head(1), concat([0, 1], heads=2, head_dim=32)))
+    width = per_head_gpt(blocks=1, block_heads=block(head(0), head(1), concat([0, 1], heads=2, head_dim=32)))
     assert any("vnode 'b0.attn', field 'head_dim': expects 32 features but 'b0.h0' gives 16" in p for p in problems(width))
-    twice = heads_network(blocks=1, block_heads=block(head(0), concat([0, 0], heads=2)))
+    twice = per_head_gpt(blocks=1, block_heads=block(head(0), concat([0, 0], heads=2)))
     assert any("vnode 'b0.attn', field 'inputs': a head is listed twice" in p for p in problems(twice))
 
 
 def test_a_fused_vnode_may_be_written_directly():
-    text = heads_network(blocks=1, block_heads='        - {id: "b{i}.attn", op: fused_attention_heads, inputs: ["b{i}.norm1"]}')
+    text = per_head_gpt(blocks=1, block_heads='        - {id: "b{i}.attn", op: fused_attention_heads, inputs: ["b{i}.norm1"]}')
     spec = load_network(text)
     assert spec.vnode("b0.attn").params == {"dim": 64, "heads": 4, "head_dim": 16}  # from the defaults
     assert head_groups(spec) == []  # it names no heads: nothing to map

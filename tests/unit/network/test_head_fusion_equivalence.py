@@ -10,14 +10,14 @@ from computeall.tensorcore.head_state_mapping import convert_state, to_fused, to
 from computeall.tensorcore.reference_model import ReferenceModel
 
 from .head_training import Trainer, batches
-from .heads_yaml import heads_network
+from computeall.network.per_head import per_head_gpt
 
 SEED, STEPS, MICRO, MICRO_SIZE = 11, 20, 2, 2
 
 
 @pytest.fixture(scope="module")
 def specs():
-    unfused = load_network(heads_network(heads=4, blocks=2, dim=64, context=32, vocab=128))
+    unfused = load_network(per_head_gpt(heads=4, blocks=2, dim=64, context=32, vocab=128))
     fused, lines = fuse_heads(unfused)
     assert len(lines) == 2 and all(line.startswith("fused") for line in lines)
     return unfused, fused

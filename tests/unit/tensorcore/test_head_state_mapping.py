@@ -6,6 +6,7 @@ import torch
 from computeall.kernels import FusedAdamW
 from computeall.network import Graph, load_network
 from computeall.network.head_fusion import fuse_heads, head_groups
+from computeall.network.per_head import per_head_gpt
 from computeall.tensorcore.head_state_mapping import (
     StateMappingError,
     convert_state,
@@ -19,14 +20,12 @@ from computeall.tensorcore.ops import build_vnode
 from computeall.tensorcore.ops.fused_heads import qkv_from_heads, qkv_to_heads
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
-from ..network.heads_yaml import heads_network
-
 H, HD, DIM = 4, 8, 32
 
 
 @pytest.fixture(scope="module")
 def specs():
-    unfused = load_network(heads_network(heads=H, blocks=2, dim=DIM, context=16, vocab=64))
+    unfused = load_network(per_head_gpt(heads=H, blocks=2, dim=DIM, context=16, vocab=64))
     return unfused, fuse_heads(unfused)[0]
 
 

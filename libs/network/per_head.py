@@ -1,7 +1,13 @@
-"""Small per-head networks for the head-fusion tests."""
+"""Per-head GPT networks as YAML: every attention head its own VNode, one concat per block.
+
+The shape of `examples/networks/tiny-gpt-heads.yaml` at any size, for tests and benchmarks
+of attention-head fusion.
+"""
+
+from __future__ import annotations
 
 
-def heads_network(
+def per_head_gpt(
     heads: int = 4,
     blocks: int = 2,
     dim: int = 64,
@@ -9,6 +15,7 @@ def heads_network(
     vocab: int = 128,
     block_heads: str | None = None,
     name: str = "heads-test",
+    hidden: int | None = None,
 ) -> str:
     """A pre-norm GPT whose attention is `heads` attention_head VNodes + one concat_heads per block.
 
@@ -23,7 +30,7 @@ def heads_network(
     return f"""name: {name}
 vocab_size: {vocab}
 context: {context}
-defaults: {{dim: {dim}, heads: {heads}, head_dim: {head_dim}, hidden: {dim * 2}}}
+defaults: {{dim: {dim}, heads: {heads}, head_dim: {head_dim}, hidden: {hidden or dim * 2}}}
 vnodes:
   - {{id: embed, op: embedding, inputs: [data.tokens]}}
   - repeat:
