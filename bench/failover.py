@@ -18,10 +18,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from computeall.cli.embedded import running_cluster  # noqa: E402
 from computeall.cli.follow import start_session  # noqa: E402
 from computeall.cli.session_view import session_events  # noqa: E402
 from computeall.protocol.config import DataConfig, SessionConfig  # noqa: E402
-from tests.integration.cluster import running_cluster, stdlib_corpus  # noqa: E402
+from tests.integration.cluster import stdlib_corpus  # noqa: E402
 from tests.integration.sessions import run_to_end, wait_for  # noqa: E402
 
 

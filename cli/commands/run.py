@@ -12,12 +12,10 @@ from pathlib import Path
 from computeall.network import NetworkError, load_network_file
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 
-from ..client import connect
 from ..default_corpus import stdlib_files
+from ..embedded import running_cluster
 from ..errors import UserError
 from ..follow import follow_session, start_session
-from ..nats_server import EmbeddedNats
-from ..supervisor import Supervisor, default_services
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,13 +81,9 @@ async def run(args: argparse.Namespace) -> int:
     config = session_config(args, min_pnodes=args.pnodes)
     owned_dir = args.data_dir is None
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="computeall-run-"))
-    nats_server = EmbeddedNats(data_dir / "nats").start()
-    supervisor = Supervisor(data_dir, nats_server.url, nats_server.process.pid)
-    supervisor.start(default_services(args.pnodes, with_monitor=False))
-    watcher = asyncio.create_task(supervisor.watch())
     ok = False
     try:
-        async with connect(nats_server.url) as client:
+        async with running_cluster(data_dir, args.pnodes) as (client, _):
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
                 client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command_id
@@ -100,8 +94,5 @@ async def run(args: argparse.Namespace) -> int:
             print(f"logs: {data_dir / 'logs'}", file=sys.stderr)
         return 0 if ok else 1
     finally:
-        watcher.cancel()
-        supervisor.stop()
-        nats_server.stop()
         if owned_dir and ok:  # a failed run keeps its logs for the user to read
             shutil.rmtree(data_dir, ignore_errors=True)

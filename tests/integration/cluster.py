@@ -1,30 +1,13 @@
-"""A real embedded cluster for tests: nats-server, orchestrator, dataset service, PNodes as processes."""
+"""Test helpers around the real embedded cluster (`computeall.cli.embedded`): a corpus, waiting for PNodes."""
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import AsyncIterator
 
-from computeall.cli.client import Client, connect
-from computeall.cli.nats_server import EmbeddedNats
-from computeall.cli.supervisor import Supervisor, default_services
+from computeall.cli.client import Client
+from computeall.cli.embedded import running_cluster
 
-
-@asynccontextmanager
-async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False) -> AsyncIterator[tuple[Client, Supervisor]]:
-    server = EmbeddedNats(directory / "nats").start()
-    supervisor = Supervisor(directory, server.url, server.process.pid)
-    supervisor.start(default_services(pnodes, with_monitor=with_monitor))
-    watcher = asyncio.create_task(supervisor.watch())
-    try:
-        async with connect(server.url) as client:
-            yield client, supervisor
-    finally:
-        watcher.cancel()
-        supervisor.stop()
-        server.stop()
+__all__ = ["running_cluster", "stdlib_corpus", "wait_for_pnodes"]
 
 
 def stdlib_corpus(max_bytes: int = 300_000) -> list[str]:
