@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import duckdb
 
-TABLES_SQL = (Path(__file__).with_name("tables.sql")).read_text()
+from . import migrate
 
 T = TypeVar("T")
 
@@ -24,7 +24,7 @@ class Database:
     def __init__(self, path: str | Path, readers: int = 4) -> None:
         self.path = str(path)
         self.con = duckdb.connect(self.path)
-        self.con.execute(TABLES_SQL)
+        self.schema_version = migrate.migrate(self.con, self.path)
         self.column_types = _column_types(self.con)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="duckdb-write")
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="duckdb-read")

@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-STEP_FIELDS = ("step", "ts", "loss", "tokens", "step_time_s", "lr", "loss_scale", "compute_s", "wait_s")
+from .step_metrics import STEP_FIELDS
 
 # the metric whose extremes each bucket keeps (GraphQL enum StepMetric -> SQL)
 METRICS = {

@@ -13,7 +13,9 @@ import duckdb
 from computeall.protocol.telemetry import Heartbeat
 
 from .db import Database
-from .projector import STEP_COLUMNS, Batch
+from .migrate import SCHEMA_VERSION_TABLE
+from .projection import Batch
+from .step_metrics import STEP_COLUMNS
 
 EVENT_COLUMNS = ("seq", "subject", "kind", "id", "type", "ts", "actor", "session_id", "envelope")
 MEMORY_COLUMNS = (
@@ -82,19 +84,25 @@ def _steps(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
     for row in batch.steps.values():
         latest[row[0]] = row
     for sid, row in latest.items():
-        _, step, _, loss, tokens, step_time_s, _, loss_scale, _, _ = row
+        s = dict(zip(STEP_COLUMNS, row))
         con.execute(
             "UPDATE sessions SET step = ?, last_loss = ?, tokens_per_s = ?, loss_scale = ?, "
             "tokens = (SELECT sum(tokens) FROM steps WHERE session_id = ?) WHERE id = ?",
-            [step, loss, tokens / step_time_s if step_time_s > 0 else None, loss_scale, sid, sid],
+            [s["step"], s["loss"], s["tokens"] / s["step_time_s"] if s["step_time_s"] > 0 else None, s["loss_scale"],
+             sid, sid],
         )
 
 
+# what the log cannot give back: kept by a rebuild
+NOT_PROJECTED = ("users", "api_keys", SCHEMA_VERSION_TABLE)
+
+
 def reset_projection(con: duckdb.DuckDBPyConnection) -> None:
-    """Empty every projected table and position; users and API keys stay."""
-    tables = [
-        "positions", "events", "malformed", "sessions", "steps", "validations", "checkpoints", "allocations",
-        "vnodes", "edges", "pnodes", "memory_samples", "memory_samples_agg", "requests", "requests_agg", "datasets",
-    ]
-    for table in tables:
-        con.execute(f"DELETE FROM {table}")
+    """Empty every projected table and position (every table but NOT_PROJECTED); the schema stays."""
+    tables = con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' AND table_type = 'BASE TABLE' "
+        "AND NOT list_contains(?, table_name) ORDER BY table_name",
+        [list(NOT_PROJECTED)],
+    ).fetchall()
+    for (table,) in tables:
+        con.execute(f'DELETE FROM "{table}"')

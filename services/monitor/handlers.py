@@ -1,0 +1,157 @@
+"""One projection per command or event type the monitor shows, registered by its model.
+
+Each handler turns one typed, validated message into rows of the batch. Session status is not
+set here: services/monitor/projector.py takes it from the session fold for every event. JSON
+columns (config, detail) keep the payload exactly as recorded, not a re-encoding with defaults.
+"""
+
+from __future__ import annotations
+
+import json
+
+from computeall.protocol.commands import CreateSession
+from computeall.protocol.events import (
+    Allocated, CheckpointCommitted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined, PNodeLeft,
+    PNodeLost, Reallocated, SessionCompleted, SessionCreated, SessionFailed, SessionPaused, SplitCreated,
+    StepCompleted, Tokenized, TokenizerTrained, ValidationCompleted,
+)
+
+from .projection import Batch, Header, Message, projects, type_name
+from .session_status import INITIAL
+from .step_metrics import STEP_COLUMNS, STEP_FIELDS
+
+# -- sessions -----------------------------------------------------------------
+
+
+@projects(CreateSession)
+def create_session(batch: Batch, h: Header, p: CreateSession, msg: Message) -> None:
+    # the command names the owner (its actor) before the orchestrator answers with SessionCreated
+    batch.ops.append(
+        (
+            "INSERT INTO sessions (id, owner, status, config, created_ts) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO NOTHING",
+            [h.session_id, h.actor, INITIAL, json.dumps(h.payload["config"]), h.ts],
+        )
+    )
+
+
+@projects(SessionCreated)
+def session_created(batch: Batch, h: Header, p: SessionCreated, msg: Message) -> None:
+    batch.ops.append(
+        (
+            "INSERT INTO sessions (id, owner, status, config, created_ts) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, config = excluded.config, "
+            "created_ts = excluded.created_ts",
+            [h.session_id, p.owner, INITIAL, json.dumps(h.payload["config"]), h.ts],
+        )
+    )
+
+
+@projects(CommandRejected)
+def command_rejected(batch: Batch, h: Header, p: CommandRejected, msg: Message) -> None:
+    # a refused CreateSession leaves the session as it was before: new, now with the reason why
+    if p.command_type == type_name(CreateSession):
+        batch.ops.append(
+            ("UPDATE sessions SET reason = ? WHERE id = ? AND status = ?", [p.reason, h.session_id, INITIAL])
+        )
+
+
+@projects(SessionPaused, SessionFailed)
+def session_reason(batch: Batch, h: Header, p: SessionPaused | SessionFailed, msg: Message) -> None:
+    if p.reason:
+        batch.ops.append(("UPDATE sessions SET reason = ? WHERE id = ?", [p.reason, h.session_id]))
+
+
+@projects(SessionCompleted)
+def session_completed(batch: Batch, h: Header, p: SessionCompleted, msg: Message) -> None:
+    if p.final_loss is not None:
+        batch.ops.append(("UPDATE sessions SET last_loss = ? WHERE id = ?", [p.final_loss, h.session_id]))
+
+
+@projects(Allocated, Reallocated)
+def allocated(batch: Batch, h: Header, p: Allocated, msg: Message) -> None:
+    sid = h.session_id
+    batch.ops += [
+        ("INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+         [sid, msg.seq, h.ts, h.type, json.dumps(p.pnodes), p.bytes_across_per_step]),
+        ("DELETE FROM vnodes WHERE session_id = ?", [sid]),
+        *(("INSERT OR REPLACE INTO vnodes VALUES (?, ?, ?, ?, ?, ?)",
+           [sid, pl.vnode, pl.op, pl.pnode, pl.params, pl.precision]) for pl in p.placements),
+        ("DELETE FROM edges WHERE session_id = ?", [sid]),
+        *(("INSERT OR REPLACE INTO edges VALUES (?, ?, ?, ?)", [sid, e.src, e.dst, e.bytes_per_step])
+          for e in p.edges),
+        ("UPDATE sessions SET pnodes = ?, bytes_across_per_step = ? WHERE id = ?",
+         [json.dumps(p.pnodes), p.bytes_across_per_step, sid]),
+    ]
+
+
+_METRICS_AFTER_TS = STEP_FIELDS[2:]  # step and ts come first (see step_metrics)
+
+
+@projects(StepCompleted)
+def step_completed(batch: Batch, h: Header, p: StepCompleted, msg: Message) -> None:
+    row = (h.session_id, p.step, h.ts, *(getattr(p, name) for name in _METRICS_AFTER_TS))
+    # a step re-run after a rollback replaces the earlier row: the last one in the log wins
+    batch.steps[(h.session_id, p.step)] = row
+    batch.notices.append((f"steps:{h.session_id}", dict(zip(STEP_COLUMNS, row))))
+
+
+@projects(ValidationCompleted)
+def validation_completed(batch: Batch, h: Header, p: ValidationCompleted, msg: Message) -> None:
+    batch.ops.append(
+        ("INSERT OR REPLACE INTO validations VALUES (?, ?, ?, ?, ?)",
+         [h.session_id, p.step, h.ts, p.loss, json.dumps(h.payload)])
+    )
+
+
+@projects(CheckpointCommitted)
+def checkpoint_committed(batch: Batch, h: Header, p: CheckpointCommitted, msg: Message) -> None:
+    batch.ops.append(
+        ("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", [h.session_id, p.step, h.ts, json.dumps(h.payload)])
+    )
+
+
+@projects(LossScaleChanged)
+def loss_scale_changed(batch: Batch, h: Header, p: LossScaleChanged, msg: Message) -> None:
+    batch.ops.append(("UPDATE sessions SET loss_scale = ? WHERE id = ?", [p.new, h.session_id]))
+
+
+# -- pnodes -------------------------------------------------------------------
+
+
+@projects(PNodeJoined)
+def pnode_joined(batch: Batch, h: Header, p: PNodeJoined, msg: Message) -> None:
+    batch.ops.append(
+        (
+            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, joined_ts) VALUES (?, ?, ?, ?, ?, 'live', ?) "
+            "ON CONFLICT (id) DO UPDATE SET host = excluded.host, os_pid = excluded.os_pid, device = excluded.device, "
+            "memory_bytes = excluded.memory_bytes, state = 'live', joined_ts = excluded.joined_ts, left_ts = NULL",
+            [p.pnode, p.host, p.os_pid, p.device, p.memory_bytes, h.ts],
+        )
+    )
+
+
+@projects(PNodeLeft, PNodeLost)
+def pnode_gone(batch: Batch, h: Header, p: PNodeLeft | PNodeLost, msg: Message) -> None:
+    state = "lost" if isinstance(p, PNodeLost) else "left"
+    batch.ops.append(
+        (
+            "INSERT INTO pnodes (id, state, left_ts) VALUES (?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, left_ts = excluded.left_ts",
+            [p.pnode, state, h.ts],
+        )
+    )
+
+
+# -- datasets -----------------------------------------------------------------
+
+
+@projects(DatasetCreated, TokenizerTrained, Tokenized, SplitCreated)
+def dataset(batch: Batch, h: Header, p: DatasetCreated | TokenizerTrained | Tokenized | SplitCreated, msg: Message) -> None:
+    batch.ops.append(
+        (
+            "INSERT INTO datasets VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET ts = excluded.ts, "
+            "detail = json_merge_patch(datasets.detail, excluded.detail)",
+            [p.name, h.ts, json.dumps(h.payload)],
+        )
+    )
