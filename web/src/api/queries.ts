@@ -1,8 +1,10 @@
 // Every GraphQL document the dashboard sends, in one place, so that they can be checked against
 // services/monitor/schema.graphql at a glance.
 
+import { STEP_FIELDS } from "./protocol";
+
 const SESSION_SUMMARY = "id status step lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
-const STEP_COLUMNS = "step ts loss tokens stepTimeS lr lossScale computeS waitS";
+const STEP_COLUMNS = STEP_FIELDS.join(" ");
 const PNODE_SUMMARY =
   "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes";
 

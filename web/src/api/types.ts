@@ -1,12 +1,13 @@
 // The shapes of the monitor's GraphQL results that the dashboard selects (see
 // services/monitor/schema.graphql). Optional fields are the ones the schema allows to be null.
+// What comes from computeall.protocol (statuses, step metrics) is generated into ./protocol.ts.
+import type { SessionStatus } from "./protocol";
 
-export type SessionStatus =
-  | "requested" | "created" | "running" | "paused" | "stopped" | "completed" | "failed" | "rejected";
+export type { SessionStatus, Step, StepSeries } from "./protocol";
 
 export interface SessionSummary {
   id: string;
-  status: SessionStatus | string;
+  status: SessionStatus;
   step: number | null;
   lastLoss: number | null;
   tokensPerS: number | null;
@@ -22,32 +23,6 @@ export interface SessionDetail extends SessionSummary {
   config: { steps?: number; network_yaml?: string } | null;
   tokens: number | null;
   bytesAcrossPerStep: number | null;
-}
-
-/** Columns: index i of every list is one step (what uPlot takes as is). */
-export interface StepSeries {
-  step: number[];
-  ts: number[];
-  loss: number[];
-  tokens: number[];
-  stepTimeS: number[];
-  lr: number[];
-  lossScale: number[];
-  computeS: number[];
-  waitS: number[];
-}
-
-/** One step as the `steps` subscription sends it. */
-export interface Step {
-  step: number;
-  ts: number;
-  loss: number;
-  tokens: number;
-  stepTimeS: number;
-  lr: number;
-  lossScale: number;
-  computeS: number;
-  waitS: number;
 }
 
 export interface Validation {
@@ -81,6 +56,9 @@ export interface Edge {
   crosses: boolean;
 }
 
+/** What the monitor says of a PNode (services/monitor/reads.py: live unless an event or a silent heartbeat says otherwise). */
+export type PNodeState = "live" | "lost" | "left";
+
 /** Bytes a PNode holds by category, as the PNode measures them. */
 export type BytesByCategory = Record<string, number>;
 
@@ -89,7 +67,7 @@ export interface PNodeSummary {
   host: string | null;
   device: string | null;
   memoryBytes: number | null;
-  state: "live" | "lost" | "left" | string;
+  state: PNodeState;
   heartbeatAgeS: number | null;
   rssBytes: number | null;
   gpuAllocatedBytes: number | null;

@@ -1,9 +1,7 @@
-import type { Step, StepSeries } from "../api/types";
-
-export const STEP_FIELDS = ["step", "ts", "loss", "tokens", "stepTimeS", "lr", "lossScale", "computeS", "waitS"] as const;
+import { STEP_FIELDS, type Step, type StepSeries } from "../api/protocol";
 
 export function emptySeries(): StepSeries {
-  return { step: [], ts: [], loss: [], tokens: [], stepTimeS: [], lr: [], lossScale: [], computeS: [], waitS: [] };
+  return Object.fromEntries(STEP_FIELDS.map((f) => [f, []])) as unknown as StepSeries;
 }
 
 /**
