@@ -51,9 +51,12 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 def _offline(url: str, directory: Path, prefix: str | None) -> api.MonitorReply:
     # imported here: only this path needs the monitor's code, the usual path is a NATS request
+    from computeall.monitor.migrate import SchemaError
     from computeall.monitor.rebuild import rebuild_offline
 
     try:
         return asyncio.run(rebuild_offline(url, directory, prefix))
     except duckdb.IOException as exc:
         raise UserError(f"cannot open {directory / 'monitor.duckdb'}: {exc}") from None
+    except SchemaError as exc:
+        raise UserError(str(exc)) from None

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 
+from .migrate import SchemaError
 from .service import Monitor
 from .settings import parse_args
 
@@ -13,7 +14,11 @@ from .settings import parse_args
 def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(Monitor(settings).run())
+    try:
+        asyncio.run(Monitor(settings).run())
+    except SchemaError as exc:  # the database file is not one this build can use: say why, no traceback
+        print(f"computeall monitor: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

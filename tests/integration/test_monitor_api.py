@@ -139,7 +139,7 @@ def test_create_session_is_published_as_the_user(system, keys):
     sid = created["sessionId"]
     # the recorded CreateSession names its owner before any orchestrator answers
     row = wait_until(lambda: data(system.url, keys["alice"], f'{{ session(id: "{sid}") {{ owner status }} }}')["session"])
-    assert row == {"owner": "alice", "status": "requested"}
+    assert row == {"owner": "alice", "status": "new"}  # new until an orchestrator accepts it
     assert data(system.url, keys["bob"], f'{{ session(id: "{sid}") {{ id }} }}') == {"session": None}
     bad = gql(system.url, keys["alice"], "mutation($c: JSON!) { createSession(config: $c) { sessionId } }",
               {"c": {"steps": 0}}).json()
