@@ -108,6 +108,8 @@ def test_status_after_every_event_is_the_folds(db):
 def test_one_batch_of_all_stories_ends_where_the_fold_does(db):
     batch = project([msg for _, _, msg in messages()])
     db.transaction(lambda con: store.apply(db, con, batch, []))
+    # every event is stored, those without a handler (SessionClaimed, RolledBack, ...) too
+    assert db.con.execute("SELECT count(*) FROM events").fetchone() == (len(messages()),)
     for sid, payloads in STORIES.items():
         fold = SessionState(id=sid)
         for seq, payload in enumerate(payloads, 1):
