@@ -18,6 +18,9 @@ from computeall.protocol.events import (
     ValidationCompleted,
 )
 from computeall.protocol.session_state import SessionState, fold
+from computeall.protocol.session_status import SessionStatus
+
+from .errors import UserError
 
 
 async def session_events(eventlog: EventLog, sid: str) -> list[tuple[int, EventEnvelope]]:
@@ -34,6 +37,19 @@ async def session_ids(eventlog: EventLog) -> list[str]:
     return [r.subject.split(".")[-2] for r in await eventlog.read(eventlog.subjects.session_created_all())]
 
 
+def visible(state: SessionState, user: str | None) -> bool:
+    """A session exists once created, and a user sees only theirs (no user: the local default sees all)."""
+    return state.status != SessionStatus.NEW and (user is None or state.owner == user)
+
+
+def find_session(sid: str, events: list[tuple[int, EventEnvelope]], user: str | None) -> SessionState:
+    """The session folded from its events, or the user's error when it does not exist for them."""
+    state = fold(sid, events)
+    if not visible(state, user):
+        raise UserError(f"no session {sid}")
+    return state
+
+
 def summary(state: SessionState) -> dict[str, Any]:
     return {
         "session_id": state.id,
@@ -45,9 +61,8 @@ def summary(state: SessionState) -> dict[str, Any]:
     }
 
 
-def report(sid: str, events: list[tuple[int, EventEnvelope]]) -> dict[str, Any]:
+def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict[str, Any]:
     """Everything `session show` prints: status, config, metrics, validations, checkpoints, rejections."""
-    state = fold(sid, events)
     payloads = [e.payload for _, e in events]
     return {
         **summary(state),

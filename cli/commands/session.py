@@ -20,7 +20,18 @@ from computeall.protocol.commands import (
     StopSession,
     ValidateSession,
 )
-from computeall.protocol.events import CommandRejected, EventEnvelope
+from computeall.protocol.events import (
+    CommandRejected,
+    EventEnvelope,
+    PauseRequested,
+    SessionCreated,
+    SessionPaused,
+    SessionResumed,
+    SessionStarted,
+    SessionStopped,
+    StopRequested,
+    ValidationRequested,
+)
 from computeall.protocol.monitor_api import AUTH, Auth
 from computeall.protocol.session_state import fold
 from computeall.protocol.subjects import LOG_STREAM
@@ -29,17 +40,17 @@ from ..client import Client, connect
 from ..cluster_file import resolve_nats_url
 from ..errors import UserError
 from ..follow import start_session
-from ..session_view import report, session_events, session_ids, summary
+from ..session_view import find_session, report, session_events, session_ids, summary, visible
 from .run import add_training_args, session_config
 from .user import ask_monitor, resolve_api_key
 
 # command -> the event types that show it took effect
 EFFECTS = {
-    "start": (StartSession, {"SessionStarted"}),
-    "pause": (PauseSession, {"PauseRequested", "SessionPaused"}),
-    "resume": (ResumeSession, {"SessionResumed"}),
-    "stop": (StopSession, {"StopRequested", "SessionStopped"}),
-    "validate": (ValidateSession, {"ValidationRequested"}),
+    "start": (StartSession, (SessionStarted,)),
+    "pause": (PauseSession, (PauseRequested, SessionPaused)),
+    "resume": (ResumeSession, (SessionResumed,)),
+    "stop": (StopSession, (StopRequested, SessionStopped)),
+    "validate": (ValidateSession, (ValidationRequested,)),
 }
 
 
@@ -102,7 +113,7 @@ async def _create(args: argparse.Namespace) -> int:
     actor = await _user(args, url) or "local"
     async with connect(url, args.prefix) as client:
         sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start)
-        await _await_effect(client, sid, command_id, {"SessionCreated"}, after_seq=0)
+        await _await_effect(client, sid, command_id, (SessionCreated,), after_seq=0)
     print(json.dumps({"session_id": sid}) if args.json else f"session {sid} created")
     return 0
 
@@ -111,9 +122,7 @@ async def _command(args: argparse.Namespace) -> int:
     url = resolve_nats_url(args.nats, args.data_dir)
     user = await _user(args, url)
     async with connect(url, args.prefix) as client:
-        events = await session_events(client.eventlog, args.session_id)
-        if not events or (user and events[0][1].payload.type == "SessionCreated" and events[0][1].payload.owner != user):
-            raise UserError(f"no session {args.session_id}")
+        find_session(args.session_id, await session_events(client.eventlog, args.session_id), user)
         model, effects = EFFECTS[args.verb]
         extra = {"fuse_heads": args.fuse_heads} if getattr(args, "fuse_heads", None) is not None else {}
         command = CommandEnvelope(actor=user or "local", session_id=args.session_id, payload=model(**extra))
@@ -125,7 +134,7 @@ async def _command(args: argparse.Namespace) -> int:
 
 
 async def _await_effect(
-    client: Client, sid: str, command_id: str, effects: set[str], after_seq: int, timeout: float = 30.0
+    client: Client, sid: str, command_id: str, effects: tuple[type, ...], after_seq: int, timeout: float = 30.0
 ) -> str:
     """Wait for an event of `effects` recorded after `after_seq`, or the command's rejection."""
     async def watch() -> str:
@@ -139,7 +148,7 @@ async def _await_effect(
                 p = event.payload
                 if isinstance(p, CommandRejected) and p.command_id == command_id:
                     raise UserError(f"rejected: {p.reason}")
-                if p.type in effects and record.seq > after_seq:
+                if isinstance(p, effects) and record.seq > after_seq:
                     return p.type
         raise UserError("the event stream ended")
 
@@ -156,7 +165,7 @@ async def _list(args: argparse.Namespace) -> int:
         rows = []
         for sid in await session_ids(client.eventlog):
             state = fold(sid, await session_events(client.eventlog, sid))
-            if user is None or state.owner == user:
+            if visible(state, user):
                 rows.append(summary(state))
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -172,9 +181,7 @@ async def _show(args: argparse.Namespace) -> int:
     user = await _user(args, url)
     async with connect(url, args.prefix) as client:
         events = await session_events(client.eventlog, args.session_id)
-    data = report(args.session_id, events)
-    if data["status"] == "new" or (user and data["owner"] != user):
-        raise UserError(f"no session {args.session_id}")
+    data = report(find_session(args.session_id, events, user), events)
     if args.json:
         json.dump(data, sys.stdout, indent=2)
         print()

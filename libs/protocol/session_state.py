@@ -1,12 +1,15 @@
-"""A session's state as a fold over its events: the aggregate the orchestrator drives and clients read.
+"""A session as an aggregate: commands that check its state and return the events to record,
+and a fold that applies each recorded event (one handler per event type).
 
 Nothing about a session is kept anywhere else: the orchestrator rebuilds this from CA_LOG
-after any crash, and `computeall session show` folds the same events.
+after any crash, and `computeall session show` folds the same events. The rules live here,
+so the orchestrator, its drivers and the CLI cannot disagree about them. A command records
+nothing when its effect is already in the log (JetStream redelivers: handlers are idempotent).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Callable
 
 from pydantic import BaseModel
 
@@ -18,9 +21,11 @@ from .events import (
     CheckpointPruned,
     EventEnvelope,
     PauseRequested,
+    Reallocated,
     SessionClaimed,
     SessionCompleted,
     SessionCreated,
+    SessionEvent,
     SessionFailed,
     SessionPaused,
     SessionResumed,
@@ -31,14 +36,34 @@ from .events import (
     ValidationCompleted,
     ValidationRequested,
 )
+from .session_status import TERMINAL, SessionStatus
 
-Status = Literal["new", "created", "running", "paused", "stopped", "completed", "failed"]
-TERMINAL = ("stopped", "completed", "failed")
+__all__ = ["TERMINAL", "Rejected", "SessionLog", "SessionState", "SessionStatus", "fold"]
+
+NEW, CREATED, RUNNING, PAUSED = SessionStatus.NEW, SessionStatus.CREATED, SessionStatus.RUNNING, SessionStatus.PAUSED
+
+
+class Rejected(Exception):
+    """A command not allowed in the session's state; the message is the reason the user sees."""
+
+
+# event type -> what the fold does with it; events not named here (metrics, failover history,
+# rejections) change nothing a command decides on
+_APPLY: dict[type[BaseModel], Callable[["SessionState", Any], None]] = {}
+
+
+def applies(*event_types: type[BaseModel]):
+    """Register the decorated method as the fold's handler of each of `event_types`."""
+    def register(handler):
+        for event_type in event_types:
+            _APPLY[event_type] = handler
+        return handler
+    return register
 
 
 class SessionState(BaseModel):
     id: str
-    status: Status = "new"
+    status: SessionStatus = NEW
     owner: str | None = None
     config: SessionConfig | None = None
     next_step: int = 0  # the first step not yet recorded as completed
@@ -59,45 +84,149 @@ class SessionState(BaseModel):
     def last_checkpoint(self) -> CheckpointCommitted | None:
         return self.checkpoints[-1] if self.checkpoints else None
 
+    @property
+    def checkpoint_step(self) -> int:
+        """Where the newest committed checkpoint resumes training (0: there is none)."""
+        return self.last_checkpoint.step if self.last_checkpoint else 0
+
+    @property
+    def waits_for_capacity(self) -> bool:
+        return self.status == PAUSED and self.auto_resume
+
+    # -- commands from users: each returns the events to record, or raises Rejected ------
+    def create(self, config: SessionConfig, owner: str, start: bool = True) -> list[SessionEvent]:
+        if self.status != NEW:
+            if self.config == config and self.owner == owner:
+                return []  # the same create again (a redelivery): already done
+            raise Rejected(f"session {self.id} already exists")
+        return [SessionCreated(config=config, owner=owner), *([SessionStarted()] if start else [])]
+
+    def start(self) -> list[SessionEvent]:
+        self._require("start", {CREATED})
+        return [SessionStarted()]
+
+    def pause(self) -> list[SessionEvent]:
+        self._require("pause", {RUNNING})
+        return [] if self.pause_requested else [PauseRequested()]  # the driver pauses at the next step boundary
+
+    def resume(self, fuse_heads: bool | None = None) -> list[SessionEvent]:
+        self._require("resume", {PAUSED})
+        return [SessionResumed(fuse_heads=fuse_heads)]
+
+    def stop(self) -> list[SessionEvent]:
+        self._require("stop", {CREATED, RUNNING, PAUSED})
+        if self.status == RUNNING:
+            return [] if self.stop_requested else [StopRequested()]  # the driver stops at the next step boundary
+        return [SessionStopped(step=self.checkpoint_step)]  # nothing runs: the last checkpoint (if any) stands
+
+    def validate(self) -> list[SessionEvent]:
+        self._require("validate", {RUNNING}, "; resume it first")
+        return [] if self.validation_requested else [ValidationRequested()]
+
+    def _require(self, verb: str, allowed: set[SessionStatus], hint: str = "") -> None:
+        if self.status not in allowed:
+            raise Rejected(f"cannot {verb} a session that is {self.status}{hint}")
+
+    # -- decisions of the orchestrator and its drivers (pure state logic) -----------------
+    def claim(self, orchestrator: str, takeover_from: str | None) -> list[SessionEvent]:
+        """What a driver records to take the session up. Nothing when it ended meanwhile or someone
+        else claimed it first; a stop or pause asked while nobody drove it ends it at the last
+        checkpoint; else the claim, resuming from that checkpoint."""
+        if self.status != RUNNING or self.claimed_by != takeover_from:
+            return []
+        return self.at_boundary(self.checkpoint_step) or [
+            SessionClaimed(orchestrator=orchestrator, resume_from_step=self.checkpoint_step)
+        ]
+
+    def at_boundary(self, step: int) -> list[SessionEvent]:
+        """What a pending stop (it wins) or pause records before `step`; the driver checkpoints `step` first."""
+        if self.stop_requested:
+            return [SessionStopped(step=step)]
+        if self.pause_requested:
+            return [SessionPaused(step=step)]
+        return []
+
+    def pause_for_capacity(self, reason: str) -> list[SessionEvent]:
+        """The live PNodes cannot hold the network: pause at the last checkpoint until they can."""
+        return [SessionPaused(step=self.checkpoint_step, reason=f"not enough capacity: {reason}", auto_resume=True)]
+
+    def resume_for_capacity(self) -> list[SessionEvent]:
+        """Capacity is back: the orchestrator resumes what it paused itself (nothing a user paused)."""
+        return [SessionResumed()] if self.waits_for_capacity else []
+
+    # -- the fold ---------------------------------------------------------------------------
     def apply(self, event: EventEnvelope, seq: int) -> None:
-        p = event.payload
         self.last_seq = max(self.last_seq, seq)
-        if isinstance(p, SessionCreated):
-            self.status, self.owner, self.config = "created", p.owner, p.config
-            self.fuse_heads = p.config.fuse_heads
-        elif isinstance(p, SessionStarted):
-            self.status = "running"
-        elif isinstance(p, SessionClaimed):
-            self.claimed_by = p.orchestrator
-        elif isinstance(p, Allocated):
-            self.allocation = {pl.vnode: pl.pnode for pl in p.placements}
-        elif isinstance(p, StepCompleted):
-            self.next_step, self.last_loss = max(self.next_step, p.step + 1), p.loss
-        elif isinstance(p, PauseRequested):
-            self.pause_requested = True
-        elif isinstance(p, StopRequested):
-            self.stop_requested = True
-        elif isinstance(p, ValidationRequested):
-            self.validation_requested = True
-        elif isinstance(p, ValidationCompleted):
-            self.validation_requested = False
-        elif isinstance(p, SessionPaused):
-            self.status, self.pause_requested, self.claimed_by = "paused", False, None
-            self.pause_reason, self.auto_resume = p.reason, p.auto_resume
-        elif isinstance(p, SessionResumed):
-            self.status, self.pause_reason, self.auto_resume = "running", None, False
-            if p.fuse_heads is not None:
-                self.fuse_heads = p.fuse_heads
-        elif isinstance(p, SessionStopped):
-            self.status, self.claimed_by = "stopped", None
-        elif isinstance(p, CheckpointCommitted):
-            self.checkpoints.append(p)
-        elif isinstance(p, CheckpointPruned):
-            self.checkpoints = [c for c in self.checkpoints if c.step != p.step]
-        elif isinstance(p, SessionCompleted):
-            self.status, self.claimed_by = "completed", None
-        elif isinstance(p, SessionFailed):
-            self.status, self.claimed_by, self.failure = "failed", None, p.reason
+        handler = _APPLY.get(type(event.payload))
+        if handler is not None:
+            handler(self, event.payload)
+
+    @applies(SessionCreated)
+    def _on_created(self, e: SessionCreated) -> None:
+        self.status, self.owner, self.config, self.fuse_heads = CREATED, e.owner, e.config, e.config.fuse_heads
+
+    @applies(SessionStarted)
+    def _on_started(self, e: SessionStarted) -> None:
+        self.status = RUNNING
+
+    @applies(SessionClaimed)
+    def _on_claimed(self, e: SessionClaimed) -> None:
+        self.claimed_by = e.orchestrator
+
+    @applies(Allocated, Reallocated)
+    def _on_allocated(self, e: Allocated) -> None:
+        self.allocation = {p.vnode: p.pnode for p in e.placements}
+
+    @applies(StepCompleted)
+    def _on_step(self, e: StepCompleted) -> None:
+        self.next_step, self.last_loss = max(self.next_step, e.step + 1), e.loss
+
+    @applies(PauseRequested)
+    def _on_pause_requested(self, e: PauseRequested) -> None:
+        self.pause_requested = True
+
+    @applies(StopRequested)
+    def _on_stop_requested(self, e: StopRequested) -> None:
+        self.stop_requested = True
+
+    @applies(ValidationRequested)
+    def _on_validation_requested(self, e: ValidationRequested) -> None:
+        self.validation_requested = True
+
+    @applies(ValidationCompleted)
+    def _on_validation_completed(self, e: ValidationCompleted) -> None:
+        self.validation_requested = False
+
+    @applies(SessionPaused)
+    def _on_paused(self, e: SessionPaused) -> None:
+        self.status, self.pause_requested, self.claimed_by = PAUSED, False, None
+        self.pause_reason, self.auto_resume = e.reason, e.auto_resume
+
+    @applies(SessionResumed)
+    def _on_resumed(self, e: SessionResumed) -> None:
+        self.status, self.pause_reason, self.auto_resume = RUNNING, None, False
+        if e.fuse_heads is not None:
+            self.fuse_heads = e.fuse_heads
+
+    @applies(CheckpointCommitted)
+    def _on_checkpoint(self, e: CheckpointCommitted) -> None:
+        self.checkpoints.append(e)
+
+    @applies(CheckpointPruned)
+    def _on_pruned(self, e: CheckpointPruned) -> None:
+        self.checkpoints = [c for c in self.checkpoints if c.step != e.step]
+
+    @applies(SessionStopped)
+    def _on_stopped(self, e: SessionStopped) -> None:
+        self.status, self.claimed_by = SessionStatus.STOPPED, None
+
+    @applies(SessionCompleted)
+    def _on_completed(self, e: SessionCompleted) -> None:
+        self.status, self.claimed_by = SessionStatus.COMPLETED, None
+
+    @applies(SessionFailed)
+    def _on_failed(self, e: SessionFailed) -> None:
+        self.status, self.claimed_by, self.failure = SessionStatus.FAILED, None, e.reason
 
 
 def fold(session_id: str, events: list[tuple[int, EventEnvelope]]) -> SessionState:
@@ -132,3 +261,8 @@ class SessionLog:
         """Append with the expected sequence of what this log has seen; `ConcurrencyError` when stale."""
         seq = await self.eventlog.append_session_event(event, self.state.last_seq)
         self.state.apply(event, seq)
+
+    async def record(self, actor: str, events: list[SessionEvent]) -> None:
+        """Append what a command returned, in order, each in its envelope."""
+        for payload in events:
+            await self.append(EventEnvelope(actor=actor, session_id=self.state.id, payload=payload))

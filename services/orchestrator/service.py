@@ -20,10 +20,9 @@ import uuid
 import nats
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from computeall.network import Graph, NetworkError, load_network
-from computeall.network.head_fusion import fuse_heads
+from computeall.network import NetworkError, load_network
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
@@ -34,19 +33,9 @@ from computeall.protocol.commands import (
     ValidateSession,
 )
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
-from computeall.protocol.events import (
-    CommandRejected,
-    EventEnvelope,
-    PauseRequested,
-    PNodeLost,
-    SessionCreated,
-    SessionResumed,
-    SessionStarted,
-    SessionStopped,
-    StopRequested,
-    ValidationRequested,
-)
-from computeall.protocol.session_state import TERMINAL, SessionLog
+from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
+from computeall.protocol.session_state import Rejected, SessionLog, SessionState
+from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import Heartbeat
@@ -55,12 +44,19 @@ from .allocator import AllocationError, PNodeCapacity, allocate
 from .driver import SessionDriver
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
+from .session_graph import session_graph
 
 log = logging.getLogger("computeall.orchestrator")
 
-
-class Rejected(Exception):
-    """A command not allowed in the session's state; the message is the reason the user sees."""
+# each command is one method of the session aggregate, which returns the events to record
+DECIDE = {
+    CreateSession: lambda state, c, actor: state.create(c.config, owner=actor, start=c.start),
+    StartSession: lambda state, c, actor: state.start(),
+    PauseSession: lambda state, c, actor: state.pause(),
+    ResumeSession: lambda state, c, actor: state.resume(c.fuse_heads),
+    StopSession: lambda state, c, actor: state.stop(),
+    ValidateSession: lambda state, c, actor: state.validate(),
+}
 
 
 class Orchestrator:
@@ -186,23 +182,22 @@ class Orchestrator:
                 except nats.errors.Error as exc:
                     log.warning("could not read session %s: %s", sid, exc)
                     continue
-                if state.status == "running" and not self._alive(state.claimed_by):
+                if state.status == SessionStatus.RUNNING and not self._alive(state.claimed_by):
                     log.info("session %s is running without a live driver (was %s); taking it over", sid, state.claimed_by)
                     self._drive(session, takeover_from=state.claimed_by)
-                elif state.status == "paused" and state.auto_resume and self._fits(state):
+                elif state.waits_for_capacity and self._fits(state):
                     log.info("session %s: capacity is back; resuming it", sid)
                     try:
-                        await session.append(EventEnvelope(actor="orchestrator", session_id=sid, payload=SessionResumed()))
+                        await session.record("orchestrator", state.resume_for_capacity())
                     except ConcurrencyError:
                         continue  # someone else changed it first; look again next round
                     self._drive(session)
             await asyncio.sleep(1.0)
 
-    def _fits(self, state) -> bool:
+    def _fits(self, state: SessionState) -> bool:
         """Whether the live PNodes can hold the session's network now."""
         try:
-            spec = load_network(state.config.network_yaml)
-            graph = Graph(fuse_heads(spec)[0] if state.fuse_heads else spec)
+            graph, _ = session_graph(state)
             capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
             allocate(graph, capacities, state.config.batch_size, state.config.micro_batch_size)
         except (AllocationError, NetworkError):
@@ -247,47 +242,14 @@ class Orchestrator:
         await self._reject(sid, command.id, command.type, "the session kept changing; try again")
 
     async def _decide(self, session: SessionLog, command: CommandEnvelope) -> None:
-        state, payload, actor = session.state, command.payload, command.actor
-
-        async def append(event_payload: BaseModel) -> None:
-            await session.append(EventEnvelope(actor=actor, session_id=state.id, payload=event_payload))
-
-        if isinstance(payload, CreateSession):
-            if state.status != "new":
-                if state.config == payload.config and state.owner == actor:
-                    return  # the same create again (a redelivery): already done
-                raise Rejected(f"session {state.id} already exists")
-            try:
-                load_network(payload.config.network_yaml)
-            except NetworkError as exc:
-                raise Rejected(str(exc)) from None
-            await append(SessionCreated(config=payload.config, owner=actor))
-            if payload.start:
-                await append(SessionStarted())
-                self._drive(session)
-        elif isinstance(payload, StartSession):
-            _require(state.status == "created", f"cannot start a session that is {state.status}")
-            await append(SessionStarted())
+        """Command -> the aggregate's decision -> its events in the log; a driver when it starts to run."""
+        was = session.state.status
+        events = DECIDE[type(command.payload)](session.state, command.payload, command.actor)
+        if isinstance(command.payload, CreateSession) and events:
+            _check_network(command.payload.config.network_yaml)
+        await session.record(command.actor, events)
+        if was != SessionStatus.RUNNING and session.state.status == SessionStatus.RUNNING:
             self._drive(session)
-        elif isinstance(payload, PauseSession):
-            _require(state.status == "running", f"cannot pause a session that is {state.status}")
-            if not state.pause_requested:
-                await append(PauseRequested())
-        elif isinstance(payload, ResumeSession):
-            _require(state.status == "paused", f"cannot resume a session that is {state.status}")
-            await append(SessionResumed(fuse_heads=payload.fuse_heads))
-            self._drive(session)
-        elif isinstance(payload, StopSession):
-            _require(state.status not in TERMINAL and state.status != "new", f"cannot stop a session that is {state.status}")
-            if state.status == "running":
-                if not state.stop_requested:
-                    await append(StopRequested())
-            else:  # created or paused: nothing runs, the last checkpoint (if any) stands
-                await append(SessionStopped(step=state.last_checkpoint.step if state.last_checkpoint else 0))
-        elif isinstance(payload, ValidateSession):
-            _require(state.status == "running", f"cannot validate a session that is {state.status}; resume it first")
-            if not state.validation_requested:
-                await append(ValidationRequested())
 
     async def _reject(self, sid: str, command_id: str, command_type: str, reason: str) -> None:
         event = EventEnvelope(
@@ -300,9 +262,12 @@ class Orchestrator:
             log.warning("could not record CommandRejected for %s: %s", sid, exc)
 
 
-def _require(condition: bool, reason: str) -> None:
-    if not condition:
-        raise Rejected(reason)
+def _check_network(network_yaml: str) -> None:
+    """A network that does not load is rejected before anything is recorded (protocol cannot load it)."""
+    try:
+        load_network(network_yaml)
+    except NetworkError as exc:
+        raise Rejected(str(exc)) from None
 
 
 def _command_id(data: bytes) -> str:

@@ -70,11 +70,23 @@ async def test_pause_resume_stop_and_rejections(tmp_path):
 
 async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
     async with running_cluster(tmp_path, pnodes=2) as (client, supervisor):
+        orchestrators: set[str] = set()
+        both = asyncio.Event()
+
+        async def on_beat(msg) -> None:
+            orchestrators.add(msg.subject.rsplit(".", 1)[-1])
+            if len(orchestrators) == 2:
+                both.set()
+
+        beats = await client.nc.subscribe(client.subjects.orchestrator_heartbeat_all(), cb=on_beat)
         second = subprocess.Popen([sys.executable, "-m", "computeall.orchestrator", "--nats", supervisor.nats_url],
                                   stdout=open(tmp_path / "orch2.log", "wb"), stderr=subprocess.STDOUT)
         try:
+            await asyncio.wait_for(both.wait(), 30)  # both take commands before the sessions are created
             sids = await asyncio.gather(*(run_to_end(client, config(steps=6, checkpoint_every=0)) for _ in range(4)))
+            assert second.poll() is None, "the second orchestrator ran through all of it"
         finally:
+            await beats.unsubscribe()
             second.send_signal(signal.SIGTERM)
             second.wait(15)
         drivers = set()
@@ -85,7 +97,7 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
             assert len(claims) == 1 and writers == {f"orchestrator:{claims.pop()}"}
             assert [s for s, _ in await losses(client, sid)] == list(range(6))
             drivers |= writers
-        assert len(drivers) >= 1
+        assert drivers <= {f"orchestrator:{o}" for o in orchestrators}, "only the two orchestrators drive"
 
 
 async def test_corrupted_checkpoint_is_detected_and_the_previous_one_used(tmp_path):

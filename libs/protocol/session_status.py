@@ -1,0 +1,20 @@
+"""The one vocabulary of a session's status: the fold decides it, everyone else reads it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SessionStatus(StrEnum):
+    """A str enum: each member equals its value ("running"), in comparisons, JSON and f-strings alike."""
+
+    NEW = "new"  # nothing recorded yet
+    CREATED = "created"  # created with start=False: waits for a start
+    RUNNING = "running"  # a driver steps it (or will claim it)
+    PAUSED = "paused"  # at a checkpoint; resumes by command, or by itself when paused for capacity
+    STOPPED = "stopped"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+TERMINAL = frozenset({SessionStatus.STOPPED, SessionStatus.COMPLETED, SessionStatus.FAILED})
