@@ -18,4 +18,5 @@ OP = OpSpec(
     flops_per_token=lambda p, site: 4.0 * site.features,
     activation_elements=lambda p, site: 2 * site.features,
     module="computeall.tensorcore.ops.add:Add",
+    example={},
 )

@@ -39,4 +39,5 @@ OP = OpSpec(
     flops_per_token=flops_per_token,
     activation_elements=lambda p, site: 6 * site.features,  # the allocator's estimate: six widths per token
     module="computeall.tensorcore.ops.attention:Attention",
+    example={"dim": 8, "heads": 2},
 )

@@ -37,4 +37,5 @@ OP = OpSpec(
     flops_per_token=flops_per_token,
     activation_elements=lambda p, site: 6 * site.features,
     module="computeall.tensorcore.ops.attention_head:AttentionHead",
+    example={"dim": 8, "head_dim": 4, "head": 0},
 )

@@ -45,4 +45,5 @@ OP = OpSpec(
     flops_per_token=weights_flops(param_count),
     activation_elements=lambda p, site: 2 * site.features,
     module="computeall.tensorcore.ops.concat_heads:ConcatHeads",
+    example={"dim": 8, "heads": 2, "head_dim": 4},
 )

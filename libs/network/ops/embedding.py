@@ -25,4 +25,5 @@ OP = OpSpec(
     flops_per_token=lambda p, site: 2.0 * p.dim,  # a lookup, not a matmul
     activation_elements=lambda p, site: 2 * site.features,
     module="computeall.tensorcore.ops.embedding:Embedding",
+    example={"vocab_size": 16, "dim": 8},
 )

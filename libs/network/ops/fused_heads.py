@@ -42,4 +42,5 @@ OP = OpSpec(
     flops_per_token=flops_per_token,
     activation_elements=lambda p, site: 6 * site.features,
     module="computeall.tensorcore.ops.fused_heads:FusedAttentionHeads",
+    example={"dim": 8, "heads": 2, "head_dim": 4},
 )

@@ -25,6 +25,7 @@ def _norm(name: str, module: str, weights_per_feature: int) -> OpSpec:
         flops_per_token=weights_flops(param_count),
         activation_elements=lambda p, site: 2 * site.features,
         module=f"computeall.tensorcore.ops.norms:{module}",
+        example={"dim": 8},
     )
 
 

@@ -64,6 +64,7 @@ class OpSpec:
     flops_per_token: Callable[[Params, Site], float]  # forward + backward
     activation_elements: Callable[[Params, Site], int]  # per token of a micro-batch, kept for backward
     module: str  # "computeall.tensorcore.ops.<file>:<Class>", constructed with the params' fields
+    example: dict[str, Any]  # small valid parameters, so the tests can exercise every entry
     in_field: str = "dim"
     is_loss: bool = False
     tie: TiedWeight | None = None

@@ -30,4 +30,5 @@ OP = OpSpec(
     flops_per_token=weights_flops(param_count),
     activation_elements=activation_elements,
     module="computeall.tensorcore.ops.swiglu:SwiGLU",
+    example={"dim": 8, "hidden": 12},
 )

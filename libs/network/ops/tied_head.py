@@ -27,6 +27,7 @@ OP = OpSpec(
     flops_per_token=lambda p, site: 6.0 * p.vocab_size * p.dim,
     activation_elements=lambda p, site: 4 * p.dim,
     module="computeall.tensorcore.ops.tied_head:TiedLMHeadCE",
+    example={"dim": 8, "vocab_size": 16},
     is_loss=True,
     tie=TiedWeight(op="embedding", same=("vocab_size", "dim")),
 )
