@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
-from .ops import DATA_INPUTS, OPS
+from .ops import DATA_INPUTS, OPS, OpParams, OpSpec
 from .schema import NetworkSpec, VNodeSpec
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -24,6 +24,7 @@ class Graph:
     def __init__(self, spec: NetworkSpec) -> None:
         self.spec = spec
         self.vnodes: dict[str, VNodeSpec] = {v.id: v for v in spec.vnodes}
+        self._params: dict[str, OpParams] = {}
 
     @cached_property
     def order(self) -> list[str]:
@@ -44,6 +45,15 @@ class Graph:
             raise ValueError("the network has a cycle")
         return out
 
+    def op(self, vid: str) -> OpSpec:
+        return OPS[self.vnodes[vid].op]
+
+    def params(self, vid: str) -> OpParams:
+        """A VNode's parameters as its op's typed model (defaults filled in)."""
+        if vid not in self._params:
+            self._params[vid] = self.op(vid).params.model_validate(self.vnodes[vid].params)
+        return self._params[vid]
+
     def consumers(self, vid: str) -> list[str]:
         return [v.id for v in self.spec.vnodes if vid in v.inputs]
 
@@ -51,12 +61,11 @@ class Graph:
     def out_features(self) -> dict[str, int | None]:
         feats: dict[str, int | None] = {name: None for name in DATA_INPUTS}
         for vid in self.order:
-            v = self.vnodes[vid]
-            op = OPS[v.op]
-            if op.out_features is None:
-                feats[vid] = feats[v.inputs[0]]
+            op = self.op(vid)
+            if op.out_features is None:  # elementwise: as wide as its inputs
+                feats[vid] = feats[self.vnodes[vid].inputs[0]]
             else:
-                feats[vid] = op.out_features(op.params.model_validate(v.params))
+                feats[vid] = op.out_features(self.params(vid))
         return feats
 
     @cached_property
@@ -72,9 +81,7 @@ class Graph:
         return 2 * tokens * edge.features * element
 
     def param_count(self, vid: str) -> int:
-        v = self.vnodes[vid]
-        op = OPS[v.op]
-        return op.param_count(op.params.model_validate(v.params))
+        return self.op(vid).param_count(self.params(vid))
 
     def tie_groups(self) -> list[set[str]]:
         """Sets of VNodes that share a weight and so must live on one PNode."""

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .ops import DATA_INPUTS, OPS, n_inputs
+from .ops import DATA_INPUTS, OPS, OpSpec, n_inputs
 from .schema import NetworkFile, NetworkSpec, RepeatEntry, VNodeEntry, VNodeSpec
 
 _PLACEHOLDER = re.compile(r"\{(i|in)\}")
@@ -136,8 +136,8 @@ def validate(spec: NetworkSpec) -> list[str]:
         for name in v.inputs:
             if name not in by_id and name not in DATA_INPUTS:
                 problems.append(f"{where}, field 'inputs': no VNode or dataset input named {name!r}")
-        problems += _check_tie(v, op.ties_weight, params, by_id)
-        problems += _check_shapes(v, params, by_id)
+        problems += _check_tie(v, op, params, by_id)
+        problems += [f"{where}, field {field!r}: {message}" for field, message in op.check(params, v.inputs)]
 
     cycle = find_cycle(spec)
     if cycle:
@@ -145,51 +145,27 @@ def validate(spec: NetworkSpec) -> list[str]:
     if not problems:
         problems += _check_features(spec)
     if not any(OPS[v.op].is_loss for v in spec.vnodes if v.op in OPS):
-        problems.append("network, field 'vnodes': no loss VNode (e.g. op tied_lm_head_ce)")
+        losses = ", ".join(name for name, op in OPS.items() if op.is_loss)
+        problems.append(f"network, field 'vnodes': no loss VNode (e.g. op {losses})")
     return problems
 
 
-def _check_tie(v: VNodeSpec, ties: bool, params: Any, by_id: dict[str, VNodeSpec]) -> list[str]:
+def _check_tie(v: VNodeSpec, op: OpSpec, params: Any, by_id: dict[str, VNodeSpec]) -> list[str]:
     where = f"vnode {v.id!r}, field 'tie'"
-    if not ties:
+    if op.tie is None:
         return [f"{where}: op {v.op} has no tied weight"] if v.tie else []
     if not v.tie:
-        return [f"{where}: op {v.op} needs the id of the embedding whose weight it shares"]
+        return [f"{where}: op {v.op} needs the id of the {op.tie.op} whose weight it shares"]
     target = by_id.get(v.tie)
     if target is None:
         return [f"{where}: no VNode named {v.tie!r} to tie to"]
-    if target.op != "embedding":
-        return [f"{where}: {v.tie!r} is a {target.op}, not an embedding"]
+    if target.op != op.tie.op:
+        return [f"{where}: {v.tie!r} is a {target.op}, not an {op.tie.op}"]
     problems = []
-    for key in ("vocab_size", "dim"):
+    for key in op.tie.same:
         if target.params.get(key) != getattr(params, key):
             problems.append(f"{where}: {key} {getattr(params, key)} differs from {v.tie!r}'s {target.params.get(key)}")
     return problems
-
-
-def _check_shapes(v: VNodeSpec, params: Any, by_id: dict[str, VNodeSpec]) -> list[str]:
-    where = f"vnode {v.id!r}"
-    if v.op == "attention":
-        if params.dim % params.heads:
-            return [f"{where}, field 'heads': dim {params.dim} is not divisible by {params.heads} heads"]
-        if (params.dim // params.heads) % 2:
-            return [f"{where}, field 'heads': head size {params.dim // params.heads} must be even for RoPE"]
-    if v.op in ("attention_head", "fused_attention_heads") and params.head_dim % 2:
-        return [f"{where}, field 'head_dim': head size {params.head_dim} must be even for RoPE"]
-    if v.op == "concat_heads":
-        if isinstance(params.head_dim, list) and len(params.head_dim) != params.heads:
-            return [f"{where}, field 'head_dim': {len(params.head_dim)} widths for {params.heads} heads"]
-        if any(w < 1 for w in params.widths()):
-            return [f"{where}, field 'head_dim': widths must be positive, got {params.head_dim}"]
-        if len(set(v.inputs)) != len(v.inputs):
-            return [f"{where}, field 'inputs': a head is listed twice"]
-    if v.op == "fused_attention_heads" and params.head_ids and len(params.head_ids) != params.heads:
-        return [f"{where}, field 'head_ids': {len(params.head_ids)} ids for {params.heads} heads"]
-    if v.op == "embedding" and v.inputs != ["data.tokens"]:
-        return [f"{where}, field 'inputs': an embedding reads data.tokens"]
-    if v.op == "tied_lm_head_ce" and v.inputs[1:] != ["data.targets"]:
-        return [f"{where}, field 'inputs': the second input of tied_lm_head_ce is data.targets"]
-    return []
 
 
 def _check_features(spec: NetworkSpec) -> list[str]:
@@ -197,11 +173,10 @@ def _check_features(spec: NetworkSpec) -> list[str]:
     from .graph import Graph
 
     problems = []
+    graph = Graph(spec)
     feats: dict[str, int | None] = {name: None for name in DATA_INPUTS}
-    for vid in Graph(spec).order:
-        v = spec.vnode(vid)
-        op = OPS[v.op]
-        params = op.params.model_validate(v.params)
+    for vid in graph.order:
+        v, op, params = spec.vnode(vid), graph.op(vid), graph.params(vid)
         vnode_inputs = [i for i in v.inputs if i not in DATA_INPUTS]
         got = [feats[i] for i in vnode_inputs]
         if op.out_features is None:  # elementwise: inputs agree, output matches
@@ -209,11 +184,9 @@ def _check_features(spec: NetworkSpec) -> list[str]:
                 problems.append(f"vnode {v.id!r}, field 'inputs': feature sizes differ {dict(zip(vnode_inputs, got))}")
             feats[v.id] = got[0] if got else None
             continue
-        field = "head_dim" if v.op == "concat_heads" else "dim"
-        wants = params.widths() if v.op == "concat_heads" else [getattr(params, "dim", None)] * len(got)
-        for name, size, want in zip(vnode_inputs, got, wants):
-            if want is not None and size is not None and size != want:
-                problems.append(f"vnode {v.id!r}, field {field!r}: expects {want} features but {name!r} gives {size}")
+        for name, size, want in zip(vnode_inputs, got, op.expected_in_features(params, len(got))):
+            if size is not None and size != want:
+                problems.append(f"vnode {v.id!r}, field {op.in_field!r}: expects {want} features but {name!r} gives {size}")
         feats[v.id] = op.out_features(params)
     return problems
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from computeall.network import Graph
 from computeall.network.graph import BYTES_PER_ELEMENT
-from computeall.network.ops import OPS
+from computeall.network.ops import Site
 
 ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
 MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
@@ -47,36 +47,24 @@ class Allocation:
     bytes_across_per_step: int
 
 
+def _site(graph: Graph, vid: str) -> Site:
+    return Site(context=graph.spec.context, features=graph.out_features[vid] or 1)
+
+
 def vnode_flops_per_token(graph: Graph, vid: str) -> float:
-    """Forward+backward FLOPs per token: 6 per weight element, plus attention's T-long dot products."""
-    v = graph.vnodes[vid]
-    p = v.params
-    if v.op == "embedding":
-        return 2.0 * p["dim"]  # a lookup, not a matmul
-    if v.op == "tied_lm_head_ce":
-        return 6.0 * p["vocab_size"] * p["dim"]
-    flops = 6.0 * graph.param_count(vid)
-    if v.op == "attention":
-        flops += 6.0 * graph.spec.context * p["dim"]  # q.k and p.v, causal halves it, backward doubles it
-    elif v.op == "attention_head":
-        flops += 6.0 * graph.spec.context * p["head_dim"]
-    elif v.op == "fused_attention_heads":
-        flops += 6.0 * graph.spec.context * p["heads"] * p["head_dim"]
-    return flops or 4.0 * (graph.out_features[vid] or 1)
+    """Forward+backward FLOPs per token, from the op's model in the registry."""
+    return graph.op(vid).flops_per_token(graph.params(vid), _site(graph, vid))
 
 
 def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
     """Weights, gradient, fp32 master (low precision only), Adam state, the optimizer's gradient buffer,
-    and a micro-batch's activations."""
+    and a micro-batch's activations (the op's model in the registry)."""
     v = graph.vnodes[vid]
     element = BYTES_PER_ELEMENT[v.precision]
     master = MASTER_BYTES if v.precision != "fp32" else 0
     params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
-    features = graph.out_features[vid] or 1
-    saved = {"attention": 6, "attention_head": 6, "fused_attention_heads": 6, "swiglu_mlp": 2 + 3 * v.params.get("hidden", 0) // max(1, features)}.get(v.op, 2)
-    if v.op == "tied_lm_head_ce":
-        features, saved = v.params["dim"], 4
-    return params + micro_batch_size * graph.spec.context * features * element * saved
+    activations = graph.op(vid).activation_elements(graph.params(vid), _site(graph, vid))
+    return params + micro_batch_size * graph.spec.context * activations * element
 
 
 def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_batch_size: int) -> Allocation:

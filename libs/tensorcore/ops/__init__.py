@@ -1,34 +1,38 @@
-"""VNode op implementations as torch modules, and `build_vnode` that makes one from its spec."""
+"""VNode op implementations as torch modules, and `build_vnode` that makes one from its spec.
+
+Which module implements an op is the op's registry entry (`computeall.network.ops.OPS`), by
+dotted path; `module_class` resolves it here, on the PNode side, so the registry stays torch-free.
+"""
 
 from __future__ import annotations
+
+import importlib
+from functools import lru_cache
 
 import torch
 
 from computeall.network import VNodeSpec, init_seed
+from computeall.network.ops import OPS
 
 from ..precision import DTYPES
-from .add import Add
-from .attention import Attention
-from .attention_head import AttentionHead
-from .concat_heads import ConcatHeads
-from .embedding import Embedding
-from .fused_heads import FusedAttentionHeads
-from .norms import LayerNorm, RMSNorm
-from .swiglu import SwiGLU
-from .tied_head import TiedLMHeadCE
 
-MODULES = {
-    "embedding": Embedding,
-    "rmsnorm": RMSNorm,
-    "layernorm": LayerNorm,
-    "attention": Attention,
-    "swiglu_mlp": SwiGLU,
-    "add": Add,
-    "tied_lm_head_ce": TiedLMHeadCE,
-    "attention_head": AttentionHead,
-    "concat_heads": ConcatHeads,
-    "fused_attention_heads": FusedAttentionHeads,
-}
+
+@lru_cache(maxsize=None)
+def resolve_module(path: str) -> type[torch.nn.Module]:
+    """Resolve "package.module:Class" to the class, which must be a torch module."""
+    module_name, _, class_name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"op module {path!r} does not resolve ({exc}); fix the op's `module` in its registry entry") from None
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise ValueError(f"op module {path!r} is not a torch.nn.Module subclass")
+    return cls
+
+
+def module_class(op: str) -> type[torch.nn.Module]:
+    """The torch module that implements `op`."""
+    return resolve_module(OPS[op].module)
 
 
 def build_vnode(
@@ -41,7 +45,7 @@ def build_vnode(
 
     `tied` maps VNode ids to already built modules, for ops that share another VNode's weight.
     """
-    cls = MODULES[spec.op]
+    cls = module_class(spec.op)
     generator = torch.Generator().manual_seed(init_seed(session_seed, spec.id))
     dtype = DTYPES[spec.precision]
     if spec.tie:

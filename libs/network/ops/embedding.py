@@ -1,0 +1,29 @@
+"""embedding: token ids (B, T) -> vectors (B, T, dim); its weight may be tied to an LM head."""
+
+from pydantic import Field
+
+from .spec import OpParams, OpSpec, Problem, Site
+
+
+class EmbeddingParams(OpParams):
+    vocab_size: int = Field(..., ge=2)
+    dim: int = Field(..., ge=1)
+
+
+def check(p: EmbeddingParams, inputs: list[str]) -> list[Problem]:
+    return [] if inputs == ["data.tokens"] else [Problem("inputs", "an embedding reads data.tokens")]
+
+
+OP = OpSpec(
+    name="embedding",
+    params=EmbeddingParams,
+    n_inputs=1,
+    out_features=lambda p: p.dim,
+    in_features=lambda p: p.dim,
+    param_count=lambda p: p.vocab_size * p.dim,
+    check=check,
+    flops_per_token=lambda p, site: 2.0 * p.dim,  # a lookup, not a matmul
+    activation_elements=lambda p, site: 2 * site.features,
+    module="computeall.tensorcore.ops.embedding:Embedding",
+    example={"vocab_size": 16, "dim": 8},
+)

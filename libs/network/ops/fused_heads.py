@@ -1,0 +1,46 @@
+"""fused_attention_heads: per-head VNodes fused into one (see computeall.network.head_fusion)."""
+
+from pydantic import Field
+
+from .spec import OpParams, OpSpec, Problem, Site
+
+
+class FusedAttentionHeadsParams(OpParams):
+    """Per-head VNodes fused into one (see computeall.network.head_fusion)."""
+
+    dim: int = Field(..., ge=1)
+    heads: int = Field(..., ge=1)
+    head_dim: int = Field(..., ge=2)
+    rope_base: float = Field(10000.0, gt=0)
+    head_ids: list[str] = Field(default_factory=list, description="the per-head VNodes, in head order")
+
+
+def check(p: FusedAttentionHeadsParams, inputs: list[str]) -> list[Problem]:
+    if p.head_dim % 2:
+        return [Problem("head_dim", f"head size {p.head_dim} must be even for RoPE")]
+    if p.head_ids and len(p.head_ids) != p.heads:
+        return [Problem("head_ids", f"{len(p.head_ids)} ids for {p.heads} heads")]
+    return []
+
+
+def param_count(p: FusedAttentionHeadsParams) -> int:
+    return 4 * p.heads * p.head_dim * p.dim  # every head's q, k, v and the output projection
+
+
+def flops_per_token(p: FusedAttentionHeadsParams, site: Site) -> float:
+    return 6.0 * param_count(p) + 6.0 * site.context * p.heads * p.head_dim  # as attention, over all heads
+
+
+OP = OpSpec(
+    name="fused_attention_heads",
+    params=FusedAttentionHeadsParams,
+    n_inputs=1,
+    out_features=lambda p: p.dim,
+    in_features=lambda p: p.dim,
+    param_count=param_count,
+    check=check,
+    flops_per_token=flops_per_token,
+    activation_elements=lambda p, site: 6 * site.features,
+    module="computeall.tensorcore.ops.fused_heads:FusedAttentionHeads",
+    example={"dim": 8, "heads": 2, "head_dim": 4},
+)

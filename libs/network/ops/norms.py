@@ -1,0 +1,33 @@
+"""rmsnorm and layernorm: per-token normalisation over `dim` features."""
+
+from pydantic import Field
+
+from .spec import OpParams, OpSpec, no_shape_rules, weights_flops
+
+
+class NormParams(OpParams):
+    dim: int = Field(..., ge=1)
+    eps: float = Field(1e-5, gt=0)
+
+
+def _norm(name: str, module: str, weights_per_feature: int) -> OpSpec:
+    def param_count(p: NormParams) -> int:
+        return weights_per_feature * p.dim
+
+    return OpSpec(
+        name=name,
+        params=NormParams,
+        n_inputs=1,
+        out_features=lambda p: p.dim,
+        in_features=lambda p: p.dim,
+        param_count=param_count,
+        check=no_shape_rules,
+        flops_per_token=weights_flops(param_count),
+        activation_elements=lambda p, site: 2 * site.features,
+        module=f"computeall.tensorcore.ops.norms:{module}",
+        example={"dim": 8},
+    )
+
+
+RMSNORM = _norm("rmsnorm", "RMSNorm", 1)  # a scale
+LAYERNORM = _norm("layernorm", "LayerNorm", 2)  # a scale and a bias

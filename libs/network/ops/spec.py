@@ -1,0 +1,102 @@
+"""What one op entry declares: everything validation, the graph and the allocator know about it.
+
+An entry names its torch module by a dotted path ("package.module:Class") instead of importing
+it, so this package (and the orchestrator that reads it) never imports torch; the PNode side
+resolves the path (`computeall.tensorcore.ops.module_class`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+# Inputs that come from the dataset rather than from a VNode: token ids (B, T).
+DATA_INPUTS = ("data.tokens", "data.targets")
+
+
+class OpParams(BaseModel):
+    """The base of every op's YAML parameters: unknown fields are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(NamedTuple):
+    """One thing wrong with a VNode, as a shape check reports it; the loader adds the VNode's id."""
+
+    field: str
+    message: str
+
+
+class Site(NamedTuple):
+    """Where a VNode sits, as the cost models see it: the sequence length and its output width
+    (the width of its inputs for an elementwise op; 1 where there is none)."""
+
+    context: int
+    features: int
+
+
+@dataclass(frozen=True)
+class TiedWeight:
+    """The op reads its weight from the VNode named in `tie`, which must be an `op` whose
+    `same` parameters equal this VNode's."""
+
+    op: str
+    same: tuple[str, ...]
+
+
+Params = Any  # the entry's own `params` model; each op's functions take that concrete type
+ShapeCheck = Callable[[Params, list[str]], list[Problem]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    params: type[OpParams]
+    n_inputs: int | Callable[[Params], int]  # a count, or one that depends on the parameters
+    out_features: Callable[[Params], int] | None  # None: elementwise, the same as its inputs, which must agree
+    # the width each VNode input must have (one for all, or one per input) and the field that sets it;
+    # None only for elementwise ops
+    in_features: Callable[[Params], int | list[int]] | None
+    param_count: Callable[[Params], int]
+    check: ShapeCheck  # (params, inputs) -> problems, beyond what the params model checks
+    flops_per_token: Callable[[Params, Site], float]  # forward + backward
+    activation_elements: Callable[[Params, Site], int]  # per token of a micro-batch, kept for backward
+    module: str  # "computeall.tensorcore.ops.<file>:<Class>", constructed with the params' fields
+    example: dict[str, Any]  # small valid parameters, so the tests can exercise every entry
+    in_field: str = "dim"
+    is_loss: bool = False
+    tie: TiedWeight | None = None
+
+    def expected_in_features(self, params: Params, count: int) -> list[int]:
+        """The width each of `count` VNode inputs must have."""
+        assert self.in_features is not None, f"op {self.name} is elementwise"
+        want = self.in_features(params)
+        return list(want) if isinstance(want, list) else [want] * count
+
+
+def n_inputs(op: OpSpec, params: Params) -> int:
+    """How many inputs a VNode of `op` with these parameters reads."""
+    return op.n_inputs(params) if callable(op.n_inputs) else op.n_inputs
+
+
+def no_shape_rules(params: Params, inputs: list[str]) -> list[Problem]:
+    """The shape check of an op whose params model already says everything."""
+    return []
+
+
+def weights_flops(param_count: Callable[[Params], int]) -> Callable[[Params, Site], float]:
+    """The FLOPs model of an op that is matmuls over its weights: 6 per weight element per token
+    (2 forward, 4 backward)."""
+    return lambda p, site: 6.0 * param_count(p)
+
+
+def catalogue(*ops: OpSpec) -> dict[str, OpSpec]:
+    """The registry: op name -> entry; two entries with one name are a programming error."""
+    out: dict[str, OpSpec] = {}
+    for op in ops:
+        if op.name in out:
+            raise ValueError(f"op {op.name!r} is registered twice")
+        out[op.name] = op
+    return out

@@ -1,0 +1,50 @@
+"""Every registry entry's module path resolves to a torch module that its parameters construct."""
+
+import inspect
+
+import pytest
+import torch
+
+from computeall.network import VNodeSpec
+from computeall.network.ops import OPS
+from computeall.tensorcore.ops import build_vnode, module_class, resolve_module
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_module_path_resolves_to_a_module_taking_the_params(name: str) -> None:
+    op = OPS[name]
+    cls = module_class(name)
+    assert isinstance(cls, type) and issubclass(cls, torch.nn.Module)
+    signature = inspect.signature(cls.__init__)
+    fields = set(op.params.model_fields)
+    accepted = set(signature.parameters) - {"self"}
+    assert fields <= accepted, f"{op.module} does not take {sorted(fields - accepted)}"
+    extra = {"weight"} if op.tie is not None else set()  # a tied op is handed the shared weight
+    named = {n: p for n, p in signature.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    required = {n for n, p in named.items() if p.default is inspect.Parameter.empty}
+    assert required <= fields | extra, f"{op.module} needs {sorted(required - fields - extra)}, which {name}'s params lack"
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_build_vnode_builds_every_op_from_its_example(name: str) -> None:
+    op = OPS[name]
+    params = op.params.model_validate(op.example).model_dump()
+    tied = {}
+    tie = None
+    if op.tie is not None:
+        target = OPS[op.tie.op]
+        tied_params = {**target.params.model_validate(target.example).model_dump(), **{f: params[f] for f in op.tie.same}}
+        tie = "w"
+        tied[tie] = build_vnode(VNodeSpec(id=tie, op=op.tie.op, inputs=[], precision="fp32", params=tied_params), 0, torch.device("cpu"))
+    spec = VNodeSpec(id="v", op=name, inputs=[], tie=tie, precision="fp32", params=params)
+    module = build_vnode(spec, 0, torch.device("cpu"), tied)
+    assert isinstance(module, module_class(name))
+    own = sum(p.numel() for p in module.parameters())
+    assert own == op.param_count(op.params.model_validate(params)), "the registry's param count disagrees with the module"
+
+
+def test_a_bad_module_path_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="does not resolve"):
+        resolve_module("computeall.tensorcore.ops.norms:NoSuchNorm")
+    with pytest.raises(ValueError, match="not a torch.nn.Module"):
+        resolve_module("computeall.tensorcore.ops.attention:rope_tables")
