@@ -8,17 +8,16 @@ type alone; tests/unit/monitor/test_session_story.py checks it over a session's 
 
 from __future__ import annotations
 
-import typing
-
 from pydantic import BaseModel
 
 from computeall.protocol.events import EventEnvelope
-from computeall.protocol.session_state import TERMINAL, SessionState, Status
+from computeall.protocol.session_state import SessionState
+from computeall.protocol.session_status import TERMINAL, SessionStatus
 
-STATUSES: tuple[str, ...] = typing.get_args(Status)
+STATUSES: tuple[str, ...] = tuple(s.value for s in SessionStatus)
 # a session the monitor has seen a CreateSession for, before (or instead of) SessionCreated
-INITIAL: str = SessionState.model_fields["status"].default
-ENDED: tuple[str, ...] = tuple(TERMINAL)
+INITIAL: str = SessionState.model_fields["status"].default.value
+ENDED: tuple[str, ...] = tuple(s.value for s in SessionStatus if s in TERMINAL)  # enum order: stable
 
 _BY_TYPE: dict[type, str | None] = {}
 

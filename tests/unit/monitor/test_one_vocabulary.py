@@ -1,12 +1,11 @@
 """The step metrics and the session statuses are spelled once; every copy is generated or checked here.
 
 StepCompleted's fields -> steps table (migrations), GraphQL Step/StepSeries, web/src/api/protocol.ts.
-Status (computeall.protocol.session_state) -> GraphQL SessionStatus, web/src/api/protocol.ts.
+SessionStatus (computeall.protocol.session_status) -> GraphQL SessionStatus, web/src/api/protocol.ts.
 """
 
 from __future__ import annotations
 
-import typing
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from computeall.monitor.projector import KNOWN_COMMANDS, KNOWN_EVENTS
 from computeall.monitor.server import schema
 from computeall.monitor.step_metrics import STEP_COLUMNS, STEP_METRICS
 from computeall.protocol.events import StepCompleted
-from computeall.protocol.session_state import Status
+from computeall.protocol.session_status import SessionStatus
 
 WEB_API = Path(codegen.TYPESCRIPT_PATH).parent
 
@@ -54,7 +53,7 @@ def test_graphql_step_types_and_status_enum_follow_the_protocol():
     for c in STEP_METRICS:
         assert str(built.type_map["Step"].fields[c.graphql_name].type) == f"{c.graphql_type}!"
     enum = built.type_map["SessionStatus"]
-    assert isinstance(enum, GraphQLEnumType) and list(enum.values) == list(typing.get_args(Status))
+    assert isinstance(enum, GraphQLEnumType) and list(enum.values) == [s.value for s in SessionStatus]
     status = built.type_map["Session"].fields["status"].type
     assert isinstance(status, GraphQLNonNull) and status.of_type is enum
 
@@ -62,7 +61,7 @@ def test_graphql_step_types_and_status_enum_follow_the_protocol():
 def test_typescript_types_take_the_vocabulary_from_the_generated_module():
     types = (WEB_API / "types.ts").read_text()
     assert 'from "./protocol"' in types
-    for word in ("requested", "rejected", *typing.get_args(Status)):
+    for word in ("requested", "rejected", *(s.value for s in SessionStatus)):
         assert f'"{word}"' not in types, f"types.ts spells the status {word!r}: take it from ./protocol (generated)"
 
 
