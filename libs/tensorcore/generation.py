@@ -43,6 +43,7 @@ class SamplingConfig(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1, description="keep the smallest set whose probability reaches p")
     seed: int = 0
     stop_token: int | None = Field(None, description="end early after this token (it is returned)")
+    vocab_size: int | None = Field(None, ge=1, description="ids from here on have no text (the tokenizer is smaller): never drawn")
 
 
 class KVCache:
@@ -179,6 +180,7 @@ class Generator:
 
 def sample(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator) -> int:
     """One token id from logits (vocab,): greedy at temperature 0, else top-k, then top-p, then a seeded draw."""
+    logits = logits[: sampling.vocab_size]
     if sampling.temperature == 0:
         return int(logits.argmax())
     logits = logits.float() / sampling.temperature

@@ -81,11 +81,18 @@ def llama_layout(spec: NetworkSpec) -> LlamaLayout:
     graph = Graph(spec)
     by_id = graph.vnodes
 
-    def only_consumer(vid: str, ops: tuple[str, ...], what: str) -> VNodeSpec:
-        found = [by_id[c] for c in graph.consumers(vid)]
-        if len(found) != 1 or found[0].op not in ops:
+    def only_consumer(vid: str, ops: tuple[str, ...], what: str, skip_adds: bool = False) -> VNodeSpec:
+        """The one VNode reading `vid` (besides the residual add, with `skip_adds`); it must be one of `ops`."""
+        found = [by_id[c] for c in graph.consumers(vid) if not (skip_adds and by_id[c].op == "add")]
+        heads = [c for c in found if c.op == "attention_head"]
+        if heads:
+            raise _refuse(heads[0], "per-head attention exports in its fused form only, and this block's heads do not "
+                                    "fuse; `computeall network show FILE --fused` says why")
+        if len(found) == 1 and found[0].op not in ops:
+            raise _refuse(found[0], f"Llama has {what} ({'/'.join(ops)}) here, reading {vid}")
+        if len(found) != 1:
             named = ", ".join(f"{c.id} ({c.op})" for c in found) or "nothing"
-            raise _refuse(by_id[vid], f"Llama feeds it to one {what} ({'/'.join(ops)}); here it feeds {named}")
+            raise _refuse(by_id[vid], f"Llama feeds it to {what} ({'/'.join(ops)}) only; here it feeds {named}")
         return found[0]
 
     def residual(x: str, branch: VNodeSpec) -> VNodeSpec:
@@ -102,23 +109,17 @@ def llama_layout(spec: NetworkSpec) -> LlamaLayout:
     embed, x = embeds[0], embeds[0].id
     blocks: list[Block] = []
     while True:
-        norms = [by_id[c] for c in graph.consumers(x) if by_id[c].op != "add"]
-        if len(norms) != 1 or norms[0].op != "rmsnorm":
-            named = ", ".join(f"{n.id} ({n.op})" for n in norms) or "nothing"
-            raise _refuse(by_id[x], f"Llama reads the residual stream through one RMSNorm; here {named} reads it")
-        norm = norms[0]
-        nxt = only_consumer(norm.id, ("attention", "fused_attention_heads", "tied_lm_head_ce"), "attention or LM head")
+        norm = only_consumer(x, ("rmsnorm",), "an RMSNorm", skip_adds=True)
+        nxt = only_consumer(norm.id, (*ATTENTION_OPS, "tied_lm_head_ce"), "attention or the LM head")
         if nxt.op == "tied_lm_head_ce":
             head = nxt
             break
         attn = nxt
         res1 = residual(x, attn)
-        norms2 = [by_id[c] for c in graph.consumers(res1.id) if by_id[c].op != "add"]
-        if len(norms2) != 1 or norms2[0].op != "rmsnorm":
-            raise _refuse(res1, "Llama reads the stream after attention through one RMSNorm into the MLP")
-        mlp = only_consumer(norms2[0].id, ("swiglu_mlp",), "SwiGLU MLP")
+        norm2 = only_consumer(res1.id, ("rmsnorm",), "an RMSNorm", skip_adds=True)
+        mlp = only_consumer(norm2.id, ("swiglu_mlp",), "a SwiGLU MLP")
         res2 = residual(res1.id, mlp)
-        blocks.append(Block(norm.id, attn.id, res1.id, norms2[0].id, mlp.id, res2.id))
+        blocks.append(Block(norm.id, attn.id, res1.id, norm2.id, mlp.id, res2.id))
         x = res2.id
     if head.tie != embed.id:
         raise _refuse(head, f"Llama ties its LM head to the embedding {embed.id}; this one ties {head.tie}")
