@@ -9,7 +9,7 @@ import sys
 
 from .errors import UserError
 
-COMMANDS = ["up", "run", "status", "pnode", "session", "dataset", "user", "replay", "network"]
+COMMANDS = ["up", "run", "status", "pnode", "session", "dataset", "user", "replay", "network", "generate", "export"]
 
 
 def build_parser() -> argparse.ArgumentParser:

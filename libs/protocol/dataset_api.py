@@ -10,6 +10,8 @@ While `create` runs, the service publishes `DatasetProgress` on
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -151,3 +153,10 @@ class DatasetReply(BaseModel):
 
 def progress_subject(subjects: Subjects, name: str) -> str:
     return subjects.dataset_api(f"progress.{check_token(name, 'dataset name')}")
+
+
+def files_dataset_name(files: list[str], vocab_size: int) -> str:
+    """The dataset a session on plain files trains on: a stable name for 'these files with this vocabulary',
+    so a rerun reuses the dataset and a client finds the session's tokenizer."""
+    key = "\n".join(sorted(str(Path(f).resolve()) for f in files)) + f"\n{vocab_size}"
+    return "files-" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()

@@ -1,0 +1,235 @@
+"""A trained network as a Hugging Face Llama checkpoint: config.json, model.safetensors, tokenizer files.
+
+A network maps onto `LlamaForCausalLM` when it is, VNode for VNode, a Llama: an embedding, then
+blocks of `x + attn(rmsnorm(x))`, `x + swiglu(rmsnorm(x))`, a final rmsnorm and an LM head tied to
+the embedding, every block alike (one eps, one head layout, one rope base, one hidden size).
+`llama_layout` walks the residual stream and says which VNode breaks the pattern otherwise.
+Per-head networks export in their fused form (see `trained_model`).
+
+Two conventions differ and are converted here, so the logits stay the same:
+- RoPE. Ours rotates interleaved pairs (x[2i], x[2i+1]) of each head; Llama's `rotate_half`
+  rotates (x[i], x[i + hd/2]), with the same frequency for pair i. Reordering each head's q and
+  k rows to [even rows; odd rows] turns one into the other; q.k is unchanged because both are
+  reordered alike, and v is not touched.
+- Fused weights. Our qkv (3*H*hd, dim) is [q; k; v] and gate_up (2*hidden, dim) is [gate; up];
+  Llama keeps q_proj, k_proj, v_proj, gate_proj and up_proj apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import astuple, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from computeall.network import Graph, NetworkSpec, VNodeSpec
+from computeall.network.ops import AttentionParams, FusedAttentionHeadsParams, NormParams, SwiGLUParams
+
+from .trained_model import TrainedModel
+
+ATTENTION_OPS = ("attention", "fused_attention_heads")
+
+
+class ExportError(ValueError):
+    """The network does not map onto the target format; the message names the VNode and why."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One decoder layer's VNodes: res1 = x + attn(norm1(x)), res2 = res1 + mlp(norm2(res1))."""
+
+    norm1: str
+    attn: str
+    res1: str
+    norm2: str
+    mlp: str
+    res2: str
+
+
+@dataclass(frozen=True)
+class LlamaLayout:
+    """Which VNode is which part of a Llama, and the hyperparameters they agree on."""
+
+    embed: str
+    blocks: list[Block]
+    norm: str
+    head: str
+    heads: int
+    head_dim: int
+    hidden: int
+    eps: float
+    rope_base: float
+    dim: int
+
+
+def _refuse(v: VNodeSpec, why: str) -> ExportError:
+    return ExportError(f"VNode {v.id} ({v.op}) does not map onto a Llama model: {why}")
+
+
+def _head_layout(v: VNodeSpec) -> tuple[int, int, float]:
+    if v.op == "attention":
+        p = AttentionParams.model_validate(v.params)
+        return p.heads, p.dim // p.heads, p.rope_base
+    p = FusedAttentionHeadsParams.model_validate(v.params)
+    return p.heads, p.head_dim, p.rope_base
+
+
+def llama_layout(spec: NetworkSpec) -> LlamaLayout:
+    """Follow the residual stream from the embedding to the LM head; refuse at the first VNode that is not Llama's."""
+    graph = Graph(spec)
+    by_id = graph.vnodes
+
+    def only_consumer(vid: str, ops: tuple[str, ...], what: str, skip_adds: bool = False) -> VNodeSpec:
+        """The one VNode reading `vid` (besides the residual add, with `skip_adds`); it must be one of `ops`."""
+        found = [by_id[c] for c in graph.consumers(vid) if not (skip_adds and by_id[c].op == "add")]
+        heads = [c for c in found if c.op == "attention_head"]
+        if heads:
+            raise _refuse(heads[0], "per-head attention exports in its fused form only, and this block's heads do not "
+                                    "fuse; `computeall network show FILE --fused` says why")
+        if len(found) == 1 and found[0].op not in ops:
+            raise _refuse(found[0], f"Llama has {what} ({'/'.join(ops)}) here, reading {vid}")
+        if len(found) != 1:
+            named = ", ".join(f"{c.id} ({c.op})" for c in found) or "nothing"
+            raise _refuse(by_id[vid], f"Llama feeds it to {what} ({'/'.join(ops)}) only; here it feeds {named}")
+        return found[0]
+
+    def residual(x: str, branch: VNodeSpec) -> VNodeSpec:
+        adds = [by_id[c] for c in graph.consumers(branch.id)]
+        if len(adds) != 1 or adds[0].op != "add" or sorted(adds[0].inputs) != sorted([x, branch.id]):
+            raise _refuse(branch, f"Llama adds it to the residual stream {x}; here its output goes to "
+                                  f"{', '.join(a.id for a in adds) or 'nothing'}")
+        return adds[0]
+
+    embeds = [v for v in spec.vnodes if v.inputs == ["data.tokens"]]
+    if len(embeds) != 1 or embeds[0].op != "embedding":
+        raise ExportError(f"a Llama model starts from one embedding of data.tokens; this network starts with "
+                          f"{', '.join(f'{v.id} ({v.op})' for v in embeds) or 'nothing'}")
+    embed, x = embeds[0], embeds[0].id
+    blocks: list[Block] = []
+    while True:
+        norm = only_consumer(x, ("rmsnorm",), "an RMSNorm", skip_adds=True)
+        nxt = only_consumer(norm.id, (*ATTENTION_OPS, "tied_lm_head_ce"), "attention or the LM head")
+        if nxt.op == "tied_lm_head_ce":
+            head = nxt
+            break
+        attn = nxt
+        res1 = residual(x, attn)
+        norm2 = only_consumer(res1.id, ("rmsnorm",), "an RMSNorm", skip_adds=True)
+        mlp = only_consumer(norm2.id, ("swiglu_mlp",), "a SwiGLU MLP")
+        res2 = residual(res1.id, mlp)
+        blocks.append(Block(norm.id, attn.id, res1.id, norm2.id, mlp.id, res2.id))
+        x = res2.id
+    if head.tie != embed.id:
+        raise _refuse(head, f"Llama ties its LM head to the embedding {embed.id}; this one ties {head.tie}")
+    if not blocks:
+        raise ExportError("the network has no transformer block to export")
+
+    layouts = {b.attn: _head_layout(by_id[b.attn]) for b in blocks}
+    hiddens = {b.mlp: SwiGLUParams.model_validate(by_id[b.mlp].params).hidden for b in blocks}
+    norm_ids = [n for b in blocks for n in (b.norm1, b.norm2)] + [norm.id]
+    epss = {n: NormParams.model_validate(by_id[n].params).eps for n in norm_ids}
+    for what, values in (("head layout (heads, head_dim, rope_base)", layouts), ("hidden size", hiddens), ("eps", epss)):
+        first = next(iter(values.values()))
+        for vid, value in values.items():
+            if value != first:
+                raise _refuse(by_id[vid], f"its {what} {value} differs from the first block's {first}; Llama has one for all")
+    used = {embed.id, norm.id, head.id} | {vid for b in blocks for vid in astuple(b)}
+    extra = [v for v in spec.vnodes if v.id not in used]
+    if extra:
+        raise _refuse(extra[0], "it is outside the Llama pattern (embedding, blocks, final norm, tied head)")
+    heads, head_dim, rope_base = next(iter(layouts.values()))
+    return LlamaLayout(
+        embed=embed.id, blocks=blocks, norm=norm.id, head=head.id, heads=heads, head_dim=head_dim,
+        hidden=next(iter(hiddens.values())), eps=next(iter(epss.values())), rope_base=rope_base,
+        dim=embed.params["dim"],
+    )
+
+
+def _rope_to_half(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """q or k rows (H*hd, dim) from interleaved-pair order to half-rotation order, head by head."""
+    return w.view(heads, head_dim // 2, 2, -1).transpose(1, 2).reshape(heads * head_dim, -1)
+
+
+def llama_state(model: TrainedModel, layout: LlamaLayout) -> dict[str, torch.Tensor]:
+    """The `LlamaForCausalLM` state dict (the LM head is tied, so not stored)."""
+    w = model.weights()
+    width = layout.heads * layout.head_dim
+    out = {"model.embed_tokens.weight": w[f"{layout.embed}.weight"], "model.norm.weight": w[f"{layout.norm}.weight"]}
+    for i, b in enumerate(layout.blocks):
+        prefix = f"model.layers.{i}"
+        q, k, v = w[f"{b.attn}.qkv.weight"].split(width, dim=0)
+        gate, up = w[f"{b.mlp}.gate_up.weight"].chunk(2, dim=0)
+        out.update({
+            f"{prefix}.input_layernorm.weight": w[f"{b.norm1}.weight"],
+            f"{prefix}.self_attn.q_proj.weight": _rope_to_half(q, layout.heads, layout.head_dim),
+            f"{prefix}.self_attn.k_proj.weight": _rope_to_half(k, layout.heads, layout.head_dim),
+            f"{prefix}.self_attn.v_proj.weight": v,
+            f"{prefix}.self_attn.o_proj.weight": w[f"{b.attn}.proj.weight"],
+            f"{prefix}.post_attention_layernorm.weight": w[f"{b.norm2}.weight"],
+            f"{prefix}.mlp.gate_proj.weight": gate,
+            f"{prefix}.mlp.up_proj.weight": up,
+            f"{prefix}.mlp.down_proj.weight": w[f"{b.mlp}.down.weight"],
+        })
+    return {k: t.detach().contiguous().clone() for k, t in out.items()}
+
+
+def llama_config(spec: NetworkSpec, layout: LlamaLayout, eos_token_id: int, pad_token_id: int | None) -> dict:
+    """config.json of a `LlamaConfig` with the network's sizes, norm eps and rope base."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": spec.vocab_size,
+        "hidden_size": layout.dim,
+        "intermediate_size": layout.hidden,
+        "num_hidden_layers": len(layout.blocks),
+        "num_attention_heads": layout.heads,
+        "num_key_value_heads": layout.heads,
+        "head_dim": layout.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.context,
+        "rms_norm_eps": layout.eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": layout.rope_base},
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": eos_token_id,  # documents start after <|endoftext|> in training
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+        "dtype": "float32",
+    }
+
+
+def tokenizer_config(spec: NetworkSpec, eos_token: str, pad_token: str | None) -> dict:
+    """tokenizer_config.json for a `PreTrainedTokenizerFast` over our tokenizer.json."""
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": eos_token,
+        "eos_token": eos_token,
+        "pad_token": pad_token,
+        "model_max_length": spec.context,
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": False,
+    }
+
+
+def export_llama(model: TrainedModel, tokenizer_json: bytes, out: Path, eos_token: str, pad_token: str | None) -> list[Path]:
+    """Write the Hugging Face directory `out`; the files written. `tokenizer_json` is the dataset's tokenizer file."""
+    layout = llama_layout(model.spec)
+    vocab = json.loads(tokenizer_json).get("added_tokens", [])
+    ids = {t["content"]: t["id"] for t in vocab}
+    if eos_token not in ids:
+        raise ExportError(f"the tokenizer has no {eos_token} token to end documents with")
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "config.json": json.dumps(llama_config(model.spec, layout, ids[eos_token], ids.get(pad_token)), indent=2),
+        "tokenizer_config.json": json.dumps(tokenizer_config(model.spec, eos_token, pad_token if pad_token in ids else None), indent=2),
+        "generation_config.json": json.dumps({"bos_token_id": ids[eos_token], "eos_token_id": ids[eos_token],
+                                              "pad_token_id": ids.get(pad_token)}, indent=2),
+    }
+    for name, text in files.items():
+        (out / name).write_text(text + "\n")
+    (out / "tokenizer.json").write_bytes(tokenizer_json)
+    save_file(llama_state(model, layout), str(out / "model.safetensors"), metadata={"format": "pt"})
+    return [out / name for name in (*files, "tokenizer.json", "model.safetensors")]

@@ -1,0 +1,69 @@
+"""`computeall generate` and `export` against a real session: checkpoint and tokenizer read from the bus."""
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from computeall.cli.follow import start_session
+from computeall.orchestrator.driver import files_dataset_name as orchestrators_name
+from computeall.protocol.dataset_api import files_dataset_name
+
+from .cluster import running_cluster, stdlib_corpus
+from .sessions import config, run_to_end
+
+COMPUTEALL = Path(sys.executable).parent / "computeall"
+
+
+async def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
+    return await asyncio.to_thread(
+        subprocess.run, [str(COMPUTEALL), *args, "--nats", url], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_cli_finds_the_dataset_the_orchestrator_made():
+    files = stdlib_corpus()
+    assert files_dataset_name(files, 512) == orchestrators_name(files, 512)
+
+
+async def test_generate_and_export_a_trained_session(tmp_path):
+    cfg = config(steps=6, checkpoint_every=3, keep_checkpoints=1, min_pnodes=1)
+    async with running_cluster(tmp_path / "cluster", pnodes=1) as (client, _):
+        url = client.nc.connected_url.geturl()
+        sid = await run_to_end(client, cfg)
+        idle, _ = await start_session(client, cfg, start=False)
+
+        gen = ["generate", sid, "--prompt", "def main(", "--max-new-tokens", "24"]
+        first, again, other = [await _cli(url, *gen, "--seed", s) for s in ("1", "1", "2")]
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert first.stdout.startswith("def main(") and len(first.stdout) > len("def main(\n")
+        assert first.stdout == again.stdout
+        assert other.stdout != first.stdout
+        streamed = await _cli(url, *gen, "--seed", "1", "--stream", "--step", "6")
+        assert streamed.stdout == first.stdout
+
+        refusals = {
+            "no session nosuch in the log": ["generate", "nosuch", "--prompt", "x"],
+            f"session {idle} has no checkpoint yet": ["generate", idle, "--prompt", "x"],
+            "the checkpoint at step 3 of session": ["generate", sid, "--prompt", "x", "--step", "3"],
+            "has no checkpoint at step 4; kept steps: 6": ["generate", sid, "--prompt", "x", "--step", "4"],
+            "shorten it to at most 63 tokens": ["generate", sid, "--prompt", "word " * 200],
+        }
+        for message, args in refusals.items():
+            result = await _cli(url, *args)
+            assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+
+        out = tmp_path / "hf"
+        exported = await _cli(url, "export", sid, "--format", "hf", str(out))
+        assert exported.returncode == 0, exported.stderr[-2000:]
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = tokenizer("def main(args):\n    return", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        greedy = model.generate(ids, max_new_tokens=8, do_sample=False)
+    assert greedy.shape[1] == ids.shape[1] + 8 or tokenizer.eos_token_id in greedy[0].tolist()
