@@ -388,6 +388,12 @@ def envelope_section() -> str:
     return model_section(Envelope, pause.model_dump(mode="json"))
 
 
+def heartbeat_timing() -> str:
+    return (f"A PNode sends a `Heartbeat` every {telemetry.HEARTBEAT_INTERVAL_S:g} s (`HEARTBEAT_INTERVAL_S`); one silent "
+            f"for {telemetry.HEARTBEAT_TIMEOUT_S:g} s (`HEARTBEAT_TIMEOUT_S`, the orchestrator's and the monitor's "
+            "`--heartbeat-timeout` default) is lost.\n\n")
+
+
 def blocks(page: Page) -> dict[str, Callable[[], str]]:
     """The `{{name}}` blocks of the template, in the order they are written."""
     return {
@@ -397,7 +403,7 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
         "session_events": lambda: page.models(members(SessionEvent)),
         "pnode_events": lambda: page.models(members(PNodeEvent)),
         "dataset_events": lambda: page.models(members(DatasetEvent)),
-        "telemetry": lambda: page.models([telemetry.Heartbeat, *members(telemetry.Telemetry)]),
+        "telemetry": lambda: heartbeat_timing() + page.models([telemetry.Heartbeat, *members(telemetry.Telemetry)]),
         "pnode_requests": lambda: page.models([*members(pnode_api.PNodeRequest), pnode_api.PNodeReply]),
         "tensor_header": lambda: page.models([wire.TensorHeader]),
         "dataset_api": lambda: page.models([

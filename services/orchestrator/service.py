@@ -49,7 +49,7 @@ from computeall.protocol.events import (
 from computeall.protocol.session_state import TERMINAL, SessionLog
 from computeall.protocol.subjects import LOG_STREAM, Subjects
 from computeall.protocol.pnode_api import Reset
-from computeall.protocol.telemetry import Heartbeat
+from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
 from .allocator import AllocationError, PNodeCapacity, allocate
 from .driver import SessionDriver
@@ -64,7 +64,7 @@ class Rejected(Exception):
 
 
 class Orchestrator:
-    def __init__(self, nats_url: str, subjects: Subjects, heartbeat_timeout_s: float = 5.0) -> None:
+    def __init__(self, nats_url: str, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
         self.nats_url = nats_url
         self.subjects = subjects
         self.heartbeat_timeout_s = heartbeat_timeout_s
