@@ -17,12 +17,13 @@ from ..cluster_file import resolve_nats_url
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..session_view import session_events
-from .replay_rebuild import register_rebuild
+
+REBUILD_HELP = "rebuild the monitor's database from the event log"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="read, re-execute and rebuild from the event log")
-    verbs = p.add_subparsers(dest="verb", required=True)
+    verbs = p.add_subparsers(dest="verb", required=True, parser_class=_VerbParser)
     show = verbs.add_parser("show", help="a session's history as a table")
     export = verbs.add_parser("export", help="a session's events as JSON lines")
     verify = verbs.add_parser("verify", help="re-execute steps from a checkpoint and compare with the recorded losses")
@@ -35,7 +36,34 @@ def register(sub: argparse._SubParsersAction) -> None:
         v.add_argument("--data-dir", default=None)
         v.add_argument("--prefix", default=None)
         v.set_defaults(func=lambda a, f=func: asyncio.run(f(a)))
+    verbs.add_parser("rebuild", help=REBUILD_HELP, load=_load_rebuild)
+
+
+def _load_rebuild(verbs: argparse._SubParsersAction) -> None:
+    from .replay_rebuild import register_rebuild  # duckdb comes with it
+
     register_rebuild(verbs)
+
+
+class _VerbParser(argparse.ArgumentParser):
+    """A verb's parser that can put off building itself, and the imports behind it, until it is used.
+
+    Every `computeall` invocation builds the whole parser, so a verb whose module imports something
+    heavy (`replay rebuild`: duckdb) registers `load` instead, which adds the real parser of the verb
+    to a subparsers action; it runs only when that verb is on the command line.
+    """
+
+    def __init__(self, *args, load=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._load = load
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._load is None:
+            return super().parse_known_args(args, namespace)
+        parent_prog, verb = self.prog.rsplit(" ", 1)
+        verbs = argparse.ArgumentParser(prog=parent_prog).add_subparsers()
+        self._load(verbs)
+        return verbs.choices[verb].parse_known_args(args, namespace)
 
 
 async def _events(args: argparse.Namespace):

@@ -6,9 +6,13 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+HEARTBEAT_INTERVAL_S = 1.0  # how often a PNode sends its Heartbeat
+# A PNode silent this long is lost: the orchestrator records PNodeLost, the monitor shows it lost.
+HEARTBEAT_TIMEOUT_S = 5.0
+
 
 class Heartbeat(BaseModel):
-    """On `ca.hb.<pid>` every second; not recorded. Also how a PNode advertises itself."""
+    """On `ca.hb.<pid>` every `HEARTBEAT_INTERVAL_S`; not recorded. Also how a PNode advertises itself."""
 
     model_config = ConfigDict(extra="forbid")
 

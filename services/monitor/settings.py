@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S
+
 # the built dashboard, when this is a source checkout (services/monitor -> repo root)
 DEFAULT_WEB_DIR = Path(__file__).resolve().parents[2] / "web" / "dist"
 
@@ -18,7 +20,7 @@ class MonitorSettings(BaseModel):
     port: int = Field(0, ge=0, le=65535)
     prefix: str | None = None
     web_dir: Path = DEFAULT_WEB_DIR
-    heartbeat_timeout_s: float = Field(10.0, gt=0, description="a PNode silent this long reads as lost")
+    heartbeat_timeout_s: float = Field(HEARTBEAT_TIMEOUT_S, gt=0, description="a PNode silent this long reads as lost")
     raw_telemetry_s: float = Field(900.0, gt=0, description="raw telemetry younger than this is kept as is")
     telemetry_bucket_s: float = Field(60.0, gt=0, description="older telemetry is folded into buckets this wide")
     telemetry_keep_s: float = Field(30 * 86400.0, gt=0, description="folded telemetry older than this is dropped")
@@ -41,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> MonitorSettings:
     parser.add_argument("--port", type=int, default=0, help="0: any free port (see monitor.json)")
     parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
     parser.add_argument("--web-dir", type=Path, default=DEFAULT_WEB_DIR, help="the built dashboard")
-    parser.add_argument("--heartbeat-timeout", type=float, default=10.0, dest="heartbeat_timeout_s")
+    parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, dest="heartbeat_timeout_s")
     parser.add_argument("--raw-telemetry", type=float, default=900.0, dest="raw_telemetry_s",
                         help="seconds of raw telemetry to keep before folding it into buckets")
     parser.add_argument("--telemetry-bucket", type=float, default=60.0, dest="telemetry_bucket_s")

@@ -9,6 +9,7 @@ import os
 import signal
 
 from computeall.protocol.subjects import Subjects
+from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S
 
 from .service import Orchestrator
 
@@ -16,7 +17,7 @@ from .service import Orchestrator
 def main() -> None:
     p = argparse.ArgumentParser(prog="computeall-orchestrator")
     p.add_argument("--nats", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
-    p.add_argument("--heartbeat-timeout", type=float, default=5.0, help="seconds of silence before a PNode is lost")
+    p.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, help="seconds of silence before a PNode is lost")
     p.add_argument("--prefix", default=None)
     p.add_argument("--data-dir", default=None, help="unused: the orchestrator's state is the event log")
     args = p.parse_args()

@@ -38,7 +38,7 @@ from computeall.protocol.session_state import Rejected, SessionLog, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects
 from computeall.protocol.pnode_api import Reset
-from computeall.protocol.telemetry import Heartbeat
+from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
 from .allocator import AllocationError, PNodeCapacity, allocate
 from .driver import SessionDriver
@@ -60,7 +60,7 @@ DECIDE = {
 
 
 class Orchestrator:
-    def __init__(self, nats_url: str, subjects: Subjects, heartbeat_timeout_s: float = 5.0) -> None:
+    def __init__(self, nats_url: str, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
         self.nats_url = nats_url
         self.subjects = subjects
         self.heartbeat_timeout_s = heartbeat_timeout_s

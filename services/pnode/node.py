@@ -32,7 +32,7 @@ from computeall.protocol.pnode_api import (
     Unload,
 )
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
@@ -57,7 +57,7 @@ class PNode:
         device: torch.device,
         subjects: Subjects,
         step_deadline_s: float = 600.0,
-        heartbeat_s: float = 1.0,
+        heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         telemetry_s: float = 2.0,
     ) -> None:
         self.nats_url = nats_url

@@ -14,6 +14,7 @@ from computeall.protocol.session_state import SessionState, fold
 
 from .cluster import stdlib_corpus
 from .test_training_run import NETWORK
+from .waiting import wait_until_async
 
 
 def config(steps: int = 24, **overrides) -> SessionConfig:
@@ -32,14 +33,16 @@ async def state(client: Client, sid: str) -> SessionState:
 
 
 async def wait_for(client: Client, sid: str, predicate, timeout: float = 120.0) -> SessionState:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        current = await state(client, sid)
-        if predicate(current):
-            return current
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"session {sid} did not get there in {timeout}s: {current.status} step {current.next_step}")
+    seen: list[SessionState] = []
+
+    async def reached() -> SessionState | None:
+        seen.append(await state(client, sid))
+        return seen[-1] if predicate(seen[-1]) else None
+
+    try:
+        return await wait_until_async(reached, timeout, f"session {sid} reaching the condition", interval=0.3)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {seen[-1].status} step {seen[-1].next_step}") from None
 
 
 async def run_to_end(client: Client, cfg: SessionConfig, timeout: float = 240.0) -> str:

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nats
@@ -17,6 +16,8 @@ import pytest
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import BatchRequest, CreateDataset, SampleRequest, SplitSpec
 from computeall.protocol.subjects import Subjects
+
+from .waiting import wait_until
 
 SUBJECTS = Subjects("ca")
 
@@ -43,13 +44,11 @@ class DatasetProcess:
 
     def _wait_ready(self, seen: int, timeout: float = 20.0) -> None:
         """Its own log says so: a request could be answered by another instance of the queue group."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             assert self.process.poll() is None, f"dataset service exited; log:\n{self.log.read_text()}"
-            if self.log.exists() and b"dataset service ready" in self.log.read_bytes()[seen:]:
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"dataset service not ready; log:\n{self.log.read_text()}")
+            return self.log.exists() and b"dataset service ready" in self.log.read_bytes()[seen:]
+
+        wait_until(ready, timeout, "dataset service ready", interval=0.05)
 
     def stop(self) -> int:
         self.process.terminate()

@@ -4,7 +4,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from computeall.cli.client import connect
@@ -14,6 +13,7 @@ from .cluster import stdlib_corpus
 from .sessions import losses, run_to_end, wait_for
 from .sessions import config as session_config
 from .test_training_run import NETWORK
+from .waiting import wait_until
 
 COMPUTEALL = str(Path(sys.executable).parent / "computeall")
 
@@ -24,13 +24,11 @@ def up(data_dir: Path, log: Path) -> subprocess.Popen:
 
 
 def wait_for_cluster(data_dir: Path, previous: str | None = None, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def written() -> str | None:
         info = read(data_dir)
-        if info and info.nats != previous:
-            return info.nats
-        time.sleep(0.2)
-    raise AssertionError("computeall up did not write cluster.json")
+        return info.nats if info and info.nats != previous else None
+
+    return wait_until(written, timeout, "computeall up writing cluster.json", interval=0.2)
 
 
 def stop(process: subprocess.Popen) -> None:

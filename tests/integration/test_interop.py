@@ -17,6 +17,8 @@ from pathlib import Path
 import nats
 from nats.js.api import DeliverPolicy
 
+from .waiting import wait_until  # a test helper: still no computeall import
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -24,10 +26,7 @@ async def test_create_a_session_and_read_its_steps_with_plain_nats(tmp_path):
     up = subprocess.Popen([str(Path(sys.executable).parent / "computeall"), "up", "--pnodes", "1",
                            "--data-dir", str(tmp_path)], stdout=open(tmp_path / "up.log", "wb"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "cluster.json").exists():
-            assert time.monotonic() < deadline, "computeall up did not start"
-            time.sleep(0.2)
+        wait_until((tmp_path / "cluster.json").exists, 60, "computeall up writing cluster.json", interval=0.2)
         url = json.loads((tmp_path / "cluster.json").read_text())["nats"]
         nc = await nats.connect(url)
         js = nc.jetstream()

@@ -1,0 +1,447 @@
+"""Writes docs/protocol.md from the protocol's pydantic models and its subject builders.
+
+    python tools/protocol_doc.py            # rewrite docs/protocol.md
+    python tools/protocol_doc.py --check    # exit 1 when the committed page is stale
+
+The prose lives in tools/protocol_doc_template.md; every `{{name}}` line there is replaced by
+one generated block from BLOCKS below. Each model becomes a section with its docstring, a
+field table (name, type, default, description) and one example that is validated by the model
+itself, so the page cannot show a message the system would refuse. Field descriptions are the
+`Field(description=...)` or, failing that, the comment at the end of the field's line. Order is
+the order of the unions and lists here: the same code always writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import io
+import json
+import re
+import sys
+import tokenize
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from computeall.protocol import dataset_api, monitor_api, pnode_api, telemetry, wire
+from computeall.protocol.commands import Command, PauseSession
+from computeall.protocol.envelope import Envelope
+from computeall.protocol.events import DatasetEvent, PNodeEvent, SessionEvent
+from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = Path(__file__).with_name("protocol_doc_template.md")
+OUTPUT = REPO / "docs" / "protocol.md"
+REGENERATE = "python tools/protocol_doc.py"
+
+
+def members(union) -> list[type[BaseModel]]:
+    """The models of a (possibly Annotated, possibly nested) discriminated union, in declared order."""
+    if typing.get_origin(union) is typing.Annotated:
+        union = typing.get_args(union)[0]
+    if isinstance(union, type) and issubclass(union, BaseModel):
+        return [union]
+    return [m for arg in typing.get_args(union) for m in members(arg)]
+
+
+# -- subjects -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubjectRow:
+    builder: str | Callable[..., str]  # a Subjects method, or a function taking (subjects, ...)
+    kind: str
+    what: str
+    messages: tuple[type[BaseModel], ...] = ()
+    args: tuple[str, ...] = ()  # leading arguments given as is; the rest become <placeholders>
+
+
+SUBJECTS = [
+    SubjectRow("session_cmd", "command", "session commands; header `Nats-Msg-Id` = command id (duplicates dropped)",
+               tuple(members(Command))),
+    SubjectRow("session_evt", "event", "what happened to a session", tuple(members(SessionEvent))),
+    SubjectRow("pnode_evt", "event", "PNodes joining, leaving, lost", tuple(members(PNodeEvent))),
+    SubjectRow("dataset_evt", "event", "a dataset being made; `DatasetCreated` comes last", tuple(members(DatasetEvent))),
+    SubjectRow("tel", "telemetry", "`<kind>` is `memory` or `request`", tuple(members(telemetry.Telemetry))),
+    SubjectRow("heartbeat", "heartbeat", "PNode liveness and capacity, every second", (telemetry.Heartbeat,)),
+    SubjectRow("orchestrator_heartbeat", "heartbeat", "orchestrator liveness, every second (empty body)"),
+    SubjectRow("pnode_ctl", "request/reply", "orchestrator → PNode requests; every reply is a `PNodeReply`",
+               (*members(pnode_api.PNodeRequest), pnode_api.PNodeReply)),
+    SubjectRow("pnode_tensor", "data", "activations and gradients between PNodes (tensor frames)", (wire.TensorHeader,)),
+    SubjectRow("dataset_api", "request/reply", "train a tokenizer, tokenize, cut splits; replies when done",
+               (dataset_api.CreateDataset, dataset_api.DatasetReply), args=("create",)),
+    SubjectRow("dataset_api", "request/reply", "a dataset's manifest", (dataset_api.GetDataset,), args=("get",)),
+    SubjectRow("dataset_api", "request/reply", "every dataset's manifest", (dataset_api.ListDatasets,), args=("list",)),
+    SubjectRow("dataset_api", "request/reply", "one batch of token ids, as a tensor frame", (dataset_api.BatchRequest,),
+               args=("batch",)),
+    SubjectRow("dataset_api", "request/reply", "decoded text of a few samples", (dataset_api.SampleRequest,),
+               args=("sample",)),
+    SubjectRow(dataset_api.progress_subject, "event", "progress of a `create`, for progress bars",
+               (dataset_api.DatasetProgress,)),
+    *(SubjectRow(monitor_api.monitor_subject, "request/reply", what, (model, monitor_api.MonitorReply), args=(verb,))
+      for verb, model, what in [
+          (monitor_api.USER_CREATE, monitor_api.UserCreate, "create a user or add a key; the key is shown once"),
+          (monitor_api.AUTH, monitor_api.Auth, "resolve an API key to its user"),
+          (monitor_api.DEFAULT_KEY, monitor_api.DefaultKey, "the local default user's key"),
+          (monitor_api.REBUILD, monitor_api.Rebuild, "re-project the whole log"),
+      ]),
+]
+
+# Wildcards a consumer subscribes with, and stream configuration: documented, not published to.
+FILTERS = {
+    "session_evt_all": "all events of one session (read a session with an ordered consumer on this)",
+    "session_created_all": "every session's creation (how an orchestrator finds sessions)",
+    "heartbeat_all": "every PNode's heartbeat",
+    "orchestrator_heartbeat_all": "every orchestrator's heartbeat",
+    "log_subjects": f"the subjects of stream `{LOG_STREAM}`",
+    "tel_subjects": f"the subjects of stream `{TEL_STREAM}`",
+}
+
+
+def _placeholder(name: str) -> str:
+    return f"__{name.strip('_')}__"  # a valid subject token, shown as <name>
+
+
+def _shown(subject: str) -> str:
+    return re.sub(r"__([a-z]+)__", r"<\1>", subject)
+
+
+def _build(subjects: Subjects, builder: str | Callable[..., str], args: tuple[str, ...]) -> str | list[str]:
+    function = getattr(subjects, builder) if isinstance(builder, str) else builder
+    params = list(inspect.signature(function).parameters)
+    fixed = ([] if isinstance(builder, str) else [subjects]) + list(args)
+    return function(*fixed, *(_placeholder(p) for p in params[len(fixed):]))
+
+
+def _matches(subject: str, pattern: str) -> bool:
+    """NATS wildcard matching, a <placeholder> standing for any one token."""
+    tokens, wanted = subject.split("."), pattern.split(".")
+    for i, want in enumerate(wanted):
+        if want == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (want not in ("*", tokens[i]) and not tokens[i].startswith("__")):
+            return False
+    return len(tokens) == len(wanted)
+
+
+def _stream(subjects: Subjects, subject: str) -> str:
+    for stream, patterns in ((LOG_STREAM, subjects.log_subjects()), (TEL_STREAM, subjects.tel_subjects())):
+        if any(_matches(subject, p) for p in patterns):
+            return f"`{stream}`"
+    return "none"
+
+
+def undocumented_subject_builders() -> list[str]:
+    """Public Subjects methods neither in SUBJECTS nor in FILTERS: a new subject needs a row."""
+    documented = {r.builder for r in SUBJECTS if isinstance(r.builder, str)} | set(FILTERS)
+    public = [n for n, v in vars(Subjects).items() if callable(v) and not n.startswith("_")]
+    return [n for n in public if n not in documented]
+
+
+def subjects_block() -> str:
+    missing = undocumented_subject_builders()
+    if missing:
+        raise SystemExit(f"Subjects.{', Subjects.'.join(missing)} not documented: add a row to SUBJECTS or FILTERS in {__file__}")
+    subjects = Subjects("ca")
+    lines = ["| subject | kind | stream | messages | what |", "|---|---|---|---|---|"]
+    for row in SUBJECTS:
+        subject = _build(subjects, row.builder, row.args)
+        messages = ", ".join(_link(m) for m in row.messages) or "—"
+        lines.append(f"| `{_shown(subject)}` | {row.kind} | {_stream(subjects, subject)} | {messages} | {row.what} |")
+    lines += ["", "Subscription filters and stream subjects (`Subjects` in `libs/protocol/subjects.py`):", "",
+              "| builder | subjects | what |", "|---|---|---|"]
+    for name, what in FILTERS.items():
+        built = _build(subjects, name, ())
+        shown = ", ".join(f"`{_shown(s)}`" for s in (built if isinstance(built, list) else [built]))
+        lines.append(f"| `{name}` | {shown} | {what} |")
+    return "\n".join(lines)
+
+
+# -- models ---------------------------------------------------------------------------------
+
+# Example values by field name ("Model.field" first): what the page shows for required fields.
+EXAMPLES: dict[str, object] = {
+    "session_id": "a1b2c3d4e5f6", "pnode": "pnode-0", "host": "host-a", "os_pid": 4242, "device": "cpu",
+    "memory_bytes": 8 << 30, "ts": 1796212800.0, "step": 41, "loss": 4.812, "tokens": 2048, "step_time_s": 0.92,
+    "lr": 0.0029, "owner": "alice", "orchestrator": "host-4242-9f3a1c", "resume_from_step": 40,
+    "reason": "pnode-1 was lost", "CommandRejected.reason": "cannot resume a session that is stopped",
+    "SessionFailed.reason": "waited 120s for 3 PNodes, 2 are live; start more with `computeall pnode --nats URL`",
+    "StepSkipped.reason": "gradients overflowed on pnode-1", "command_id": "3f1c0a8e9b2d4c6f8a1b2c3d4e5f6a7b",
+    "command_type": "ResumeSession", "bucket": "ca-checkpoints", "seconds": 0.4, "perplexity": 141.2,
+    "final_loss": 3.91, "steps": 200, "old": 65536.0, "new": 32768.0, "LossScaleChanged.reason": "overflow",
+    "waited_s": 61.5, "silent_s": 5.2, "to_step": 40, "from_step": 43, "vnode": "embed", "op": "embedding",
+    "params": 1048576, "precision": "fp32", "src": "b1.res2", "dst": "b2.norm1", "bytes_per_step": 4194304,
+    "pnodes": ["pnode-0", "pnode-1"], "bytes_across_per_step": 8388608, "moves": {"b2.attn": "pnode-0"},
+    "object": "a1b2c3d4e5f6/00000040/embed.safetensors", "digest": "9c1e4f0d2b7a6e8f1c3d5b7a9e0f2d4c",
+    "bytes": 12583000, "name": "tinyshakespeare", "UserCreate.name": "alice", "files": ["/data/input.txt"],
+    "DataConfig.files": ["/data/input.txt"], "BatchSource.split": "train",
+    "vocab_size": 4096, "requested_vocab_size": 4096, "tokenizer_digest": "5d41402abc4b2a76b9719d911017c592",
+    "documents": 7223, "text_bytes": 1115394, "dtype": "uint16", "split": "val", "method": "random-doc",
+    "shards": 1, "shard_digests": ["0cc175b9c0f1b6a831c399e269772661"], "dataset": "tinyshakespeare",
+    "request": "RunStep", "state": "done", "rss_bytes": 512 << 20, "api_key": "ca_k_1a2b3c",
+    "network_yaml": "name: tiny-gpt\nvocab_size: 4096\ncontext: 256\n...", "assignment": {"embed": "pnode-0"},
+    "network": {"name": "tiny-gpt", "vnodes": ["..."]}, "seed": 1, "micro_batch_size": 8, "context": 256,
+    "micro_batches": 1, "batch": 8, "key": "a1b2c3d4e5f6/train/41/0/b1.res2/act", "shape": [8, 256, 128],
+    "chunk": 0, "chunks": 1, "offset": 0, "total_bytes": 1048576, "TensorHeader.dtype": "float32",
+    "stage": "tokenize", "done": 524288, "total": 1115394, "ok": True,
+}
+
+
+def _doc(model: type) -> str:
+    return inspect.cleandoc(model.__dict__.get("__doc__") or "")
+
+
+TOOL_COMMENT = re.compile(r"#\s*(type:|noqa|pragma)")  # for linters, not for readers
+
+
+@cache
+def _line_comments(model: type) -> dict[str, str]:
+    """`field: type = ...  # why` in a class body -> {field: why}."""
+    try:
+        source = inspect.getsource(model)
+    except (OSError, TypeError):
+        return {}
+    source = inspect.cleandoc("\n" + source) if source[:1].isspace() else source
+    comments = {t.start[0]: t.string.lstrip("# ").strip()
+                for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                if t.type == tokenize.COMMENT and not TOOL_COMMENT.match(t.string)}
+    body = ast.parse(source).body[0].body
+    return {node.target.id: comments[node.lineno] for node in body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.lineno in comments}
+
+
+def _description(model: type[BaseModel], name: str, field: FieldInfo) -> str:
+    if field.description:
+        return field.description
+    for cls in model.__mro__:  # an inherited field keeps its comment
+        if name in _line_comments(cls):
+            return _line_comments(cls)[name]
+    return ""
+
+
+def _anchor(model: type) -> str:
+    return model.__name__.lower()
+
+
+def _link(model: type) -> str:
+    return f"[`{model.__name__}`](#{_anchor(model)})"
+
+
+def _type(annotation) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "null"
+    if origin is typing.Literal:
+        return " \\| ".join(json.dumps(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type(a) for a in args)
+    if origin is typing.Annotated:
+        return _type(args[0])
+    if origin in (list, tuple, dict):
+        inner = ", ".join(_type(a) for a in args)
+        return f"{origin.__name__}[{inner}]" if inner else origin.__name__
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _link(annotation)
+    if isinstance(annotation, typing.TypeVar):
+        return "a command or an event"  # the envelope's payload
+    return getattr(annotation, "__name__", str(annotation))
+
+
+_CONSTRAINTS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "min length", "max_length": "max length",
+                "pattern": "pattern"}
+
+
+def _constraints(field: FieldInfo) -> str:
+    found = []
+    for item in field.metadata:
+        for attr, shown in _CONSTRAINTS.items():
+            value = getattr(item, attr, None)
+            if value is not None:
+                found.append(f"{shown} `{value}`" if attr == "pattern" else f"{shown} {value}")
+    return ", ".join(found)
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
+    if field.default_factory is not None:
+        factory = field.default_factory
+        if not (factory in (list, dict) or (isinstance(factory, type) and issubclass(factory, BaseModel))):
+            return f"`{factory.__name__}()`, new per message"  # an id, a timestamp
+        value = factory()
+        if isinstance(value, BaseModel):
+            return f"`{type(value).__name__}()`"
+    else:
+        value = field.default
+    return f"`{json.dumps(value, default=str)}`"
+
+
+def _example_value(model: type[BaseModel], name: str, annotation):
+    for key in (f"{model.__name__}.{name}", name):
+        if key in EXAMPLES and _fits(EXAMPLES[key], annotation):  # `lr` is a float here, a schedule there
+            return EXAMPLES[key]
+    return _fallback(annotation)
+
+
+def _fits(value, annotation) -> bool:
+    try:
+        TypeAdapter(annotation).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+def _fallback(annotation):
+    """A value of `annotation` for a required field the EXAMPLES table does not name."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return args[0]
+    if origin in (typing.Union, types.UnionType):
+        return _fallback(next(a for a in args if a is not type(None)))
+    if origin in (list, tuple):
+        return [_fallback(a) for a in args] if origin is tuple else [_fallback(args[0])] if args else []
+    if origin is dict:
+        return {"key": _fallback(args[1])} if args else {}
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return example(annotation)
+    return {int: 0, float: 0.0, str: "text", bool: False}.get(annotation, None)
+
+
+def example(model: type[BaseModel]) -> dict:
+    """One message of `model`, as JSON: required fields from EXAMPLES, defaults elsewhere, validated by the model."""
+    values = {name: _example_value(model, name, field.annotation) for name, field in model.model_fields.items()
+              if field.is_required() or f"{model.__name__}.{name}" in EXAMPLES}
+    return model.model_validate(values).model_dump(mode="json")
+
+
+def model_section(model: type[BaseModel], shown_example: dict | None = None) -> str:
+    lines = [f"#### {model.__name__}", ""]
+    if _doc(model):
+        lines += [_doc(model), ""]
+    if model.model_fields:
+        lines += ["| field | type | default | description |", "|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            kind = _type(field.annotation)
+            limits = _constraints(field)
+            lines.append(f"| `{name}` | {kind}{', ' + limits if limits else ''} | {_default(field)} | "
+                         f"{_description(model, name, field)} |")
+        lines.append("")
+    lines += ["```json", json.dumps(shown_example or example(model)), "```"]
+    return "\n".join(lines)
+
+
+def _referenced(model: type[BaseModel]) -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+
+    def walk(annotation) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found.append(annotation)
+        for arg in typing.get_args(annotation):
+            walk(arg)
+
+    for field in model.model_fields.values():
+        walk(field.annotation)
+    return found
+
+
+class Page:
+    """Renders each model once; a model met again (PNodeLost is a session and a PNode event) is linked."""
+
+    def __init__(self) -> None:
+        self.rendered: list[type[BaseModel]] = []
+
+    def models(self, models: list[type[BaseModel]]) -> str:
+        blocks = []
+        for model in models:
+            if model in self.rendered:
+                blocks.append(f"#### {model.__name__}\n\nThe same message as {_link(model)} above.")
+                continue
+            self.rendered.append(model)
+            blocks.append(model_section(model))
+        return "\n\n".join(blocks)
+
+    def types(self) -> str:
+        """Every model referenced from a field and not given its own section yet, in discovery order."""
+        queue, blocks = list(self.rendered), []
+        while queue:
+            for ref in _referenced(queue.pop(0)):
+                if ref not in self.rendered:
+                    self.rendered.append(ref)
+                    queue.append(ref)
+                    blocks.append(model_section(ref))
+        return "\n\n".join(blocks)
+
+
+def envelope_section() -> str:
+    """The envelope's fields, with a whole `PauseSession` command as it is published."""
+    pause = Envelope[Command](id="3f1c0a8e9b2d4c6f8a1b2c3d4e5f6a7b", ts=1796212800.0, actor="alice",
+                              session_id="a1b2c3d4e5f6", payload=PauseSession())
+    return model_section(Envelope, pause.model_dump(mode="json"))
+
+
+def heartbeat_timing() -> str:
+    return (f"A PNode sends a `Heartbeat` every {telemetry.HEARTBEAT_INTERVAL_S:g} s (`HEARTBEAT_INTERVAL_S`); one silent "
+            f"for {telemetry.HEARTBEAT_TIMEOUT_S:g} s (`HEARTBEAT_TIMEOUT_S`, the orchestrator's and the monitor's "
+            "`--heartbeat-timeout` default) is lost.\n\n")
+
+
+def blocks(page: Page) -> dict[str, Callable[[], str]]:
+    """The `{{name}}` blocks of the template, in the order they are written."""
+    return {
+        "subjects": subjects_block,
+        "envelope": envelope_section,
+        "commands": lambda: page.models(members(Command)),
+        "session_events": lambda: page.models(members(SessionEvent)),
+        "pnode_events": lambda: page.models(members(PNodeEvent)),
+        "dataset_events": lambda: page.models(members(DatasetEvent)),
+        "telemetry": lambda: heartbeat_timing() + page.models([telemetry.Heartbeat, *members(telemetry.Telemetry)]),
+        "pnode_requests": lambda: page.models([*members(pnode_api.PNodeRequest), pnode_api.PNodeReply]),
+        "tensor_header": lambda: page.models([wire.TensorHeader]),
+        "dataset_api": lambda: page.models([
+            dataset_api.CreateDataset, dataset_api.GetDataset, dataset_api.ListDatasets, dataset_api.BatchRequest,
+            dataset_api.SampleRequest, dataset_api.DatasetProgress, dataset_api.DatasetReply]),
+        "monitor_api": lambda: page.models([
+            monitor_api.UserCreate, monitor_api.Auth, monitor_api.DefaultKey, monitor_api.Rebuild,
+            monitor_api.MonitorReply]),
+        "types": page.types,
+    }
+
+
+def render(template: str | None = None) -> str:
+    template = TEMPLATE.read_text() if template is None else template
+    generated = blocks(Page())
+    placeholders = re.findall(r"^\{\{(\w+)\}\}$", template, flags=re.M)
+    if sorted(placeholders) != sorted(generated):
+        raise SystemExit(f"{TEMPLATE.name} must have each of {{{{{'}}, {{'.join(generated)}}}}} once on its own line; "
+                         f"it has {placeholders}")
+    # filled in the blocks' order, so that a model's first appearance is the same on every run
+    filled = {name: make() for name, make in generated.items()}
+    header = f"<!-- generated by `{REGENERATE}` from libs/protocol and {TEMPLATE.relative_to(REPO)}: edit those -->\n"
+    return header + re.sub(r"^\{\{(\w+)\}\}$", lambda m: filled[m.group(1)], template, flags=re.M)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report whether docs/protocol.md is up to date")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        if OUTPUT.read_text() != text:
+            print(f"{OUTPUT.relative_to(REPO)} is stale: run `{REGENERATE}`", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
