@@ -27,7 +27,7 @@ from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
-from computeall.tensorcore.vnode_runtime import VNodeRuntime
+from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 
 from .batches import BatchFeed
 
@@ -239,27 +239,18 @@ class SessionStage:
     async def _backward(self, p: _Pass, m: int, vid: str, pass_tokens: int) -> None:
         spec = self.graph.vnodes[vid]
         if OPS[spec.op].is_loss:
-            # d(loss_sum * scale / tokens): the step's loss is the mean over all its tokens
-            grad_out = torch.tensor(self.loss_scale / pass_tokens, device=self.runtime.device)
+            grad_out = loss_gradient(self.loss_scale, pass_tokens, self.runtime.device)
         else:
             parts = p.grads.pop((m, vid), {})
             for consumer in self._consumers[vid]:
                 if consumer not in self.runtime.modules:
                     parts[consumer] = self.inbox.pop(("grad", p.phase, p.step, m, vid, consumer))
-            # summed in the graph's consumer order, the same on every placement
-            ordered = [parts[c] for c in self._consumers[vid]]
-            if not ordered:  # an output nothing reads: nothing flows back
+            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]])
+            if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
                 return
-            grad_out = ordered[0]
-            for g in ordered[1:]:
-                grad_out = grad_out + g
         input_grads = await self._compute(self.runtime.backward, vid, m, grad_out)
-        per_input: dict[str, torch.Tensor] = {}
-        for name, g in zip(spec.inputs, input_grads):
-            if g is not None:
-                per_input[name] = g if name not in per_input else per_input[name] + g
-        for name, g in per_input.items():
+        for name, g in gradients_by_input(spec.inputs, input_grads).items():
             if name in self.runtime.modules:
                 p.grads[(m, name)][vid] = g
             else:
