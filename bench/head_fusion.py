@@ -31,9 +31,9 @@ import torch
 
 from computeall.network import Graph, NetworkSpec, load_network, load_network_file
 from computeall.network.head_fusion import fuse_heads
-from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.network.per_head import per_head_gpt
 from computeall.protocol.config import OptimizerConfig
+from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
@@ -60,43 +60,18 @@ class OnePNode:
         self.optimizer = VNodeOptimizer(self.runtime.parameters(), OptimizerConfig())
         self.micro_batches = micro_batches
         self.executor = ThreadPoolExecutor(max_workers=1)  # a PNode's one compute thread
-        self.consumers = {v: self.graph.consumers(v) for v in self.graph.order}
         self.calls = self.tensors = 0
 
     def _call(self, fn, *args):
-        self.calls += 1
         return self.executor.submit(fn, *args).result()
 
     def step(self, batches: list[torch.Tensor]) -> float:
-        step_tokens = sum(b[:, 1:].numel() for b in batches)
-        loss = 0.0
-        for m, batch in enumerate(batches):
-            values = {"data.tokens": batch[:, :-1], "data.targets": batch[:, 1:]}
-            for vid in self.graph.order:
-                spec = self.graph.vnodes[vid]
-                self.tensors += sum(1 for i in spec.inputs if i not in DATA_INPUTS)
-                out = self._call(self.runtime.forward, vid, m, [values[i] for i in spec.inputs])
-                if OPS[spec.op].is_loss:
-                    loss += float(out)
-                else:
-                    values[vid] = out
-            grads: dict[str, dict[str, torch.Tensor]] = {v: {} for v in self.graph.order}
-            for vid in reversed(self.graph.order):
-                spec = self.graph.vnodes[vid]
-                if OPS[spec.op].is_loss:
-                    grad_out = torch.tensor(1.0 / step_tokens, device=self.device)
-                else:
-                    parts = [grads[vid][c] for c in self.consumers[vid]]
-                    grad_out = parts[0]
-                    for g in parts[1:]:
-                        grad_out = grad_out + g
-                for name, g in zip(spec.inputs, self._call(self.runtime.backward, vid, m, grad_out)):
-                    if name not in DATA_INPUTS:
-                        self.tensors += 1
-                        grads[name][vid] = g if vid not in grads[name] else grads[name][vid] + g
+        result = local_step(self.runtime, batches, run=self._call)
         self._call(self.optimizer.step, 1e-3)
         self._call(self.runtime.zero_grad)
-        return loss / step_tokens
+        self.calls += result.calls + 2
+        self.tensors += result.handoffs
+        return result.loss
 
 
 def sync(device: torch.device) -> None:

@@ -20,9 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from computeall.network import Graph, load_network  # noqa: E402
-from computeall.network.ops import OPS  # noqa: E402
 from computeall.orchestrator.loss_scale import LossScaler, uses_dynamic_scaling  # noqa: E402
 from computeall.protocol.config import LossScaleConfig, LrSchedule, OptimizerConfig  # noqa: E402
+from computeall.tensorcore.local_step import local_step  # noqa: E402
 from computeall.tensorcore.optimizer import VNodeOptimizer  # noqa: E402
 from computeall.tensorcore.vnode_runtime import VNodeRuntime  # noqa: E402
 from computeall.tensorcore.wire import tensor_frames  # noqa: E402
@@ -48,35 +48,6 @@ def batches(ids: torch.Tensor, steps: int, batch: int, context: int) -> list[tor
     return [torch.stack([ids[s : s + context + 1] for s in row.tolist()]) for row in starts]
 
 
-def one_step(runtime: VNodeRuntime, batch: torch.Tensor, scale: float) -> tuple[float, dict]:
-    """Forward VNode by VNode, backward in reverse order, as a PNode's stage does."""
-    graph = runtime.graph
-    step_tokens = batch.shape[0] * graph.spec.context
-    values = {"data.tokens": batch[:, :-1], "data.targets": batch[:, 1:]}
-    loss = 0.0
-    for vid in runtime.order:
-        out = runtime.forward(vid, 0, [values[i] for i in graph.vnodes[vid].inputs])
-        if OPS[graph.vnodes[vid].op].is_loss:
-            loss += float(out)
-        else:
-            values[vid] = out
-    acts = runtime.activation_bytes()
-    grads: dict[str, dict] = {v: {} for v in runtime.order}
-    for vid in reversed(runtime.order):
-        spec = graph.vnodes[vid]
-        if OPS[spec.op].is_loss:
-            g_out = torch.tensor(scale / step_tokens)
-        else:
-            parts = [grads[vid][c] for c in graph.consumers(vid)]
-            g_out = parts[0]
-            for p in parts[1:]:
-                g_out = g_out + p
-        for name, g in zip(spec.inputs, runtime.backward(vid, 0, g_out)):
-            if g is not None:
-                grads[name][vid] = g if vid not in grads[name] else grads[name][vid] + g
-    return loss / step_tokens, {"activations": acts, "edge": values["b0.attn"]}
-
-
 def train(network_text: str, precision: str, data: list[torch.Tensor]) -> dict:
     spec = load_network(network_text)
     for v in spec.vnodes:
@@ -89,7 +60,7 @@ def train(network_text: str, precision: str, data: list[torch.Tensor]) -> dict:
     schedule = LrSchedule()
     losses, skipped, t0, memory = [], 0, time.perf_counter(), {}
     for step, batch in enumerate(data):
-        loss, info = one_step(runtime, batch, scaler.scale)
+        result = local_step(runtime, [batch], scaler.scale)
         decision = scaler.update(not runtime.grads_finite())
         if step == 0:
             params = runtime.parameters().values()
@@ -102,15 +73,15 @@ def train(network_text: str, precision: str, data: list[torch.Tensor]) -> dict:
                 "optimizer_per_param": state["optimizer"] / n,
                 "gradients_per_param": (sum(p.grad.numel() * p.grad.element_size() for p in params
                                             if p.grad is not None) + state["grad_buffer"]) / n,
-                "activation_bytes": info["activations"],
-                "wire_bytes_b0.attn": sum(len(f) for f in tensor_frames("k", info["edge"], 1 << 22)),
+                "activation_bytes": result.activation_bytes,
+                "wire_bytes_b0.attn": sum(len(f) for f in tensor_frames("k", result.outputs["b0.attn"], 1 << 22)),
             }
         if decision.apply:
             optimizer.step(schedule.at(step, len(data)), decision.old)
         else:
             skipped += 1
         runtime.zero_grad()
-        losses.append(loss)
+        losses.append(result.loss)
     tail = max(1, len(losses) // 10)
     return {"precision": precision, "losses": losses, "final_loss": sum(losses[-tail:]) / tail,
             "skipped_steps": skipped, "final_loss_scale": scaler.scale,

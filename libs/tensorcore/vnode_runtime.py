@@ -15,6 +15,7 @@ re-bound (`p.data = ...`): the optimizer keeps them as views into its flat buffe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -112,3 +113,30 @@ class VNodeRuntime:
     def activation_bytes(self) -> int:
         """Bytes of the VNode outputs kept for backward (in each VNode's precision)."""
         return sum(s.output.numel() * s.output.element_size() for s in self._saved.values())
+
+
+# -- how gradients meet at VNode boundaries (the PNode stage and `local_step` both follow these) --
+def loss_gradient(loss_scale: float, tokens: int, device: torch.device) -> torch.Tensor:
+    """The gradient that starts a loss VNode's backward: d(loss_sum * scale / tokens), because the
+    step's loss is the mean over all its tokens, whatever the micro-batch split."""
+    return torch.tensor(loss_scale / tokens, device=device)
+
+
+def summed_in_order(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The consumers' gradients of one output, summed in the graph's consumer order (the same on
+    every placement, so the same bits); None when nothing reads the output."""
+    if not parts:
+        return None
+    total = parts[0]
+    for g in parts[1:]:
+        total = total + g
+    return total
+
+
+def gradients_by_input(inputs: Sequence[str], grads: Sequence[torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """A VNode's input gradients by producer (one producer read twice gets the sum); no dataset inputs."""
+    out: dict[str, torch.Tensor] = {}
+    for name, g in zip(inputs, grads):
+        if g is not None:
+            out[name] = g if name not in out else out[name] + g
+    return out

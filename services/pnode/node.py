@@ -41,6 +41,7 @@ from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 from . import checkpoints
 from .batches import BatchFeed
 from .memory import bytes_by_category
+from .routing import TensorRoute
 from .stage import SessionStage, StepAborted
 
 log = logging.getLogger("computeall.pnode")
@@ -197,6 +198,7 @@ class PNode:
             return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=saved)
         if isinstance(request, LoadCheckpoint):
             await checkpoints.load(self.js, stage, request)
+            stage.rolled_back()
             return PNodeReply(ok=True, pnode=self.name, step=request.step)
         if isinstance(request, Unload):
             self.stages.pop(request.session_id).abort()
@@ -208,9 +210,9 @@ class PNode:
             await self.nc.publish(msg.reply, reply.model_dump_json().encode())
 
     # -- tensors --------------------------------------------------------------------
-    async def _send_tensor(self, pnode: str, key: str, tensor: torch.Tensor, meta: dict) -> None:
+    async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute) -> None:
         subject = self.subjects.pnode_tensor(pnode)
-        for frame in tensor_frames(key, tensor, self.nc.max_payload, meta):
+        for frame in tensor_frames(route.wire_key, tensor, self.nc.max_payload, route.wire_meta()):
             await self.nc.publish(subject, frame)
 
     async def _on_tensor(self, msg) -> None:
@@ -218,14 +220,11 @@ class PNode:
             received = self.reassembler.feed(msg.data)
             if received is None:
                 return
-            meta = received.meta
-            stage = self.stages.get(str(meta.get("session")))
+            stage = self.stages.get(str(received.meta.get("session")))
             if stage is None:
                 raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-            missing = {"phase", "step", "micro", "kind", "src"} - set(meta)
-            if missing or meta["kind"] not in ("act", "grad") or (meta["kind"] == "grad" and "consumer" not in meta):
-                raise WireError(f"tensor {received.key!r} has incomplete routing metadata {meta}")
-            stage.receive(meta, tensor_from_wire(received, self.device))
+            route = TensorRoute.from_wire(received.key, received.meta)
+            stage.receive(route, tensor_from_wire(received, self.device))
         except WireError as exc:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)

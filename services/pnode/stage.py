@@ -27,14 +27,15 @@ from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
-from computeall.tensorcore.vnode_runtime import VNodeRuntime
+from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 
 from .batches import BatchFeed
+from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 
 log = logging.getLogger("computeall.pnode.stage")
 
-# (pnode to send to, key, tensor, meta) -> sent
-Send = Callable[[str, str, torch.Tensor, dict], Awaitable[None]]
+# (pnode to send to, tensor, its route) -> sent
+Send = Callable[[str, torch.Tensor, TensorRoute], Awaitable[None]]
 
 
 class StepAborted(RuntimeError):
@@ -74,9 +75,9 @@ class SessionStage:
         self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer)
         self.train_feed = feeds(plan.batches.split, plan.micro_batches)
         self.feeds = feeds
-        self.inbox: dict[tuple, torch.Tensor] = {}
+        self.inbox: dict[ActivationKey | GradientKey, torch.Tensor] = {}
         self.arrived = asyncio.Event()
-        self.current: tuple[str, int] = ("train", -1)
+        self.current = PassId("train", -1)
         self.loss_scale = 1.0
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
@@ -84,19 +85,20 @@ class SessionStage:
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
-        self.current = ("aborted", -1)
+        self.current = PassId("aborted", -1)
         self.arrived.set()
+        self.train_feed.forget()
+
+    def rolled_back(self) -> None:
+        """The state went back to a checkpoint: the batches prefetched for what were the next steps
+        are not what comes next, and would otherwise stay held until those steps come round again."""
+        self.train_feed.forget()
 
     # -- tensors from other PNodes --------------------------------------------
-    def receive(self, meta: dict, tensor: torch.Tensor) -> None:
-        phase, step = str(meta.get("phase", "train")), int(meta["step"])
-        if phase == self.current[0] and step < self.current[1]:
+    def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
+        if route.phase == self.current.phase and route.step < self.current.step:
             return  # from an aborted or finished pass
-        if meta["kind"] == "act":
-            key = ("act", phase, step, int(meta["micro"]), str(meta["src"]))
-        else:
-            key = ("grad", phase, step, int(meta["micro"]), str(meta["src"]), str(meta["consumer"]))
-        self.inbox[key] = tensor
+        self.inbox[route.inbox_key] = tensor
         self.arrived.set()
 
     # -- passes ----------------------------------------------------------------
@@ -121,8 +123,8 @@ class SessionStage:
         return PNodeReply(ok=True, pnode=self.pnode, step=request.step)
 
     async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
-        self.current = (p.phase, p.step)
-        for key in [k for k in self.inbox if k[1] == p.phase and k[2] < p.step]:
+        self.current = PassId(p.phase, p.step)
+        for key in [k for k in self.inbox if k.phase == p.phase and k.step < p.step]:
             del self.inbox[key]
         self.runtime.drop()
         # the loss is the mean over every token of the pass, whatever the micro-batch split
@@ -175,7 +177,7 @@ class SessionStage:
             await asyncio.wait_for(self.arrived.wait(), timeout=min(give_up - t0, 1.0))
         except asyncio.TimeoutError:
             pass
-        if self.current != (p.phase, p.step):
+        if self.current != PassId(p.phase, p.step):
             raise StepAborted(f"{p.phase} step {p.step} was superseded by {self.current}")
         return time.monotonic() - t0
 
@@ -187,7 +189,7 @@ class SessionStage:
             elif name in self.runtime.modules:
                 ready = (m, name) in p.outputs
             else:
-                ready = ("act", p.phase, p.step, m, name) in self.inbox
+                ready = ActivationKey(p.phase, p.step, m, name) in self.inbox
             if not ready:
                 return False
         return True
@@ -199,7 +201,7 @@ class SessionStage:
             if consumer in self.runtime.modules:
                 if consumer not in p.grads[(m, vid)]:
                     return False
-            elif ("grad", p.phase, p.step, m, vid, consumer) not in self.inbox:
+            elif GradientKey(p.phase, p.step, m, vid, consumer) not in self.inbox:
                 return False
         return True
 
@@ -207,9 +209,6 @@ class SessionStage:
     async def _fetch(self, p: _Pass, m: int) -> None:
         p.batches[m] = await p.feed.get(p.step if p.backward else 0, m, prefetch=p.backward)
         self.arrived.set()
-
-    def _meta(self, p: _Pass, m: int, **extra) -> dict:
-        return {"session": self.plan.session_id, "phase": p.phase, "step": p.step, "micro": m, **extra}
 
     async def _forward(self, p: _Pass, m: int, vid: str) -> float | None:
         spec = self.graph.vnodes[vid]
@@ -222,7 +221,7 @@ class SessionStage:
             elif name in self.runtime.modules:
                 inputs.append(p.outputs[(m, name)])
             else:
-                inputs.append(self.inbox[("act", p.phase, p.step, m, name)])  # other local VNodes may read it too
+                inputs.append(self.inbox[ActivationKey(p.phase, p.step, m, name)])  # other local VNodes may read it too
         out = await self._compute(self.runtime.forward, vid, m, inputs)
         p.done_forward.add((m, vid))
         if not p.backward:
@@ -231,40 +230,31 @@ class SessionStage:
             return float(out)
         p.outputs[(m, vid)] = out
         remote = {self.plan.assignment[c] for c in self._consumers[vid]} - {self.pnode}
+        route = TensorRoute.activation(self.plan.session_id, p.phase, p.step, m, src=vid)
         for pnode in sorted(remote):
-            key = f"{self.plan.session_id}/{p.phase}/{p.step}/{m}/act/{vid}"
-            await self.send(pnode, key, out, self._meta(p, m, kind="act", src=vid))
+            await self.send(pnode, out, route)
         return None
 
     async def _backward(self, p: _Pass, m: int, vid: str, pass_tokens: int) -> None:
         spec = self.graph.vnodes[vid]
         if OPS[spec.op].is_loss:
-            # d(loss_sum * scale / tokens): the step's loss is the mean over all its tokens
-            grad_out = torch.tensor(self.loss_scale / pass_tokens, device=self.runtime.device)
+            grad_out = loss_gradient(self.loss_scale, pass_tokens, self.runtime.device)
         else:
             parts = p.grads.pop((m, vid), {})
             for consumer in self._consumers[vid]:
                 if consumer not in self.runtime.modules:
-                    parts[consumer] = self.inbox.pop(("grad", p.phase, p.step, m, vid, consumer))
-            # summed in the graph's consumer order, the same on every placement
-            ordered = [parts[c] for c in self._consumers[vid]]
-            if not ordered:  # an output nothing reads: nothing flows back
+                    parts[consumer] = self.inbox.pop(GradientKey(p.phase, p.step, m, vid, consumer))
+            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]])
+            if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
                 return
-            grad_out = ordered[0]
-            for g in ordered[1:]:
-                grad_out = grad_out + g
         input_grads = await self._compute(self.runtime.backward, vid, m, grad_out)
-        per_input: dict[str, torch.Tensor] = {}
-        for name, g in zip(spec.inputs, input_grads):
-            if g is not None:
-                per_input[name] = g if name not in per_input else per_input[name] + g
-        for name, g in per_input.items():
+        for name, g in gradients_by_input(spec.inputs, input_grads).items():
             if name in self.runtime.modules:
                 p.grads[(m, name)][vid] = g
             else:
-                key = f"{self.plan.session_id}/{p.phase}/{p.step}/{m}/grad/{name}/{vid}"
-                await self.send(self.plan.assignment[name], key, g, self._meta(p, m, kind="grad", src=name, consumer=vid))
+                route = TensorRoute.gradient(self.plan.session_id, p.phase, p.step, m, src=name, consumer=vid)
+                await self.send(self.plan.assignment[name], g, route)
 
     async def _compute(self, fn, *args):
         """Torch work runs on the PNode's one compute thread, so the event loop keeps heartbeating."""

@@ -6,7 +6,7 @@ import asyncio
 
 from computeall.cli.follow import follow_session, start_session
 from computeall.network import Graph, NetworkSpec
-from computeall.orchestrator.driver import files_dataset_name
+from computeall.protocol.dataset_api import files_dataset_name
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch

@@ -8,10 +8,8 @@ from pathlib import Path
 import torch
 
 from computeall.cli.follow import start_session
-from computeall.orchestrator.driver import files_dataset_name as orchestrators_name
-from computeall.protocol.dataset_api import files_dataset_name
 
-from .cluster import running_cluster, stdlib_corpus
+from .cluster import running_cluster
 from .sessions import config, run_to_end
 
 COMPUTEALL = Path(sys.executable).parent / "computeall"
@@ -21,11 +19,6 @@ async def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
     return await asyncio.to_thread(
         subprocess.run, [str(COMPUTEALL), *args, "--nats", url], capture_output=True, text=True, timeout=120
     )
-
-
-def test_the_cli_finds_the_dataset_the_orchestrator_made():
-    files = stdlib_corpus()
-    assert files_dataset_name(files, 512) == orchestrators_name(files, 512)
 
 
 async def test_generate_and_export_a_trained_session(tmp_path):

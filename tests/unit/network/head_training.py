@@ -1,7 +1,7 @@
 """A PNode-style training loop in one process, for the head-fusion equivalence tests.
 
-Every VNode runs through `VNodeRuntime` (its own autograd call per VNode, gradients summed
-in the graph's consumer order) exactly as a PNode's stage drives it, and the optimizer is
+Every VNode runs through `VNodeRuntime` (`local_step`: its own autograd call per VNode, gradients
+summed in the graph's consumer order) exactly as a PNode's stage drives it, and the optimizer is
 the fused AdamW whose state (fp32 masters, moments, step) is a flat dict of named tensors.
 """
 
@@ -11,7 +11,7 @@ import torch
 
 from computeall.kernels import FusedAdamW
 from computeall.network import Graph, NetworkSpec
-from computeall.network.ops import DATA_INPUTS, OPS
+from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
 
@@ -35,35 +35,12 @@ class Trainer:
         self.calls = 0  # VNode forward + backward calls: the requests a PNode would serve
 
     def step(self, step: int, micro_batches: list[torch.Tensor]) -> float:
-        step_tokens = sum(b[:, 1:].numel() for b in micro_batches)
-        loss_sum = 0.0
-        for m, batch in enumerate(micro_batches):
-            values = {"data.tokens": batch[:, :-1], "data.targets": batch[:, 1:]}
-            for vid in self.graph.order:
-                out = self.runtime.forward(vid, m, [values[i] for i in self.graph.vnodes[vid].inputs])
-                self.calls += 1
-                if OPS[self.graph.vnodes[vid].op].is_loss:
-                    loss_sum += float(out)
-                else:
-                    values[vid] = out
-            grads: dict[str, dict[str, torch.Tensor]] = {vid: {} for vid in self.graph.order}
-            for vid in reversed(self.graph.order):
-                spec = self.graph.vnodes[vid]
-                if OPS[spec.op].is_loss:
-                    grad_out = torch.tensor(1.0 / step_tokens)
-                else:
-                    ordered = [grads[vid][c] for c in self.graph.consumers(vid)]
-                    grad_out = ordered[0]
-                    for g in ordered[1:]:
-                        grad_out = grad_out + g
-                self.calls += 1
-                for name, g in zip(spec.inputs, self.runtime.backward(vid, m, grad_out)):
-                    if name not in DATA_INPUTS:
-                        grads[name][vid] = g if vid not in grads[name] else grads[name][vid] + g
+        result = local_step(self.runtime, micro_batches)
+        self.calls += result.calls
         self.optimizer.lr = lr_at(step)
         self.optimizer.step()
         self.runtime.zero_grad()
-        return loss_sum / step_tokens
+        return result.loss
 
     def state(self) -> dict[str, torch.Tensor]:
         """A checkpoint: weights under `param/`, optimizer state under `optim/`."""

@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from computeall.protocol.config import OptimizerConfig
+from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
-from .helpers import batch, run_step, tiny_graph
+from .helpers import batch, tiny_graph
 
 CPU = torch.device("cpu")
 
@@ -21,7 +22,7 @@ def _setup(precision="bf16", seed=0):
 def _train(graph, runtime, optimizer, steps, loss_scale=1.0, first=0):
     losses = []
     for s in range(first, first + steps):
-        loss, _ = run_step(runtime, batch(graph, seed=s), loss_scale)
+        loss = local_step(runtime, [batch(graph, seed=s)], loss_scale).loss_sum
         optimizer.step(1e-2, loss_scale)
         runtime.zero_grad()
         losses.append(loss)

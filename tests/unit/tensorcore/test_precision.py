@@ -4,13 +4,14 @@ import pytest
 import torch
 
 from computeall.network.ops import OPS
+from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.precision import DTYPES
 from computeall.tensorcore.reference_model import ReferenceModel
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 from computeall.protocol import wire
 
-from .helpers import batch, run_step, tiny_graph
+from .helpers import batch, tiny_graph
 
 CPU = torch.device("cpu")
 
@@ -61,7 +62,7 @@ def test_per_vnode_runtime_equals_one_autograd_graph(mix):
     tokens = batch(graph)
     runtime = VNodeRuntime(graph, graph.order, 5, CPU)
     step_tokens = tokens.shape[0] * graph.spec.context
-    loss, _ = run_step(runtime, tokens)
+    loss = local_step(runtime, [tokens]).loss_sum
     model = ReferenceModel(graph, 5)
     ref = model(tokens[:, :-1], tokens[:, 1:])
     (ref / step_tokens).backward()
@@ -113,7 +114,7 @@ def test_training_ops_never_time_kernels(monkeypatch):
     monkeypatch.delenv("COMPUTEALL_TRAIN_ATTENTION", raising=False)
     monkeypatch.delenv("COMPUTEALL_TRAIN_LCE", raising=False)
     graph = tiny_graph("bf16")
-    run_step(VNodeRuntime(graph, graph.order, 0, CPU), batch(graph))
+    local_step(VNodeRuntime(graph, graph.order, 0, CPU), [batch(graph)])
 
 
 @pytest.mark.parametrize("mix", [dict(default="bf16"), dict(default="fp16", embed="fp32", head="bf16")])
@@ -134,7 +135,7 @@ def test_any_placement_computes_the_same_bits_in_mixed_precision(mix):
         optimizers = [VNodeOptimizer(r.parameters(), OptimizerConfig()) for r in runtimes]
         losses = []
         for step in range(3):
-            loss, _ = run_step(runtimes, batch(graph, seed=step), loss_scale=256.0)
+            loss = local_step(runtimes, [batch(graph, seed=step)], loss_scale=256.0).loss_sum
             for r, o in zip(runtimes, optimizers):
                 o.step(1e-2, 256.0)
                 r.zero_grad()

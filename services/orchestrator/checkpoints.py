@@ -1,0 +1,90 @@
+"""A session's checkpoints: save on every PNode then commit, prune the oldest, restore the newest intact.
+
+A checkpoint counts only once `CheckpointCommitted` is in the log, which happens after every
+PNode wrote its objects. Pruning records `CheckpointPruned` before any object is deleted, so
+the log never names an object that is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from computeall.protocol.events import CheckpointCommitted, CheckpointPruned
+from computeall.protocol.object_store import checkpoint_bucket, open_bucket
+from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
+from computeall.protocol.session_state import SessionLog
+
+from .errors import SessionError
+from .placement import Placement
+from .recorder import SessionRecorder
+from .session_pnodes import SessionPNodes
+
+log = logging.getLogger("computeall.orchestrator.checkpoints")
+
+
+class Checkpoints:
+    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement) -> None:
+        self.recorder = recorder
+        self.pnodes = pnodes
+        self.placement = placement
+        self.subjects = pnodes.calls.subjects
+
+    async def save(self, step: int) -> None:
+        state = self.recorder.state
+        if state.config.replay_of:
+            return  # a verification run changes nothing worth keeping
+        if state.last_checkpoint and state.last_checkpoint.step == step:
+            return  # already have exactly this state
+        t0 = time.monotonic()
+        bucket = checkpoint_bucket(self.subjects)
+        replies = await self.pnodes.all(lambda p: SaveCheckpoint(session_id=state.id, step=step, bucket=bucket), timeout=300.0)
+        objects = [o for r in replies for o in (r.checkpoint or [])]
+        # only now, with every object written, does the checkpoint exist
+        await self.recorder.record(CheckpointCommitted(step=step, bucket=bucket, objects=objects, seconds=time.monotonic() - t0))
+        await self._prune(bucket)
+
+    async def _prune(self, bucket: str) -> None:
+        """Keep the newest `keep_checkpoints`; the log says pruned before any object is deleted."""
+        state = self.recorder.state
+        excess = state.checkpoints[: -state.config.keep_checkpoints]
+        if not excess:
+            return
+        store = await open_bucket(self.pnodes.calls.nc.jetstream(), bucket)
+        for old in excess:
+            await self.recorder.record(CheckpointPruned(step=old.step))
+            for obj in old.objects:
+                try:
+                    await store.delete(obj.object)
+                except Exception as exc:  # an object already gone is fine; the log no longer names it
+                    log.warning("could not delete %s: %s", obj.object, exc)
+
+    async def restore(self) -> int:
+        """Load the newest checkpoint whose objects are intact; the step to continue from (0: none)."""
+        state = self.recorder.state
+        for checkpoint in reversed(await self._candidates()):
+            request = LoadCheckpoint(session_id=state.id, step=checkpoint.step, bucket=checkpoint.bucket,
+                                     objects=checkpoint.objects)
+            try:
+                await self.pnodes.all(lambda p: request, timeout=300.0)
+                log.info("session %s: loaded the checkpoint at step %d", state.id, checkpoint.step)
+                return checkpoint.step
+            except SessionError as exc:
+                log.warning("session %s: checkpoint at step %d unusable (%s); trying an older one",
+                            state.id, checkpoint.step, exc)
+                await self.placement.load_plan()  # back to a clean, freshly initialised stage
+        return 0
+
+    async def _candidates(self) -> list[CheckpointCommitted]:
+        """This session's checkpoints, oldest first; a verification run's come from the session it replays."""
+        state = self.recorder.state
+        replay = state.config.replay_of
+        if not replay:
+            return state.checkpoints
+        original = SessionLog(self.recorder.session.eventlog, replay.session_id)
+        await original.refresh()
+        checkpoints = [c for c in original.state.checkpoints if c.step <= replay.from_step]
+        if not checkpoints and replay.from_step > 0:
+            kept = ", ".join(str(c.step) for c in original.state.checkpoints) or "none"
+            raise SessionError(f"session {replay.session_id} keeps no checkpoint at or before step {replay.from_step} (kept: {kept})")
+        return checkpoints

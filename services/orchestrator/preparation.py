@@ -1,0 +1,107 @@
+"""Before the first step: the network as this session runs it, its dataset, and enough live PNodes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from computeall.network import Graph, NetworkError, NetworkSpec, load_network
+from computeall.network.head_fusion import fuse_heads
+from computeall.protocol.dataset_api import CreateDataset, files_dataset_name
+from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
+from computeall.protocol.session_state import SessionState
+from computeall.protocol.subjects import Subjects
+
+from .errors import SessionError
+from .pnodes import PNodeRegistry
+
+log = logging.getLogger("computeall.orchestrator.preparation")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    graph: Graph  # after the session's precision override and head fusion: what the allocator places
+    dataset: str  # the name the PNodes fetch batches from
+
+
+async def prepare(state: SessionState, nc: NATS, subjects: Subjects) -> Prepared:
+    spec = session_network(state)
+    config = state.config
+    if config.data.dataset:
+        manifest = await dataset_call(lambda: get_dataset(nc, subjects, config.data.dataset, timeout=30.0))
+    else:
+        request = CreateDataset(
+            name=files_dataset_name(config.data.files, spec.vocab_size),
+            files=config.data.files,
+            vocab_size=spec.vocab_size,
+            if_exists="reuse",
+        )
+        manifest = await dataset_call(lambda: create_dataset(nc, subjects, request, timeout=3600.0))
+    if manifest["vocab_size"] > spec.vocab_size:
+        raise SessionError(
+            f"dataset {manifest['name']} has {manifest['vocab_size']} tokens but network {spec.name} "
+            f"embeds only {spec.vocab_size}; raise the network's vocab_size"
+        )
+    return Prepared(Graph(spec), manifest["name"])
+
+
+def session_network(state: SessionState) -> NetworkSpec:
+    """The config's network with the session's precision override, heads fused when the session says so."""
+    config = state.config
+    try:
+        spec = load_network(config.network_yaml)
+    except NetworkError as exc:
+        raise SessionError(str(exc)) from None
+    if config.precision:
+        for v in spec.vnodes:
+            v.precision = config.precision
+    if state.fuse_heads:  # before allocation: the allocator places the fused VNodes
+        spec, lines = fuse_heads(spec)
+        for line in lines:
+            log.info("session %s: %s", state.id, line)
+    return spec
+
+
+async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0) -> dict:
+    """Call the dataset service, waiting for it to come up (it may start after us)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return await call()
+        except DatasetError as exc:
+            raise SessionError(f"dataset: {exc}") from None
+        except nats.errors.NoRespondersError:
+            if time.monotonic() > deadline:
+                raise SessionError(
+                    f"no dataset service answered for {wait_s:.0f}s; is it running? (`computeall status`)"
+                ) from None
+            await asyncio.sleep(0.5)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            raise SessionError("the dataset service did not answer in time; see its log") from None
+
+
+async def wait_for_pnodes(state: SessionState, registry: PNodeRegistry, wait_s: float) -> None:
+    """At the first start, for `min_pnodes`; when taking a session up again, a few seconds for the
+    PNodes it used before (after a restart they register again), then whatever is live."""
+    if state.allocation:
+        before = set(state.allocation.values())
+        deadline = time.monotonic() + 2 * registry.timeout_s
+        while time.monotonic() < deadline and not before <= {hb.pnode for hb in registry.live()}:
+            await asyncio.sleep(0.2)
+        want = 1
+    else:
+        want = state.config.min_pnodes
+    deadline = time.monotonic() + wait_s
+    while len(registry.live()) < want:
+        if time.monotonic() > deadline:
+            raise SessionError(
+                f"waited {wait_s:.0f}s for {want} PNodes, {len(registry.live())} are live; "
+                "start more with `computeall pnode --nats URL`"
+            )
+        await asyncio.sleep(0.2)

@@ -1,0 +1,57 @@
+"""The PNodes that hold one session's plan, and requests to all of them at once.
+
+Placement decides who they are (`adopt`); the step loop, checkpoints and validation only ask
+them things. A request to all fails with `PNodeFailure` as soon as one goes silent or restarts
+(its generation moved on since it took the plan), and a PNode still working after the
+session's `slow_after_s` is recorded once as `PNodeSlow`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from pydantic import BaseModel
+
+from computeall.protocol.events import PNodeSlow
+from computeall.protocol.pnode_api import PNodeReply, Unload
+
+from .errors import PNodeFailure, SessionError
+from .pnode_calls import PNodeCalls
+from .recorder import SessionRecorder
+
+log = logging.getLogger("computeall.orchestrator.session_pnodes")
+
+
+class SessionPNodes:
+    def __init__(self, calls: PNodeCalls, recorder: SessionRecorder) -> None:
+        self.calls = calls
+        self.recorder = recorder
+        self.pnodes: list[str] = []
+        self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
+
+    def adopt(self, pnodes: list[str]) -> None:
+        """These PNodes hold the plan from now on, as the incarnations alive right now."""
+        self.pnodes = list(pnodes)
+        self.generations = {p: self.calls.registry.generation(p) for p in self.pnodes}
+
+    async def all(self, make: Callable[[str], BaseModel], timeout: float | None = None,
+                  report_slow: bool = True) -> list[PNodeReply]:
+        """One request per PNode (`make(pnode)`), the replies in the PNodes' order."""
+        state = self.recorder.state
+        return await self.calls.all(
+            self.pnodes, make, timeout, state.config.slow_after_s if report_slow else None, self._slow, self.generations
+        )
+
+    async def unload(self, pnodes: list[str]) -> None:
+        """Best effort: a PNode that is gone or fails to answer holds nothing of ours anyway."""
+        for pnode in pnodes:
+            try:
+                await self.calls.one(pnode, Unload(session_id=self.recorder.state.id), timeout=10.0)
+            except (SessionError, PNodeFailure):
+                pass
+
+    async def _slow(self, pnode: str, waited_s: float) -> None:
+        state = self.recorder.state
+        log.warning("session %s: pnode %s still working after %.0fs", state.id, pnode, waited_s)
+        await self.recorder.record(PNodeSlow(pnode=pnode, step=state.next_step, waited_s=waited_s))

@@ -1,0 +1,89 @@
+"""The step loop of one session, top to bottom: boundary, step, checkpoint, validate, rebalance.
+
+Between steps the loop folds what others recorded (pause, stop and validation requests), so it
+holds no state the log does not have. A `PNodeFailure` anywhere in an iteration sends the loop
+through recovery, which says which step to go on from.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from computeall.protocol.events import SessionCompleted
+
+from .checkpoints import Checkpoints
+from .errors import LostClaim, PNodeFailure, SessionError
+from .placement import NoRoom, Placement
+from .recorder import SessionRecorder
+from .recovery import Recovery
+from .session_pnodes import SessionPNodes
+from .step import TrainingStep
+from .validation import validate
+
+log = logging.getLogger("computeall.orchestrator.training")
+
+
+class Trainer:
+    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement,
+                 checkpoints: Checkpoints, recovery: Recovery, training_step: TrainingStep) -> None:
+        self.recorder = recorder
+        self.pnodes = pnodes
+        self.placement = placement
+        self.checkpoints = checkpoints
+        self.recovery = recovery
+        self.training_step = training_step
+
+    async def train(self) -> None:
+        config = self.recorder.state.config
+        end = config.replay_of.to_step if config.replay_of else config.steps
+        step = await self.recovery.start()
+        while True:
+            try:
+                if await self._boundary(step):
+                    return
+                if step >= end:
+                    await self.checkpoints.save(step)  # the final state, kept like any other checkpoint
+                    break
+                await self.training_step.run(step)
+                step += 1
+                at_checkpoint = bool(config.checkpoint_every) and step % config.checkpoint_every == 0 and step < end
+                if at_checkpoint:
+                    await self.checkpoints.save(step)
+                if config.validate_every and step % config.validate_every == 0:
+                    await validate(self.recorder, self.pnodes, step)
+                await self._rebalance(step, at_checkpoint)
+            except PNodeFailure as failure:
+                step = await self.recovery.recover(failure, step)
+        state = self.recorder.state
+        await self.recorder.record(SessionCompleted(steps=step, final_loss=state.last_loss))
+        log.info("session %s completed at loss %.4f", state.id, state.last_loss or float("nan"))
+
+    async def _boundary(self, step: int) -> bool:
+        """Fold what others recorded and act on it; True when the loop is done."""
+        state = await self.recorder.refresh()
+        if state.claimed_by != self.recorder.orchestrator_id:
+            raise LostClaim(f"session {state.id} is driven by {state.claimed_by}")
+        ending = state.at_boundary(step)  # a pending stop or pause
+        if ending:
+            await self.checkpoints.save(step)
+            for event in ending:
+                await self.recorder.record(event)
+            return True
+        if state.validation_requested:
+            await validate(self.recorder, self.pnodes, step)
+        return False
+
+    async def _rebalance(self, step: int, at_checkpoint: bool) -> None:
+        """Act on placement's decision; the state moves through a checkpoint of this very step,
+        so nothing is rolled back."""
+        decision = self.placement.rebalance(at_checkpoint)
+        if decision is None:
+            return
+        await self.checkpoints.save(step)
+        if isinstance(decision, NoRoom):
+            await self.placement.pause_for_capacity(decision.reason)
+        await self.placement.adopt(decision.allocation, decision.reason)
+        restored = await self.checkpoints.restore()
+        if restored != step:
+            raise SessionError(f"could not move the state of step {step} (the newest intact checkpoint is {restored})")
+        await self.pnodes.unload(decision.released)  # a leaving PNode exits once it hosts nothing

@@ -1,0 +1,98 @@
+"""Where a tensor between PNodes belongs: its route on the wire and its key in a stage's inbox.
+
+A forward pass sends each VNode's output (an activation) to every PNode hosting one of its
+consumers; the backward pass sends each consumer's gradient of that output back to its
+producer, one per consumer (they are summed on the producer's side, in graph order). The route
+travels as the frame's `meta` (docs/protocol.md, "Tensor frames"); the receiving stage files the
+tensor under the route's key until the work item that reads it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from computeall.protocol.wire import WireError
+
+Phase = Literal["train", "val"]  # a training step (forward and backward) or a validation (forward only)
+
+
+@dataclass(frozen=True)
+class PassId:
+    """One pass of a stage: tensors of another pass never mix into it."""
+
+    phase: str  # a `Phase`, or "aborted" for a stage whose pass in flight must give up
+    step: int
+
+
+@dataclass(frozen=True)
+class ActivationKey:
+    """In an inbox: the output of VNode `src` for one micro-batch of a pass."""
+
+    phase: str
+    step: int
+    micro: int
+    src: str
+
+
+@dataclass(frozen=True)
+class GradientKey:
+    """In an inbox: the gradient of VNode `src`'s output, handed back by its `consumer`."""
+
+    phase: str
+    step: int
+    micro: int
+    src: str
+    consumer: str
+
+
+class TensorRoute(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    session: str
+    phase: Phase
+    step: int
+    micro: int
+    kind: Literal["act", "grad"]
+    src: str  # the VNode whose output this is (a gradient: of that output)
+    consumer: str | None = None  # a gradient: the VNode that computed it
+
+    @model_validator(mode="after")
+    def _gradients_name_their_consumer(self) -> TensorRoute:
+        if self.kind == "grad" and self.consumer is None:
+            raise ValueError("a gradient names its consumer")
+        return self
+
+    @classmethod
+    def activation(cls, session: str, phase: str, step: int, micro: int, src: str) -> TensorRoute:
+        return cls(session=session, phase=phase, step=step, micro=micro, kind="act", src=src)
+
+    @classmethod
+    def gradient(cls, session: str, phase: str, step: int, micro: int, src: str, consumer: str) -> TensorRoute:
+        return cls(session=session, phase=phase, step=step, micro=micro, kind="grad", src=src, consumer=consumer)
+
+    @classmethod
+    def from_wire(cls, key: str, meta: dict) -> TensorRoute:
+        """The route of a received frame; `WireError` naming what is missing or wrong."""
+        try:
+            return cls.model_validate(meta)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'meta'}: {e['msg']}" for e in exc.errors())
+            raise WireError(f"tensor {key!r} has incomplete routing metadata {meta} ({problems})") from None
+
+    def wire_meta(self) -> dict:
+        return self.model_dump(exclude_none=True)
+
+    @property
+    def wire_key(self) -> str:
+        """The frames' key: unique per tensor in flight, so chunks of two tensors never mix."""
+        base = f"{self.session}/{self.phase}/{self.step}/{self.micro}/{self.kind}/{self.src}"
+        return base if self.consumer is None else f"{base}/{self.consumer}"
+
+    @property
+    def inbox_key(self) -> ActivationKey | GradientKey:
+        if self.kind == "act":
+            return ActivationKey(self.phase, self.step, self.micro, self.src)
+        return GradientKey(self.phase, self.step, self.micro, self.src, self.consumer)
