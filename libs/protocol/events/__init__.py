@@ -1,0 +1,57 @@
+"""Domain events recorded in CA_LOG: sessions, PNodes and datasets, one module per family.
+
+Events are small (well under 1 MB): tensors never go into the log. Each event type is one
+class registered with `@recorded_as(...)` (`base.py`); the unions below are built from
+those registrations.
+"""
+
+from __future__ import annotations
+
+from ..envelope import Envelope
+from .base import DomainEvent, recorded_as, union_of
+from .dataset import DatasetCreated, SplitCreated, TokenizerTrained, Tokenized
+from .failover import PNodeSlow, Reallocated, RolledBack, StepAborted
+from .membership import PNodeJoined, PNodeLeft, PNodeLost
+from .session import (
+    CommandRejected,
+    PauseRequested,
+    SessionClaimed,
+    SessionCompleted,
+    SessionCreated,
+    SessionFailed,
+    SessionPaused,
+    SessionResumed,
+    SessionStarted,
+    SessionStopped,
+    StopRequested,
+    ValidationRequested,
+)
+from .training import (
+    Allocated,
+    CheckpointCommitted,
+    CheckpointObject,
+    CheckpointPruned,
+    EdgeTraffic,
+    LossScaleChanged,
+    StepCompleted,
+    StepSkipped,
+    ValidationCompleted,
+    VNodePlacement,
+)
+
+SessionEvent = union_of("session")
+PNodeEvent = union_of("pnode")
+DatasetEvent = union_of("dataset")
+Event = union_of("session", "pnode", "dataset")
+EventEnvelope = Envelope[Event]
+
+__all__ = [
+    "Allocated", "CheckpointCommitted", "CheckpointObject", "CheckpointPruned", "CommandRejected",
+    "DatasetCreated", "DatasetEvent", "DomainEvent", "EdgeTraffic", "Event", "EventEnvelope",
+    "LossScaleChanged", "PNodeEvent", "PNodeJoined", "PNodeLeft", "PNodeLost", "PNodeSlow",
+    "PauseRequested", "Reallocated", "RolledBack", "SessionClaimed", "SessionCompleted",
+    "SessionCreated", "SessionEvent", "SessionFailed", "SessionPaused", "SessionResumed",
+    "SessionStarted", "SessionStopped", "SplitCreated", "StepAborted", "StepCompleted",
+    "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "ValidationCompleted",
+    "ValidationRequested", "VNodePlacement", "recorded_as",
+]

@@ -1,0 +1,98 @@
+"""What a session's training did: its allocation, steps, loss scale, validations and checkpoints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from .base import DomainEvent, recorded_as
+
+
+class VNodePlacement(BaseModel):
+    vnode: str
+    op: str
+    pnode: str
+    params: int
+    precision: str
+
+
+class EdgeTraffic(BaseModel):
+    src: str
+    dst: str
+    bytes_per_step: int
+
+
+@recorded_as("session")
+class Allocated(DomainEvent):
+    type: Literal["Allocated"] = "Allocated"
+    placements: list[VNodePlacement]
+    edges: list[EdgeTraffic]
+    pnodes: list[str]
+    bytes_across_per_step: int
+
+
+@recorded_as("session")
+class StepCompleted(DomainEvent):
+    type: Literal["StepCompleted"] = "StepCompleted"
+    step: int
+    loss: float
+    tokens: int
+    step_time_s: float
+    lr: float
+    loss_scale: float = 1.0
+    compute_s: float = 0.0
+    wait_s: float = 0.0
+
+
+@recorded_as("session")
+class LossScaleChanged(DomainEvent):
+    """The orchestrator changed the loss scale after `step` (it applies from step + 1)."""
+
+    type: Literal["LossScaleChanged"] = "LossScaleChanged"
+    step: int
+    old: float
+    new: float
+    reason: Literal["overflow", "growth"]
+
+
+@recorded_as("session")
+class StepSkipped(DomainEvent):
+    """No PNode applied `step`'s update (its gradients overflowed somewhere); the step still counts."""
+
+    type: Literal["StepSkipped"] = "StepSkipped"
+    step: int
+    reason: str
+
+
+@recorded_as("session")
+class ValidationCompleted(DomainEvent):
+    type: Literal["ValidationCompleted"] = "ValidationCompleted"
+    step: int
+    loss: float
+    perplexity: float
+    tokens: int
+
+
+class CheckpointObject(BaseModel):
+    vnode: str
+    object: str  # name in the session's Object Store bucket
+    digest: str  # blake2b-128 of the object's bytes
+    bytes: int
+
+
+@recorded_as("session")
+class CheckpointCommitted(DomainEvent):
+    """The state after `step` steps; counts only once this event is in the log."""
+
+    type: Literal["CheckpointCommitted"] = "CheckpointCommitted"
+    step: int  # steps completed: training continues with step `step`
+    bucket: str
+    objects: list[CheckpointObject]
+    seconds: float
+
+
+@recorded_as("session")
+class CheckpointPruned(DomainEvent):
+    type: Literal["CheckpointPruned"] = "CheckpointPruned"
+    step: int
