@@ -7,6 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .micro_tree import replica_problem
+from .replica_sync import Replicas, ReplicaSync
+
 Precision = Literal["fp32", "bf16", "fp16"]
 
 
@@ -107,6 +110,11 @@ class SessionConfig(BaseModel):
     )
     slow_after_s: float = Field(60.0, gt=0, description="report a PNode still working on a request after this long")
     replay_of: ReplayOf | None = None
+    replicas: Replicas = Field(
+        1, description="data-parallel replicas of the pipeline: a power of two dividing micro_batches, or auto "
+                       "(as many as the live PNodes hold)"
+    )
+    sync: ReplicaSync = Field(default_factory=ReplicaSync)
 
     @model_validator(mode="after")
     def _micro_divides_batch(self) -> "SessionConfig":
@@ -114,6 +122,12 @@ class SessionConfig(BaseModel):
             raise ValueError(
                 f"batch_size {self.batch_size} is not a multiple of micro_batches {self.micro_batches}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _replicas_share_micro_batches(self) -> "SessionConfig":
+        if self.replicas != "auto" and (problem := replica_problem(self.micro_batches, self.replicas)):
+            raise ValueError(problem)
         return self
 
     @property

@@ -3,7 +3,7 @@
 What a PNode stage does for a step, without the network in between: every VNode forward in
 graph order, then every backward in reverse order, one micro-batch after the other, gradients
 combined by the same rules as the stage (`loss_gradient`, `summed_in_order`,
-`gradients_by_input`). So the parameters' gradients are the ones a session on any number of
+`gradients_by_input`, the micro-batch tree of `MicroGradients`). So the parameters' gradients are the ones a session on any number of
 PNodes accumulates. Benchmarks and tests train with it; the optimizer step stays the caller's.
 """
 
@@ -53,6 +53,8 @@ def local_step(
     host = {v: r for r in runtimes for v in r.order}
     graph = runtimes[0].graph
     result = LocalStep(tokens=sum(b[:, 1:].numel() for b in micro_batches))
+    for r in runtimes:
+        r.start_step(range(len(micro_batches)), len(micro_batches))
     for m, batch in enumerate(micro_batches):
         # forward, VNode by VNode
         values = {"data.tokens": batch[:, :-1], "data.targets": batch[:, 1:]}  # (B, T) each
@@ -83,4 +85,6 @@ def local_step(
                 grads[name][vid] = g
             result.handoffs += sum(1 for g in input_grads if g is not None)
         result.outputs = {k: v for k, v in values.items() if k not in DATA_INPUTS}
+    for r in runtimes:
+        r.gradients.finish()
     return result

@@ -25,6 +25,7 @@ from computeall.network.ops import DATA_INPUTS
 
 from computeall.kernels import found_nonfinite
 
+from .micro_gradients import MicroGradients
 from .ops import build_vnode
 from .precision import cast_input, dtype_of
 
@@ -48,6 +49,10 @@ class VNodeRuntime:
         for vid in sorted(self.order, key=lambda v: graph.vnodes[v].tie is not None):
             self.modules[vid] = build_vnode(graph.vnodes[vid], session_seed, device, tied=self.modules)
         self._saved: dict[tuple[int, str], _Saved] = {}
+        params = self.parameters()
+        self._param_names = {id(p): name for name, p in params.items()}
+        owners = {f"{vid}.{name}": vid for vid in self.order for name, _ in self.modules[vid].named_parameters()}
+        self.gradients = MicroGradients(params, owners)
 
     def parameters(self) -> dict[str, nn.Parameter]:
         """Every parameter once, named `<vnode>.<param>` (a tied weight under its owner)."""
@@ -75,8 +80,13 @@ class VNodeRuntime:
         self._saved[(micro, vid)] = _Saved(leaves, out)
         return out.detach()
 
+    def start_step(self, block: range, micro_batches: int) -> None:
+        """Gradients from zero for a step of `micro_batches`, of which this runtime runs `block`."""
+        self.gradients.start(block, micro_batches)
+
     def backward(self, vid: str, micro: int, grad_output: torch.Tensor) -> list[torch.Tensor | None]:
-        """Backward of one VNode; accumulates its parameters' gradients, returns its inputs' gradients."""
+        """Backward of one VNode; adds its parameters' gradients to the step's (`MicroGradients`),
+        returns its inputs' gradients."""
         saved = self._saved.pop((micro, vid))
         leaves = [leaf for leaf in saved.leaves if leaf is not None]
         params = [p for p in self.modules[vid].parameters()] + [
@@ -87,9 +97,9 @@ class VNodeRuntime:
             saved.output, leaves + params, grad_outputs=grad_output, allow_unused=True
         )
         for p, g in zip(params, grads[len(leaves):]):
-            if g is None:
-                continue
-            p.grad = g if p.grad is None else p.grad.add_(g)
+            if g is not None:
+                self.gradients.add(micro, self._param_names[id(p)], g)
+        self.gradients.close(micro, vid)
         it = iter(grads[: len(leaves)])
         return [None if leaf is None else next(it) for leaf in saved.leaves]
 
@@ -102,8 +112,7 @@ class VNodeRuntime:
             del self._saved[key]
 
     def zero_grad(self) -> None:
-        for p in self.parameters().values():
-            p.grad = None
+        self.gradients.start(range(0), 0)
 
     def grads_finite(self) -> bool:
         """No inf or nan in any gradient held here (one device reduction, one host read)."""

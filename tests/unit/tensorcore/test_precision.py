@@ -33,6 +33,7 @@ def test_each_vnode_computes_and_outputs_in_its_own_precision_and_hands_back_gra
     assert runtime.parameters()["b0.attn.qkv.weight"].dtype == torch.float16
     assert runtime.parameters()["b0.mlp.gate_up.weight"].dtype == torch.bfloat16
     tokens = batch(graph)
+    runtime.start_step(range(1), 1)
     values = {"data.tokens": tokens[:, :-1], "data.targets": tokens[:, 1:]}
     for vid in runtime.order:
         spec = graph.vnodes[vid]
