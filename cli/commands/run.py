@@ -11,6 +11,7 @@ from pathlib import Path
 
 from computeall.network import NetworkError, load_network_file
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.replica_sync import ReplicaSync
 
 from ..default_corpus import stdlib_files
 from ..embedded import running_cluster
@@ -42,6 +43,22 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
+    p.add_argument("--replicas", type=_replicas, default=1, metavar="N|auto",
+                   help="data-parallel replicas of the pipeline: a power of two dividing --micro-batches, or auto "
+                        "(as many as the live PNodes hold); the same seed gives the same bits for any N")
+    p.add_argument("--sync", choices=["gradients", "diloco"], default="gradients",
+                   help="how replicas stay together: sum gradients every step (default), or diloco "
+                        "(local steps, then an outer step on averaged pseudo-gradients: fewer bytes, other bits)")
+    p.add_argument("--inner-steps", type=int, default=20, help="diloco: local steps between outer steps (default 20)")
+
+
+def _replicas(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--replicas takes a number or auto, not {text!r}") from None
 
 
 def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
@@ -70,6 +87,8 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             precision=args.precision,
             fuse_heads=args.fuse_heads,
             min_pnodes=min_pnodes,
+            replicas=args.replicas,
+            sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps if args.sync == "diloco" else 1),
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

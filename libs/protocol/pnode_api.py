@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .config import OptimizerConfig
 from .events import CheckpointObject
+from .micro_tree import replica_block
+from .replica_sync import ReplicaSync
 
 
 class _Request(BaseModel):
@@ -29,11 +31,26 @@ class BatchSource(BaseModel):
     validation_split: str = "val"
 
 
+class ReplicaPlan(BaseModel):
+    """Data-parallel replicas: the PNode serves replica `index`; where every replica's VNodes live."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(..., ge=0)
+    assignments: list[dict[str, str]]  # one vnode -> pnode map per replica, in replica order
+    sync: ReplicaSync = Field(default_factory=ReplicaSync)
+
+    @property
+    def count(self) -> int:
+        return len(self.assignments)
+
+
 class LoadPlan(_Request):
     """The stage plan: the whole network and where every VNode lives.
 
     Each PNode derives its own VNodes, where their inputs come from and where their
-    outputs go from `assignment`, so every PNode reads the same routes.
+    outputs go from `assignment` (its replica's, when there are several), so every PNode
+    of a replica reads the same routes.
     """
 
     type: Literal["LoadPlan"] = "LoadPlan"
@@ -44,6 +61,20 @@ class LoadPlan(_Request):
     batches: BatchSource
     micro_batches: int
     optimizer: OptimizerConfig
+    replicas: ReplicaPlan | None = None  # None: the one and only replica
+
+    @model_validator(mode="after")
+    def _assignment_is_its_replicas(self) -> "LoadPlan":
+        if self.replicas and self.replicas.assignments[self.replicas.index] != self.assignment:
+            raise ValueError(f"assignment is not replica {self.replicas.index}'s")
+        return self
+
+    @property
+    def block(self) -> range:
+        """The micro-batches of each step this PNode's replica runs."""
+        if self.replicas is None:
+            return range(self.micro_batches)
+        return replica_block(self.micro_batches, self.replicas.count, self.replicas.index)
 
 
 class RunStep(_Request):
@@ -119,6 +150,8 @@ class PNodeReply(BaseModel):
     pnode: str
     step: int | None = None
     loss_sum: float | None = None  # summed over the tokens of the loss VNodes this PNode hosts
+    micro_losses: dict[int, float] = Field(default_factory=dict)  # loss_sum by micro-batch: summed in order
+    reduce_bytes: int = 0  # bytes this PNode sent to other replicas (gradient or pseudo-gradient sums)
     tokens: int = 0
     grads_finite: bool = True
     compute_s: float = 0.0

@@ -74,7 +74,8 @@ class SessionState(BaseModel):
     stop_requested: bool = False
     validation_requested: bool = False
     checkpoints: list[CheckpointCommitted] = []  # committed and not pruned, oldest first
-    allocation: dict[str, str] = {}
+    allocation: dict[str, str] = {}  # vnode -> pnode (of the first replica)
+    pnodes: list[str] = []  # every PNode of the allocation, over all replicas
     failure: str | None = None
     pause_reason: str | None = None
     auto_resume: bool = False  # paused by the orchestrator (capacity), resumes by itself
@@ -175,7 +176,8 @@ class SessionState(BaseModel):
 
     @applies(Allocated, Reallocated)
     def _on_allocated(self, e: Allocated) -> None:
-        self.allocation = {p.vnode: p.pnode for p in e.placements}
+        self.allocation = {p.vnode: p.pnode for p in e.placements if p.replica == 0}
+        self.pnodes = list(e.pnodes)
 
     @applies(StepCompleted)
     def _on_step(self, e: StepCompleted) -> None:

@@ -75,13 +75,14 @@ def allocated(batch: Batch, h: Header, p: Allocated, msg: Message) -> None:
         ("INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
          [sid, msg.seq, h.ts, h.type, json.dumps(p.pnodes), p.bytes_across_per_step]),
         ("DELETE FROM vnodes WHERE session_id = ?", [sid]),
-        *(("INSERT OR REPLACE INTO vnodes VALUES (?, ?, ?, ?, ?, ?)",
-           [sid, pl.vnode, pl.op, pl.pnode, pl.params, pl.precision]) for pl in p.placements),
+        *(("INSERT OR REPLACE INTO vnodes (session_id, replica, vnode, op, pnode, params, precision) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)",
+           [sid, pl.replica, pl.vnode, pl.op, pl.pnode, pl.params, pl.precision]) for pl in p.placements),
         ("DELETE FROM edges WHERE session_id = ?", [sid]),
-        *(("INSERT OR REPLACE INTO edges VALUES (?, ?, ?, ?)", [sid, e.src, e.dst, e.bytes_per_step])
-          for e in p.edges),
-        ("UPDATE sessions SET pnodes = ?, bytes_across_per_step = ? WHERE id = ?",
-         [json.dumps(p.pnodes), p.bytes_across_per_step, sid]),
+        *(("INSERT OR REPLACE INTO edges (session_id, replica, src, dst, bytes_per_step) VALUES (?, ?, ?, ?, ?)",
+           [sid, e.replica, e.src, e.dst, e.bytes_per_step]) for e in p.edges),
+        ("UPDATE sessions SET pnodes = ?, bytes_across_per_step = ?, replicas = ? WHERE id = ?",
+         [json.dumps(p.pnodes), p.bytes_across_per_step, p.replicas, sid]),
     ]
 
 

@@ -38,7 +38,9 @@ class Checkpoints:
             return  # already have exactly this state
         t0 = time.monotonic()
         bucket = checkpoint_bucket(self.subjects)
-        replies = await self.pnodes.all(lambda p: SaveCheckpoint(session_id=state.id, step=step, bucket=bucket), timeout=300.0)
+        # every replica holds the same state: one of them writes it (diloco's replicas each hold their own)
+        replies = await self.pnodes.all(lambda p: SaveCheckpoint(session_id=state.id, step=step, bucket=bucket),
+                                        timeout=300.0, first_replica=state.config.sync.mode != "diloco")
         objects = [o for r in replies for o in (r.checkpoint or [])]
         # only now, with every object written, does the checkpoint exist
         await self.recorder.record(CheckpointCommitted(step=step, bucket=bucket, objects=objects, seconds=time.monotonic() - t0))

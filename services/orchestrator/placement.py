@@ -1,7 +1,8 @@
 """Where a session's VNodes live: the allocation, the plans sent to PNodes, and moving them.
 
-Placing is: allocate on the live PNodes (the allocator is a pure function), record `Allocated`
-or `Reallocated`, and send every PNode its plan. Loading the newest intact checkpoint onto the
+Placing is: allocate on the live PNodes (the allocator is a pure function; with data-parallel
+replicas one pipeline per replica, `replication.py`), record `Allocated` or `Reallocated`, and
+send every PNode its plan. Loading the newest intact checkpoint onto the
 new plan is the caller's next move (`Checkpoints.restore`). At a step boundary `rebalance`
 only decides (a `Move`, `NoRoom`, or nothing); the step loop acts on the decision.
 """
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 from computeall.network import Graph
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNodePlacement
-from computeall.protocol.pnode_api import BatchSource, LoadPlan
+from computeall.protocol.pnode_api import BatchSource, LoadPlan, ReplicaPlan
 
-from .allocator import Allocation, AllocationError, PNodeCapacity, allocate
+from .allocator import AllocationError, PNodeCapacity
 from .errors import DriverDone
 from .pnodes import PNodeRegistry
 from .recorder import SessionRecorder
+from .replication import ReplicatedAllocation, allocate_replicas
 from .session_pnodes import SessionPNodes
 
 
@@ -26,7 +28,7 @@ from .session_pnodes import SessionPNodes
 class Move:
     """Move VNodes at this step boundary, through a checkpoint of this very step."""
 
-    allocation: Allocation
+    allocation: ReplicatedAllocation
     reason: str
     released: list[str]  # PNodes that host nothing afterwards: unload them so a leaving one can exit
 
@@ -46,12 +48,12 @@ class Placement:
         self.session_pnodes = pnodes
         self.graph = graph
         self.dataset = dataset
-        self.allocation: Allocation | None = None
-        self.plan: LoadPlan | None = None
+        self.allocation: ReplicatedAllocation | None = None
+        self.plans: dict[str, LoadPlan] = {}  # by PNode: each gets its replica's
 
     @property
     def pnodes(self) -> list[str]:
-        return [s.pnode for s in self.allocation.stages] if self.allocation else []
+        return self.allocation.pnodes if self.allocation else []
 
     @property
     def config(self) -> SessionConfig:
@@ -78,67 +80,82 @@ class Placement:
             if not leaving:
                 return None  # the joined PNodes do not make a better placement possible
             return NoRoom(f"{', '.join(sorted(leaving))} left: {exc}")
-        if not leaving and allocation.assignment == self.allocation.assignment:
+        if not leaving and allocation.assignments == self.allocation.assignments:
             return None
-        kept = {s.pnode for s in allocation.stages}
+        kept = set(allocation.pnodes)
         reason = f"{', '.join(sorted(leaving))} leaving" if leaving else f"{', '.join(sorted(joined))} joined"
         return Move(allocation, reason, released=[p for p in self.pnodes if p not in kept])
 
-    async def adopt(self, allocation: Allocation, reason: str) -> None:
+    async def adopt(self, allocation: ReplicatedAllocation, reason: str) -> None:
         """Record the allocation and send its plan to every PNode of it."""
         fields = self._event_fields(allocation)
         if self.allocation is None:
             await self.recorder.record(Allocated(**fields))
         else:
-            moves = {v: p for v, p in allocation.assignment.items() if self.allocation.assignment.get(v) != p}
+            before = _placed(self.allocation)
+            moves = {key: p for key, p in _placed(allocation).items() if before.get(key) != p}
             await self.recorder.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
-        self.session_pnodes.adopt(self.pnodes)
+        self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0))
         config = self.config
-        self.plan = LoadPlan(
-            session_id=self.recorder.state.id,
-            network=self.graph.spec.model_dump(),
-            assignment=allocation.assignment,
-            seed=config.seed,
-            batches=BatchSource(
-                dataset=self.dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,
-                context=self.graph.spec.context, validation_split=config.data.validation_split,
-            ),
-            micro_batches=config.micro_batches,
-            optimizer=config.optimizer,
+        batches = BatchSource(
+            dataset=self.dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,
+            context=self.graph.spec.context, validation_split=config.data.validation_split,
         )
+        self.plans = {
+            pnode: LoadPlan(
+                session_id=self.recorder.state.id,
+                network=self.graph.spec.model_dump(),
+                assignment=allocation.assignments[r],
+                seed=config.seed,
+                batches=batches,
+                micro_batches=config.micro_batches,
+                optimizer=config.optimizer,
+                replicas=ReplicaPlan(index=r, assignments=allocation.assignments, sync=config.sync)
+                if allocation.count > 1 else None,
+            )
+            for pnode in self.pnodes
+            for r in [allocation.replica_of(pnode)]
+        }
         await self.load_plan()
 
     async def load_plan(self) -> None:
-        """(Re)send the plan: every PNode starts from a clean, freshly initialised stage."""
-        await self.session_pnodes.all(lambda p: self.plan, timeout=120.0, report_slow=False)
+        """(Re)send the plans: every PNode starts from a clean, freshly initialised stage."""
+        await self.session_pnodes.all(lambda p: self.plans[p], timeout=120.0, report_slow=False)
 
     async def pause_for_capacity(self, reason: str) -> None:
         for event in self.recorder.state.pause_for_capacity(reason):
             await self.recorder.record(event)
         raise DriverDone("paused until there is capacity again")
 
-    def _allocate(self, exclude: set[str]) -> Allocation:
+    def _allocate(self, exclude: set[str]) -> ReplicatedAllocation:
         live = [hb for hb in self.registry.live() if hb.pnode not in exclude]
-        return allocate(
+        return allocate_replicas(
             self.graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live],
-            self.config.batch_size, self.config.micro_batch_size,
+            self.config.replicas, self.config.batch_size, self.config.micro_batches,
         )
 
-    def _event_fields(self, allocation: Allocation) -> dict:
-        graph, batch = self.graph, self.config.batch_size
-        crossing = {
-            (e.src, e.dst): graph.edge_bytes_per_step(e, batch)
-            for e in graph.edges
-            if e.src in allocation.assignment and allocation.assignment[e.src] != allocation.assignment[e.dst]
-        }
-        return dict(
-            placements=[
-                VNodePlacement(vnode=v, op=graph.vnodes[v].op, pnode=allocation.assignment[v],
-                               params=graph.param_count(v), precision=graph.vnodes[v].precision)
+    def _event_fields(self, allocation: ReplicatedAllocation) -> dict:
+        graph, batch = self.graph, self.config.batch_size // allocation.count
+        placements, edges = [], []
+        for r, assignment in enumerate(allocation.assignments):
+            placements += [
+                VNodePlacement(vnode=v, op=graph.vnodes[v].op, pnode=assignment[v], params=graph.param_count(v),
+                               precision=graph.vnodes[v].precision, replica=r)
                 for v in graph.order
-            ],
-            edges=[EdgeTraffic(src=s, dst=d, bytes_per_step=b) for (s, d), b in crossing.items()],
-            pnodes=[s.pnode for s in allocation.stages],
-            bytes_across_per_step=allocation.bytes_across_per_step,
+            ]
+            crossing = {
+                (e.src, e.dst): graph.edge_bytes_per_step(e, batch)
+                for e in graph.edges
+                if e.src in assignment and assignment[e.src] != assignment[e.dst]
+            }
+            edges += [EdgeTraffic(src=s, dst=d, bytes_per_step=b, replica=r) for (s, d), b in crossing.items()]
+        return dict(
+            placements=placements, edges=edges, pnodes=allocation.pnodes,
+            bytes_across_per_step=allocation.bytes_across_per_step, replicas=allocation.count,
         )
+
+
+def _placed(allocation: ReplicatedAllocation) -> dict[str, str]:
+    """Where each VNode of each replica lives, keyed `vnode` in replica 0 and `vnode@r` in replica r."""
+    return {(v if r == 0 else f"{v}@{r}"): p for r, a in enumerate(allocation.assignments) for v, p in a.items()}

@@ -89,8 +89,8 @@ async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0
 async def wait_for_pnodes(state: SessionState, registry: PNodeRegistry, wait_s: float) -> None:
     """At the first start, for `min_pnodes`; when taking a session up again, a few seconds for the
     PNodes it used before (after a restart they register again), then whatever is live."""
-    if state.allocation:
-        before = set(state.allocation.values())
+    if state.pnodes:
+        before = set(state.pnodes)
         deadline = time.monotonic() + 2 * registry.timeout_s
         while time.monotonic() < deadline and not before <= {hb.pnode for hb in registry.live()}:
             await asyncio.sleep(0.2)

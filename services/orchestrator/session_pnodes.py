@@ -28,19 +28,23 @@ class SessionPNodes:
         self.calls = calls
         self.recorder = recorder
         self.pnodes: list[str] = []
+        self.first_replica: list[str] = []  # the PNodes of replica 0 (all of them without replicas)
         self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
 
-    def adopt(self, pnodes: list[str]) -> None:
+    def adopt(self, pnodes: list[str], first_replica: list[str] | None = None) -> None:
         """These PNodes hold the plan from now on, as the incarnations alive right now."""
         self.pnodes = list(pnodes)
+        self.first_replica = list(pnodes if first_replica is None else first_replica)
         self.generations = {p: self.calls.registry.generation(p) for p in self.pnodes}
 
     async def all(self, make: Callable[[str], BaseModel], timeout: float | None = None,
-                  report_slow: bool = True) -> list[PNodeReply]:
-        """One request per PNode (`make(pnode)`), the replies in the PNodes' order."""
+                  report_slow: bool = True, first_replica: bool = False) -> list[PNodeReply]:
+        """One request per PNode (`make(pnode)`), the replies in the PNodes' order; `first_replica`:
+        only to the PNodes of replica 0 (a whole pipeline: what every replica holds alike)."""
         state = self.recorder.state
+        pnodes = self.first_replica if first_replica else self.pnodes
         return await self.calls.all(
-            self.pnodes, make, timeout, state.config.slow_after_s if report_slow else None, self._slow, self.generations
+            pnodes, make, timeout, state.config.slow_after_s if report_slow else None, self._slow, self.generations
         )
 
     async def unload(self, pnodes: list[str]) -> None:

@@ -11,7 +11,7 @@ import logging
 import time
 
 from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped
-from computeall.protocol.pnode_api import ApplyStep, RunStep
+from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
 
 from .loss_scale import LossScaler, replay
 from .recorder import SessionRecorder
@@ -42,7 +42,7 @@ class TrainingStep:
         await self.pnodes.all(lambda p: ApplyStep(session_id=state.id, step=step, lr=lr, skip=not decision.apply))
         elapsed = time.monotonic() - t0
         tokens = sum(r.tokens for r in replies)
-        loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
+        loss = micro_batch_sum(replies) / max(1, tokens)
         if step < state.next_step:
             # re-run after a resume or a rollback: the log has this step already; a step is recorded once
             log.info("session %s: re-ran step %d, loss %.6f", state.id, step, loss)
@@ -54,7 +54,8 @@ class TrainingStep:
             await self.recorder.record(LossScaleChanged(step=step, old=decision.old, new=decision.new, reason=decision.reason))
         await self.recorder.record(
             StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
-                          compute_s=compute, wait_s=max(0.0, elapsed - compute))
+                          compute_s=compute, wait_s=max(0.0, elapsed - compute),
+                          reduce_bytes=sum(r.reduce_bytes for r in replies))
         )
 
     async def _scaler_before(self, step: int) -> LossScaler:
@@ -64,3 +65,10 @@ class TrainingStep:
             events = await self.recorder.events()
             self.scaler, self.scaler_step = replay(config, self.dynamic_scaling, events, before_step=step), step
         return self.scaler
+
+
+def micro_batch_sum(replies: list[PNodeReply]) -> float:
+    """The step's summed loss, added micro-batch by micro-batch in index order: the same additions
+    whichever PNodes and replicas computed which micro-batches."""
+    losses = sorted((m, loss) for r in replies for m, loss in r.micro_losses.items())
+    return sum(loss for _, loss in losses)

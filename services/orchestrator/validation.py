@@ -1,4 +1,4 @@
-"""Validation: a forward pass over the validation split on every PNode, recorded as one loss."""
+"""Validation: a forward pass over the validation split on one replica's PNodes, recorded as one loss."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from .session_pnodes import SessionPNodes
 async def validate(recorder: SessionRecorder, pnodes: SessionPNodes, step: int) -> None:
     state = recorder.state
     batches = state.config.validation_batches
-    replies = await pnodes.all(lambda p: RunValidation(session_id=state.id, step=step, batches=batches))
+    # replicas hold the same parameters (diloco's differ between outer steps: the first stands for all)
+    replies = await pnodes.all(lambda p: RunValidation(session_id=state.id, step=step, batches=batches),
+                               first_replica=True)
     tokens = sum(r.tokens for r in replies)
     loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
     await recorder.record(ValidationCompleted(step=step, loss=loss, perplexity=math.exp(min(loss, 50.0)), tokens=tokens))

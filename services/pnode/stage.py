@@ -6,6 +6,9 @@ fixed order: micro-batches in order, VNodes in reverse topological order. That o
 never waits on anything a later item produces, so it cannot deadlock, and gradients
 accumulate in the same order on every placement: 1 PNode or 5 compute the same bits.
 
+With data-parallel replicas the stage runs its replica's block of each step's micro-batches, and
+its gradients are summed with the other replicas' before it replies (`replica_sum.py`).
+
 A pass is a training step (`phase` "train": forward and backward) or a validation
 (`phase` "val": forward only, on the validation split). Tensors between PNodes carry
 the phase and step, so the two never mix.
@@ -30,6 +33,7 @@ from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 
 from .batches import BatchFeed
+from .replica_sum import ReplicaSum
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 
 log = logging.getLogger("computeall.pnode.stage")
@@ -46,7 +50,8 @@ class StepAborted(RuntimeError):
 class _Pass:
     phase: str  # "train" or "val"
     step: int
-    micro_batches: int
+    micro_batches: int  # of the step: its loss is the mean over all of their tokens
+    micros: range  # the micro-batches this stage runs
     feed: BatchFeed
     backward: bool
     batches: dict[int, torch.Tensor] = field(default_factory=dict)
@@ -82,11 +87,13 @@ class SessionStage:
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
         self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
+        self.replica_sum = ReplicaSum(plan, self.runtime, send, self._compute)
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
         self.current = PassId("aborted", -1)
         self.arrived.set()
+        self.replica_sum.abort()
         self.train_feed.forget()
 
     def rolled_back(self) -> None:
@@ -96,6 +103,9 @@ class SessionStage:
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
+        if route.kind == "sum":
+            self.replica_sum.receive(route, tensor)
+            return
         if route.phase == self.current.phase and route.step < self.current.step:
             return  # from an aborted or finished pass
         self.inbox[route.inbox_key] = tensor
@@ -104,13 +114,14 @@ class SessionStage:
     # -- passes ----------------------------------------------------------------
     async def run_step(self, request: RunStep, deadline_s: float) -> PNodeReply:
         self.loss_scale = request.loss_scale
-        self.runtime.zero_grad()
-        p = _Pass("train", request.step, self.plan.micro_batches, self.train_feed, backward=True)
+        self.runtime.start_step(self.plan.block, self.plan.micro_batches)
+        self.replica_sum.begin(request.step, deadline_s)
+        p = _Pass("train", request.step, self.plan.micro_batches, self.plan.block, self.train_feed, backward=True)
         return await self._run(p, deadline_s)
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
         feed = self.feeds(self.plan.batches.validation_split, request.batches)
-        p = _Pass("val", request.step, request.batches, feed, backward=False)
+        p = _Pass("val", request.step, request.batches, range(request.batches), feed, backward=False)
         return await self._run(p, deadline_s)
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
@@ -129,10 +140,11 @@ class SessionStage:
         self.runtime.drop()
         # the loss is the mean over every token of the pass, whatever the micro-batch split
         pass_tokens = self.plan.batches.micro_batch_size * self.plan.batches.context * p.micro_batches
-        fetches = [asyncio.ensure_future(self._fetch(p, m)) for m in range(p.micro_batches)] if self.reads_data else []
-        forward_todo = [(m, v) for m in range(p.micro_batches) for v in self.local]
-        backward_todo = [(m, v) for m in range(p.micro_batches) for v in reversed(self.local)] if p.backward else []
+        fetches = [asyncio.ensure_future(self._fetch(p, m)) for m in p.micros] if self.reads_data else []
+        forward_todo = [(m, v) for m in p.micros for v in self.local]
+        backward_todo = [(m, v) for m in p.micros for v in reversed(self.local)] if p.backward else []
         loss_sum, tokens, compute_s, wait_s = 0.0, 0, 0.0, 0.0
+        micro_losses: dict[int, float] = {}
         give_up = time.monotonic() + deadline_s
         try:
             while forward_todo or backward_todo:
@@ -153,19 +165,26 @@ class SessionStage:
                     loss = await self._forward(p, m, vid)
                     if loss is not None:
                         loss_sum += loss
+                        micro_losses[m] = micro_losses.get(m, 0.0) + loss
                         tokens += pass_tokens // p.micro_batches
                 else:
                     await self._backward(p, m, vid, pass_tokens)
+                    self.replica_sum.vnode_done(vid)
                 compute_s += time.monotonic() - t0
         finally:
             for task in fetches:
                 task.cancel()
             if not p.backward:
                 self.runtime.drop()
+        reduce_bytes = 0
+        if p.backward:
+            await self._compute(self.runtime.gradients.finish)
+            reduce_bytes = await self.replica_sum.finish()
         finite = await self._compute(self.runtime.grads_finite) if p.backward else True
         return PNodeReply(
             ok=True, pnode=self.pnode, step=p.step, loss_sum=loss_sum if self.has_loss else None,
-            tokens=tokens, grads_finite=finite, compute_s=compute_s, wait_s=wait_s,
+            micro_losses=micro_losses, tokens=tokens, grads_finite=finite, compute_s=compute_s, wait_s=wait_s,
+            reduce_bytes=reduce_bytes,
         )
 
     async def _wait(self, p: _Pass, give_up: float, deadline_s: float, waiting: tuple) -> float:

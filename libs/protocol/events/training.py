@@ -15,12 +15,14 @@ class VNodePlacement(BaseModel):
     pnode: str
     params: int
     precision: str
+    replica: int = 0  # with data-parallel replicas, every VNode is placed once per replica
 
 
 class EdgeTraffic(BaseModel):
     src: str
     dst: str
     bytes_per_step: int
+    replica: int = 0
 
 
 @recorded_as("session")
@@ -30,6 +32,7 @@ class Allocated(DomainEvent):
     edges: list[EdgeTraffic]
     pnodes: list[str]
     bytes_across_per_step: int
+    replicas: int = 1  # data-parallel replicas of the pipeline
 
 
 @recorded_as("session")
@@ -43,6 +46,7 @@ class StepCompleted(DomainEvent):
     loss_scale: float = 1.0
     compute_s: float = 0.0
     wait_s: float = 0.0
+    reduce_bytes: int = 0  # sent between replicas: gradient sums (or diloco's pseudo-gradients)
 
 
 @recorded_as("session")

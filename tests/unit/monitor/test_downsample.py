@@ -19,7 +19,10 @@ def db(tmp_path):
 
 
 def fill(db: Database, losses: list[float]) -> None:
-    rows = [("s", i, float(i), loss, 10, 0.1 + (i % 3), 1e-3, 1.0, 0.0, 0.0) for i, loss in enumerate(losses)]
+    first = ("session_id", "step", "ts", "loss", "tokens", "step_time_s", "lr", "loss_scale")
+    assert STEP_COLUMNS[: len(first)] == first
+    rest = (0,) * (len(STEP_COLUMNS) - len(first))  # metrics this test does not look at
+    rows = [("s", i, float(i), loss, 10, 0.1 + (i % 3), 1e-3, 1.0, *rest) for i, loss in enumerate(losses)]
     db.transaction(lambda con: db.insert(con, "steps", STEP_COLUMNS, rows))
 
 

@@ -1,0 +1,124 @@
+"""A step's gradients summed over the data-parallel replicas, PNode to PNode, along the micro-batch tree.
+
+Each replica sums its own block of micro-batches (`MicroGradients`). As soon as a VNode's block sum
+is final, this PNode runs the butterfly of `micro_tree.exchanges` for it with the PNodes hosting
+that VNode in the other replicas: at each level it sends its partial sum (the VNode's parameter
+gradients as one flat tensor), receives its partner's, and both add left + right. After log2(R)
+levels every replica holds the step's gradient, with the bits of one replica summing everything,
+and applies the same update. The sums of different VNodes overlap each other and the rest of the
+backward pass; nothing goes through the orchestrator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+import torch
+
+from computeall.protocol.micro_tree import Exchange, exchanges
+from computeall.protocol.pnode_api import LoadPlan
+from computeall.tensorcore.micro_gradients import add_parts
+from computeall.tensorcore.vnode_runtime import VNodeRuntime
+
+from .routing import PartialSumKey, TensorRoute
+
+Send = Callable[[str, torch.Tensor, TensorRoute], Awaitable[None]]
+Compute = Callable[..., Awaitable]
+
+
+class SumAborted(RuntimeError):
+    pass
+
+
+def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
+    dtypes = {g.dtype for g in grads}
+    if len(dtypes) != 1:
+        raise ValueError(f"a VNode's parameters share one precision; these gradients have {sorted(map(str, dtypes))}")
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
+class ReplicaSum:
+    def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, send: Send, compute: Compute) -> None:
+        self.session = plan.session_id
+        self.runtime = runtime
+        self.send = send
+        self.compute = compute
+        replicas = plan.replicas
+        self.assignments = replicas.assignments if replicas else [plan.assignment]
+        self.exchanges: list[Exchange] = exchanges(plan.micro_batches, replicas.count, replicas.index) if replicas else []
+        self.inbox: dict[PartialSumKey, torch.Tensor] = {}
+        self.arrived = asyncio.Event()
+        self.tasks: dict[str, asyncio.Future] = {}
+        self.step = -1
+        self.give_up = 0.0
+        self.sent_bytes = 0
+
+    def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
+        if route.step < self.step:
+            return  # of a step already summed or abandoned
+        self.inbox[route.inbox_key] = tensor
+        self.arrived.set()
+
+    def begin(self, step: int, deadline_s: float) -> None:
+        self.abort()
+        self.step, self.give_up, self.sent_bytes = step, time.monotonic() + deadline_s, 0
+        for key in [k for k in self.inbox if k.step < step]:
+            del self.inbox[key]
+
+    def vnode_done(self, vid: str) -> None:
+        """`vid` may have its block's gradient now: start summing it over the replicas."""
+        gradients = self.runtime.gradients
+        if self.exchanges and vid not in self.tasks and gradients.owned.get(vid) and gradients.complete(vid):
+            self.tasks[vid] = asyncio.ensure_future(self._sum(self.step, vid))
+
+    async def finish(self) -> int:
+        """Every VNode's gradient summed over the replicas; the bytes this PNode sent for it."""
+        for vid in self.runtime.order:
+            self.vnode_done(vid)
+        for outcome in await asyncio.gather(*self.tasks.values(), return_exceptions=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                raise SumAborted(f"step {self.step}: the sum over the replicas was abandoned")
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return self.sent_bytes
+
+    def abort(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        self.tasks = {}
+        self.arrived.set()
+
+    async def _sum(self, step: int, vid: str) -> None:
+        params = self.runtime.gradients.params
+        names = [n for n in self.runtime.gradients.owned[vid] if params[n].grad is not None]
+        if not names:
+            return  # no gradient anywhere (the same on every replica: it is the graph's doing)
+        total = await self.compute(flatten, [params[n].grad for n in names])
+        for exchange in self.exchanges:
+            route = TensorRoute.partial_sum(self.session, step, vid, *exchange.mine)
+            await self.send(self.assignments[exchange.partner][vid], total, route)
+            self.sent_bytes += total.numel() * total.element_size()
+            theirs = await self._take(PartialSumKey("train", step, vid, *exchange.theirs))
+            total = await self.compute(exchange.combine, total, theirs, add_parts)
+        offset = 0
+        for n in names:
+            p = params[n]
+            p.grad = total[offset: offset + p.numel()].view_as(p)
+            offset += p.numel()
+
+    async def _take(self, key: PartialSumKey) -> torch.Tensor:
+        while key not in self.inbox:
+            if self.step != key.step:
+                raise SumAborted(f"step {key.step}: the sum of {key.src} was abandoned")
+            left = self.give_up - time.monotonic()
+            if left <= 0:
+                raise SumAborted(f"step {key.step}: the sum of {key.src} over micro-batches "
+                                 f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
+            self.arrived.clear()
+            try:
+                await asyncio.wait_for(self.arrived.wait(), timeout=min(left, 1.0))
+            except asyncio.TimeoutError:
+                pass
+        return self.inbox.pop(key)
