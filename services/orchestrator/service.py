@@ -40,10 +40,11 @@ from computeall.protocol.subjects import LOG_STREAM, Subjects
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
-from .allocator import AllocationError, PNodeCapacity, allocate
+from .allocator import AllocationError, PNodeCapacity
 from .driver import SessionDriver
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
+from .replication import allocate_replicas
 from .session_graph import session_graph
 
 log = logging.getLogger("computeall.orchestrator")
@@ -199,7 +200,8 @@ class Orchestrator:
         try:
             graph, _ = session_graph(state)
             capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
-            allocate(graph, capacities, state.config.batch_size, state.config.micro_batch_size)
+            config = state.config
+            allocate_replicas(graph, capacities, config.replicas, config.batch_size, config.micro_batches)
         except (AllocationError, NetworkError):
             return False
         return True
