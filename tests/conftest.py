@@ -9,7 +9,10 @@ import pytest
 from computeall.cli.nats_server import EmbeddedNats
 
 REPO = Path(__file__).resolve().parent.parent
-SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+# the shared data folder beside the checkout (/work/main), or beside its worktree folder (/work/wt/NAME)
+SHAKESPEARE = next((p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.parents
+                    if (p / "shared" / "data" / "tinyshakespeare.txt").exists()),
+                   REPO.parent / "shared" / "data" / "tinyshakespeare.txt")
 
 
 @pytest.fixture

@@ -88,7 +88,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             fuse_heads=args.fuse_heads,
             min_pnodes=min_pnodes,
             replicas=args.replicas,
-            sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps if args.sync == "diloco" else 1),
+            sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps),
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

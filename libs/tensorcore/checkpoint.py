@@ -1,4 +1,5 @@
-"""A VNode's state as safetensors bytes: its weights (in their own dtype) and its optimizer state.
+"""A VNode's state as safetensors bytes: its weights (in their own dtype) and its optimizer state
+(and diloco's outer state when the session has one).
 
 One object per VNode, so a checkpoint written by one placement loads into any other.
 """
@@ -9,6 +10,7 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from .diloco import OUTER, OuterOptimizer
 from .optimizer import VNodeOptimizer
 from .vnode_runtime import VNodeRuntime
 
@@ -23,16 +25,19 @@ def _vnode_params(runtime: VNodeRuntime, vid: str) -> dict[str, torch.nn.Paramet
     return {f"{vid}.{name}": p for name, p in runtime.modules[vid].named_parameters()}
 
 
-def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str) -> bytes:
+def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, outer: OuterOptimizer | None = None) -> bytes:
     params = _vnode_params(runtime, vid)
     tensors = {PARAM + name: p.detach().contiguous().cpu() for name, p in params.items()}
     tensors.update({OPTIM + k: v.contiguous().cpu() for k, v in optimizer.state_dict(sorted(params)).items()})
+    if outer is not None:
+        tensors.update({k: v.contiguous().cpu() for k, v in outer.state_dict(sorted(params)).items()})
     # One metadata key only: safetensors writes several in a random order, and the same state must
     # give the same bytes (and digest) whoever writes it. The step is in the object's name and event.
     return save_tensors(tensors, metadata={"vnode": vid})
 
 
-def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data: bytes) -> None:
+def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data: bytes,
+               outer: OuterOptimizer | None = None) -> None:
     """Load one VNode's state in place."""
     try:
         tensors = load_tensors(data)
@@ -49,4 +54,6 @@ def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data:
                 raise CheckpointError(f"checkpoint of {name} has shape {list(saved.shape)}, the network needs {list(p.shape)}")
             p.copy_(saved.to(p.dtype))  # copy, never rebind: optimizers may hold views of p
     optimizer.load_state_dict({k[len(OPTIM) :]: v for k, v in tensors.items() if k.startswith(OPTIM)})
+    if outer is not None:
+        outer.load_state_dict(sorted(params), {k: v for k, v in tensors.items() if k.startswith(OUTER)})
 

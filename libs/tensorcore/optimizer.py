@@ -55,6 +55,20 @@ class VNodeOptimizer:
         for p in self.params.values():
             p.grad = None
 
+    def masters(self) -> dict[str, torch.Tensor]:
+        """Every parameter's fp32 master (the parameter itself when it is fp32), as views into the
+        optimizer's buffers: change them in place, then `masters_changed()` writes the parameters."""
+        out: dict[str, torch.Tensor] = {}
+        for b in self._buckets():
+            out.update(zip(b.names, b.views(b.master)))
+        return out
+
+    @torch.no_grad()
+    def masters_changed(self) -> None:
+        for b in self._buckets():
+            if b.master is not b.flat_param:
+                b.flat_param.copy_(b.master)  # the low-precision copies, one cast
+
     # -- persistence ---------------------------------------------------------------
     def state_dict(self, names: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Flat, safetensors-ready: `{param}.exp_avg`, `.exp_avg_sq`, `.step` (fp32), and `.master` for

@@ -112,7 +112,7 @@ class Placement:
                 micro_batches=config.micro_batches,
                 optimizer=config.optimizer,
                 replicas=ReplicaPlan(index=r, assignments=allocation.assignments, sync=config.sync)
-                if allocation.count > 1 else None,
+                if allocation.count > 1 or config.sync.mode == "diloco" else None,
             )
             for pnode in self.pnodes
             for r in [allocation.replica_of(pnode)]

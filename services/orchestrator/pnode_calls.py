@@ -32,6 +32,7 @@ class PNodeCalls:
                 self.subjects.pnode_ctl(pnode), request.model_dump_json().encode(), timeout=timeout or self.request_timeout_s
             )
         except nats.errors.NoRespondersError:
+            self.registry.not_listening(pnode)
             raise PNodeFailure([pnode], f"pnode {pnode} is not listening (it died)") from None
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             raise PNodeFailure([pnode], f"pnode {pnode} did not answer {request.type} in time") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from computeall.protocol.telemetry import Heartbeat
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat
 
 
 class PNodeRegistry:
@@ -14,6 +14,7 @@ class PNodeRegistry:
         self._lost: set[str] = set()
         self._restarted: list[str] = []
         self._generation: dict[str, int] = {}
+        self._dead: dict[str, tuple[str, float]] = {}  # pnode -> (incarnation that stopped listening, when)
 
     def beat(self, heartbeat: Heartbeat) -> bool:
         """Record a heartbeat; True when its state is stale: it was declared lost, or it restarted
@@ -27,24 +28,34 @@ class PNodeRegistry:
                 self._restarted.append(pnode)
         returned = pnode in self._lost or restarted
         self._lost.discard(pnode)
-        self._last[pnode] = (time.monotonic(), heartbeat)
+        now = time.monotonic()
+        dead = self._dead.get(pnode)
+        if dead and (dead[0] != heartbeat.incarnation or now - dead[1] > 2 * HEARTBEAT_INTERVAL_S):
+            del self._dead[pnode]  # a new incarnation, or the old one still beating: it was a hiccup
+        self._last[pnode] = (now, heartbeat)
         return returned
+
+    def not_listening(self, pnode: str) -> None:
+        """A request found nobody listening: this incarnation is dead, whatever its last heartbeat
+        says, so it counts as neither live nor capacity until a new incarnation beats."""
+        seen = self._last.get(pnode)
+        if seen is not None:
+            self._dead[pnode] = (seen[1].incarnation, time.monotonic())
 
     def generation(self, pnode: str) -> int:
         """Changes whenever the PNode restarts: work sent to an older generation is lost."""
         return self._generation.get(pnode, 0)
 
     def live(self, include_leaving: bool = False) -> list[Heartbeat]:
-        now = time.monotonic()
         return sorted(
-            (hb for seen, hb in self._last.values()
-             if now - seen <= self.timeout_s and (include_leaving or not hb.leaving)),
+            (hb for _, hb in self._last.values() if self.is_live(hb.pnode) and (include_leaving or not hb.leaving)),
             key=lambda hb: hb.pnode,
         )
 
     def is_live(self, pnode: str) -> bool:
         seen = self._last.get(pnode)
-        return seen is not None and time.monotonic() - seen[0] <= self.timeout_s
+        return (seen is not None and time.monotonic() - seen[0] <= self.timeout_s
+                and self._dead.get(pnode, ("",))[0] != seen[1].incarnation)
 
     def is_leaving(self, pnode: str) -> bool:
         seen = self._last.get(pnode)

@@ -39,7 +39,7 @@ class TrainingStep:
         overflowed = sorted(r.pnode for r in replies if not r.grads_finite)
         decision = scaler.update(bool(overflowed))  # one decision, every PNode applies or skips
         self.scaler_step = step + 1
-        await self.pnodes.all(lambda p: ApplyStep(session_id=state.id, step=step, lr=lr, skip=not decision.apply))
+        applied = await self.pnodes.all(lambda p: ApplyStep(session_id=state.id, step=step, lr=lr, skip=not decision.apply))
         elapsed = time.monotonic() - t0
         tokens = sum(r.tokens for r in replies)
         loss = micro_batch_sum(replies) / max(1, tokens)
@@ -55,7 +55,7 @@ class TrainingStep:
         await self.recorder.record(
             StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
                           compute_s=compute, wait_s=max(0.0, elapsed - compute),
-                          reduce_bytes=sum(r.reduce_bytes for r in replies))
+                          reduce_bytes=sum(r.reduce_bytes for r in replies + applied))
         )
 
     async def _scaler_before(self, step: int) -> LossScaler:

@@ -1,4 +1,8 @@
-"""Checkpoints of a session stage: one safetensors object per hosted VNode, digests checked on load."""
+"""Checkpoints of a session stage: one safetensors object per hosted VNode, digests checked on load.
+
+Replicas that sum gradients hold the same state, and only the first writes it; diloco's replicas
+differ between outer steps, so each writes its own objects (`replica`), and loads its own, or the
+first replica's when the checkpoint has none for it (the replica count grew)."""
 
 from __future__ import annotations
 
@@ -17,25 +21,33 @@ from computeall.tensorcore.head_state_mapping import StateMappingError, source_v
 from .stage import SessionStage
 
 
-def object_name(session_id: str, step: int, vnode: str) -> str:
-    return f"{session_id}/{step:08d}/{vnode}.safetensors"
+def object_name(session_id: str, step: int, vnode: str, replica: int = 0) -> str:
+    folder = f"{session_id}/{step:08d}" if replica == 0 else f"{session_id}/{step:08d}/replica-{replica}"
+    return f"{folder}/{vnode}.safetensors"
+
+
+def _replica(stage: SessionStage) -> int:
+    return stage.plan.replicas.index if stage.plan.replicas else 0
 
 
 async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint) -> list[CheckpointObject]:
     store = await open_bucket(js, request.bucket)
-    objects = []
+    objects, replica = [], _replica(stage)
     for vid in stage.local:
-        data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid)
-        name = object_name(request.session_id, request.step, vid)
+        data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid, stage.replica_sum.outer)
+        name = object_name(request.session_id, request.step, vid, replica)
         await store.put(name, data)
-        objects.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data)))
+        objects.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data), replica=replica))
     return objects
 
 
 async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoint) -> None:
     """Raise `CheckpointError` when an object is missing or its digest does not match the log."""
     store = await open_bucket(js, request.bucket)
-    by_vnode = {o.vnode: o for o in request.objects}
+    replica = _replica(stage)
+    if not any(o.replica == replica for o in request.objects):
+        replica = 0
+    by_vnode = {o.vnode: o for o in request.objects if o.replica == replica}
 
     async def fetch(vid: str) -> bytes:
         entry = by_vnode[vid]
@@ -63,4 +75,4 @@ async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoin
                 data = save_tensors(await stage._compute(vnode_state, objects, spec, vid))
             except StateMappingError as exc:
                 raise CheckpointError(f"checkpoint at step {request.step} cannot be mapped onto {vid}: {exc}") from None
-        await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, data)
+        await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, data, stage.replica_sum.outer)

@@ -6,7 +6,8 @@ that VNode in the other replicas: at each level it sends its partial sum (the VN
 gradients as one flat tensor), receives its partner's, and both add left + right. After log2(R)
 levels every replica holds the step's gradient, with the bits of one replica summing everything,
 and applies the same update. The sums of different VNodes overlap each other and the rest of the
-backward pass; nothing goes through the orchestrator.
+backward pass; nothing goes through the orchestrator. With diloco the same butterfly sums the
+replicas' pseudo-gradients at each outer step instead, in their wire form (`outer_step`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import torch
 
 from computeall.protocol.micro_tree import Exchange, exchanges
 from computeall.protocol.pnode_api import LoadPlan
+from computeall.tensorcore.diloco import OuterOptimizer, decode, encode
 from computeall.tensorcore.micro_gradients import add_parts
+from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
 from .routing import PartialSumKey, TensorRoute
@@ -39,8 +42,13 @@ def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads])
 
 
+def _decoded(mine: torch.Tensor, theirs: torch.Tensor, wire: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return decode(mine, wire, numel), decode(theirs, wire, numel)
+
+
 class ReplicaSum:
-    def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, send: Send, compute: Compute) -> None:
+    def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, optimizer: VNodeOptimizer, send: Send,
+                 compute: Compute) -> None:
         self.session = plan.session_id
         self.runtime = runtime
         self.send = send
@@ -48,10 +56,13 @@ class ReplicaSum:
         replicas = plan.replicas
         self.assignments = replicas.assignments if replicas else [plan.assignment]
         self.exchanges: list[Exchange] = exchanges(plan.micro_batches, replicas.count, replicas.index) if replicas else []
+        self.sync = replicas.sync if replicas else None
+        self.outer = OuterOptimizer(optimizer, self.sync) if self.sync and self.sync.mode == "diloco" else None
         self.inbox: dict[PartialSumKey, torch.Tensor] = {}
         self.arrived = asyncio.Event()
         self.tasks: dict[str, asyncio.Future] = {}
         self.step = -1
+        self.deadline_s = 0.0
         self.give_up = 0.0
         self.sent_bytes = 0
 
@@ -63,14 +74,14 @@ class ReplicaSum:
 
     def begin(self, step: int, deadline_s: float) -> None:
         self.abort()
-        self.step, self.give_up, self.sent_bytes = step, time.monotonic() + deadline_s, 0
+        self.step, self.deadline_s, self.give_up, self.sent_bytes = step, deadline_s, time.monotonic() + deadline_s, 0
         for key in [k for k in self.inbox if k.step < step]:
             del self.inbox[key]
 
     def vnode_done(self, vid: str) -> None:
         """`vid` may have its block's gradient now: start summing it over the replicas."""
         gradients = self.runtime.gradients
-        if self.exchanges and vid not in self.tasks and gradients.owned.get(vid) and gradients.complete(vid):
+        if self.sync and self.sync.mode == "gradients" and vid not in self.tasks and gradients.owned.get(vid) and gradients.complete(vid):
             self.tasks[vid] = asyncio.ensure_future(self._sum(self.step, vid))
 
     async def finish(self) -> int:
@@ -90,18 +101,43 @@ class ReplicaSum:
         self.tasks = {}
         self.arrived.set()
 
+    async def outer_step(self, step: int) -> int:
+        """diloco, after `step`'s inner update when it ends a round: sum every VNode's pseudo-gradient
+        over the replicas and take the outer step; the bytes this PNode sent."""
+        if self.outer is None or not self.sync.is_outer_step(step):
+            return 0
+        self.abort()
+        self.give_up, self.sent_bytes = time.monotonic() + self.deadline_s, 0
+        self.tasks = {vid: asyncio.ensure_future(self._outer(step, vid)) for vid in self.runtime.order
+                      if self.runtime.gradients.owned.get(vid)}
+        return await self.finish()
+
+    async def _outer(self, step: int, vid: str) -> None:
+        names = self.runtime.gradients.owned[vid]
+        delta = await self.compute(self.outer.pseudo_gradient, names)
+        total = await self._all_reduce(step, vid, delta, wire=self.sync.wire)
+        await self.compute(self.outer.step, names, total, len(self.assignments))
+
+    async def _all_reduce(self, step: int, vid: str, total: torch.Tensor, wire: str | None = None) -> torch.Tensor:
+        """The butterfly: `total` summed over the replicas, the same bits on each. With a `wire` form,
+        what is sent is encoded, and both sides add the decoded values."""
+        for exchange in self.exchanges:
+            payload = total if wire is None else await self.compute(encode, total, wire)
+            route = TensorRoute.partial_sum(self.session, step, vid, *exchange.mine)
+            await self.send(self.assignments[exchange.partner][vid], payload, route)
+            self.sent_bytes += payload.numel() * payload.element_size()
+            theirs = await self._take(PartialSumKey("train", step, vid, *exchange.theirs))
+            if wire is not None:  # both sides add what travelled, never their own unrounded sum
+                total, theirs = await self.compute(_decoded, payload, theirs, wire, total.numel())
+            total = await self.compute(exchange.combine, total, theirs, add_parts)
+        return total
+
     async def _sum(self, step: int, vid: str) -> None:
         params = self.runtime.gradients.params
         names = [n for n in self.runtime.gradients.owned[vid] if params[n].grad is not None]
         if not names:
             return  # no gradient anywhere (the same on every replica: it is the graph's doing)
-        total = await self.compute(flatten, [params[n].grad for n in names])
-        for exchange in self.exchanges:
-            route = TensorRoute.partial_sum(self.session, step, vid, *exchange.mine)
-            await self.send(self.assignments[exchange.partner][vid], total, route)
-            self.sent_bytes += total.numel() * total.element_size()
-            theirs = await self._take(PartialSumKey("train", step, vid, *exchange.theirs))
-            total = await self.compute(exchange.combine, total, theirs, add_parts)
+        total = await self._all_reduce(step, vid, await self.compute(flatten, [params[n].grad for n in names]))
         offset = 0
         for n in names:
             p = params[n]

@@ -87,7 +87,7 @@ class SessionStage:
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
         self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
-        self.replica_sum = ReplicaSum(plan, self.runtime, send, self._compute)
+        self.replica_sum = ReplicaSum(plan, self.runtime, self.optimizer, send, self._compute)
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
@@ -116,7 +116,10 @@ class SessionStage:
         self.loss_scale = request.loss_scale
         self.runtime.start_step(self.plan.block, self.plan.micro_batches)
         self.replica_sum.begin(request.step, deadline_s)
-        p = _Pass("train", request.step, self.plan.micro_batches, self.plan.block, self.train_feed, backward=True)
+        # diloco's replicas each train on their own loss; with summed gradients the loss is the step's
+        own_loss = self.replica_sum.outer is not None
+        loss_over = len(self.plan.block) if own_loss else self.plan.micro_batches
+        p = _Pass("train", request.step, loss_over, self.plan.block, self.train_feed, backward=True)
         return await self._run(p, deadline_s)
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
@@ -131,7 +134,8 @@ class SessionStage:
             self.runtime.zero_grad()
 
         await self._compute(work)
-        return PNodeReply(ok=True, pnode=self.pnode, step=request.step)
+        sent = await self.replica_sum.outer_step(request.step)
+        return PNodeReply(ok=True, pnode=self.pnode, step=request.step, reduce_bytes=sent)
 
     async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
         self.current = PassId(p.phase, p.step)

@@ -83,6 +83,7 @@ class CheckpointObject(BaseModel):
     object: str  # name in the session's Object Store bucket
     digest: str  # blake2b-128 of the object's bytes
     bytes: int
+    replica: int = 0  # whose state: diloco's replicas each write theirs; otherwise the first writes for all
 
 
 @recorded_as("session")

@@ -1,0 +1,30 @@
+"""The PNode registry: live from heartbeats, and dead at once when a request finds nobody listening."""
+
+from computeall.orchestrator import pnodes as registry_module
+from computeall.orchestrator.pnodes import PNodeRegistry
+from computeall.protocol.telemetry import Heartbeat
+
+
+def beat(name: str, incarnation: str) -> Heartbeat:
+    return Heartbeat(pnode=name, host="h", os_pid=1, device="cpu", memory_bytes=1 << 30, ts=0.0, sessions=[],
+                     incarnation=incarnation)
+
+
+def test_a_pnode_not_listening_is_not_live_until_it_restarts_or_keeps_beating(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(registry_module.time, "monotonic", lambda: now[0])
+    registry = PNodeRegistry(timeout_s=5.0)
+    registry.beat(beat("p", "a"))
+    registry.beat(beat("q", "x"))
+    registry.not_listening("p")  # killed: its last heartbeat is still fresh
+    assert not registry.is_live("p") and [hb.pnode for hb in registry.live()] == ["q"]
+    now[0] += 0.5
+    registry.beat(beat("p", "a"))  # a heartbeat already in flight when it died
+    assert not registry.is_live("p")
+    registry.beat(beat("p", "b"))  # restarted: a new incarnation is live (and a new generation)
+    assert registry.is_live("p") and registry.generation("p") == 1
+
+    registry.not_listening("q")  # a hiccup: the same incarnation keeps beating afterwards
+    now[0] += 3.0
+    registry.beat(beat("q", "x"))
+    assert registry.is_live("q")
