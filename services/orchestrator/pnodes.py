@@ -55,7 +55,7 @@ class PNodeRegistry:
     def is_live(self, pnode: str) -> bool:
         seen = self._last.get(pnode)
         return (seen is not None and time.monotonic() - seen[0] <= self.timeout_s
-                and self._dead.get(pnode, ("",))[0] != seen[1].incarnation)
+                and (pnode not in self._dead or self._dead[pnode][0] != seen[1].incarnation))
 
     def is_leaving(self, pnode: str) -> bool:
         seen = self._last.get(pnode)
