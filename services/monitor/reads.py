@@ -16,11 +16,11 @@ from . import network_edges
 
 SESSION_FIELDS = (
     "id", "owner", "status", "config", "created_at", "started_at", "ended_at", "step", "last_loss", "tokens",
-    "tokens_per_s", "loss_scale", "reason", "pnodes", "bytes_across_per_step",
+    "tokens_per_s", "loss_scale", "reason", "pnodes", "bytes_across_per_step", "replicas",
 )
 SESSION_SQL = (
     "SELECT id, owner, status, config, created_ts, started_ts, ended_ts, step, last_loss, tokens, tokens_per_s, "
-    "loss_scale, reason, pnodes, bytes_across_per_step FROM sessions"
+    "loss_scale, reason, pnodes, bytes_across_per_step, replicas FROM sessions"
 )
 PNODE_FIELDS = (
     "id", "host", "os_pid", "device", "memory_bytes", "state", "joined_at", "left_at", "last_heartbeat", "rss_bytes",
@@ -86,11 +86,17 @@ def events(
     return rows
 
 
-def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: float) -> dict[str, Any]:
-    vnodes = _rows(cur, ("id", "op", "params", "precision", "pnode"),
-                   "SELECT vnode, op, params, precision, pnode FROM vnodes WHERE session_id = ? ORDER BY vnode", [sid])
+def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: float, replica: int = 0) -> dict[str, Any]:
+    """One replica's VNodes and edges (every replica places the whole network), and the PNodes of all."""
+    vnodes = _rows(cur, ("id", "op", "params", "precision", "pnode", "replica"),
+                   "SELECT vnode, op, params, precision, pnode, replica FROM vnodes WHERE session_id = ? AND replica = ? "
+                   "ORDER BY vnode", [sid, replica])
     recorded = _rows(cur, ("src", "dst", "bytes_per_step"),
-                     "SELECT src, dst, bytes_per_step FROM edges WHERE session_id = ? ORDER BY src, dst", [sid])
+                     "SELECT src, dst, bytes_per_step FROM edges WHERE session_id = ? AND replica = ? ORDER BY src, dst",
+                     [sid, replica])
+    replicas = _rows(cur, ("index", "pnodes"),
+                     "SELECT replica, list(DISTINCT pnode ORDER BY pnode) FROM vnodes WHERE session_id = ? "
+                     "GROUP BY replica ORDER BY replica", [sid])
     row = cur.execute("SELECT config FROM sessions WHERE id = ?", [sid]).fetchone()
     config = json.loads(row[0]) if row and row[0] else None
     edges = network_edges.all_edges(config, {v["id"]: v["pnode"] for v in vnodes}, recorded)
@@ -99,9 +105,11 @@ def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: floa
                         [sid])
     for a in allocations:
         a["pnodes"] = json.loads(a["pnodes"])
-    hosts = sorted({v["pnode"] for v in vnodes} | {p for a in allocations[-1:] for p in a["pnodes"]})
+    hosts = sorted({p for r in replicas for p in r["pnodes"]} | {p for a in allocations[-1:] for p in a["pnodes"]})
     return {
         "session_id": sid,
+        "replica": replica,
+        "replicas": replicas,
         "vnodes": vnodes,
         "edges": edges,
         "allocations": allocations,

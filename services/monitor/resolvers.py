@@ -47,11 +47,11 @@ async def resolve_session(_: Any, info: GraphQLResolveInfo, id: str) -> dict | N
 
 
 @query.field("topology")
-async def resolve_topology(_: Any, info: GraphQLResolveInfo, session_id: str) -> dict | None:
+async def resolve_topology(_: Any, info: GraphQLResolveInfo, session_id: str, replica: int = 0) -> dict | None:
     c = ctx(info)
     if not await c.services.db.read(reads.owns, c.user, session_id):
         return None
-    return await c.services.db.read(reads.topology, session_id, c.services.heartbeat_timeout_s)
+    return await c.services.db.read(reads.topology, session_id, c.services.heartbeat_timeout_s, replica)
 
 
 @query.field("pnodes")

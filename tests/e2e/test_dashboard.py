@@ -2,7 +2,8 @@
 
 One test walks the whole path a user takes (the system takes a while to start, so it starts
 once): a wrong key is refused, the right key logs in, the running session is listed, its loss
-chart gains points while it trains, the topology shows a VNode's memory, the PNodes view lists
+chart gains points while it trains (two data-parallel replicas: the bytes they send each other
+are charted too), the topology shows a VNode's memory in each replica, the PNodes view lists
 both PNodes, and pausing from the UI changes the session's state. Screenshots of every page go
 to test-artifacts/e2e/.
 """
@@ -35,6 +36,7 @@ UI_TIMEOUT_MS = 30_000
 def session_config() -> SessionConfig:
     return SessionConfig(
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
+        micro_batches=2, replicas=2,
         lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
     )
 
@@ -103,6 +105,8 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     await page.wait_for_selector('[data-chart="Train loss"][data-rendered="yes"]')
     first = await wait_for(lambda: chart_points(page, "Train loss"), 120, "the first steps on the loss chart")
     await wait_for(lambda: _more(page, first + 3), 60, "the loss chart to gain points")
+    assert await page.locator('[data-field="replicas"]').inner_text() == "2"
+    assert await chart_points(page, "Gradient reduction") > 0
     await page.screenshot(path=str(ARTIFACTS / "session.png"), full_page=True)
 
     # dragging across the chart zooms: the range is asked of the server again, in full detail
@@ -131,6 +135,19 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     memory = await panel.locator('[data-table="vnode-memory"]').inner_text()
     assert "weights" in memory and "KiB" in memory, memory
     await page.screenshot(path=str(ARTIFACTS / "topology.png"), full_page=True)
+
+    # each replica is a whole copy of the network on its own PNode
+    hosts = {}
+    for replica in ("0", "1"):
+        await page.click(f'[data-replicas] [data-replica="{replica}"]')
+        await page.wait_for_selector(f'[data-replica="{replica}"].active')
+        position = await page.evaluate(
+            """() => document.querySelector('[data-topology-graph]')._cyreg.cy.getElementById('b0.attn').renderedPosition()"""
+        )
+        await page.mouse.click(box["x"] + position["x"], box["y"] + position["y"])
+        hosts[replica] = await panel.locator('[data-field="pnode"]').inner_text()
+    assert sorted(hosts.values()) == PNODES, hosts
+    await page.screenshot(path=str(ARTIFACTS / "topology-replica-1.png"), full_page=True)
 
     # the PNodes view: both PNodes live, each with the VNodes it hosts
     await page.click('[data-nav="pnodes"]')

@@ -251,6 +251,36 @@ def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, 
     assert bob["p1"]["requests"] == []
 
 
+def test_replicas_topology_per_replica_and_reduction_bytes_per_step(system, keys):
+    def placed(replica: int, pnodes: tuple[str, str]) -> list[VNodePlacement]:
+        return [VNodePlacement(vnode="embed", op="embedding", pnode=pnodes[0], params=1000, precision="fp32", replica=replica),
+                VNodePlacement(vnode="block0", op="attention", pnode=pnodes[1], params=4000, precision="fp32",
+                               replica=replica)]
+
+    allocated = EventEnvelope(session_id="sr", payload=Allocated(
+        placements=placed(0, ("p1", "p2")) + placed(1, ("p3", "p3")),
+        edges=[EdgeTraffic(src="embed", dst="block0", bytes_per_step=4096, replica=0)],
+        pnodes=["p1", "p2", "p3"], bytes_across_per_step=4096, replicas=2))
+    step = EventEnvelope(session_id="sr", payload=StepCompleted(step=1, loss=3.0, tokens=512, step_time_s=0.1, lr=1e-3,
+                                                                reduce_bytes=20_000))
+    seq = asyncio.run(publish(system.server, event_items(session_events("sr", "alice", 1) + [allocated, step])))
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+
+    def topology(replica: int) -> dict:
+        query = ('query($r: Int) { topology(sessionId: "sr", replica: $r) { replica replicas { index pnodes } '
+                 'vnodes { id pnode replica } edges { src dst crosses } pnodes { id } } }')
+        return data(system.url, keys["alice"], query, {"r": replica})["topology"]
+
+    first, second = topology(0), topology(1)
+    assert first["replicas"] == second["replicas"] == [{"index": 0, "pnodes": ["p1", "p2"]}, {"index": 1, "pnodes": ["p3"]}]
+    assert {v["id"]: v["pnode"] for v in first["vnodes"]} == {"embed": "p1", "block0": "p2"}
+    assert {v["id"]: (v["pnode"], v["replica"]) for v in second["vnodes"]} == {"embed": ("p3", 1), "block0": ("p3", 1)}
+    # this config's network cannot be rebuilt: only each replica's recorded crossing edges show
+    assert [e["crosses"] for e in first["edges"]] == [True] and second["edges"] == []
+    session = data(system.url, keys["alice"], '{ session(id: "sr") { replicas steps { reduceBytes } } }')["session"]
+    assert session == {"replicas": 2, "steps": {"reduceBytes": [0, 20_000]}}
+
+
 def test_depth_and_cost_limits(system, keys):
     deep = "{ __schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } }"
     response = gql(system.url, keys["alice"], deep).json()

@@ -13,7 +13,7 @@ export const ME = "query Me { me { name } }";
 export const SESSIONS = `query Sessions { sessions { ${SESSION_SUMMARY} } }`;
 
 export const SESSION = `query Session($id: ID!) {
-  session(id: $id) { ${SESSION_SUMMARY} config tokens bytesAcrossPerStep }
+  session(id: $id) { ${SESSION_SUMMARY} config tokens bytesAcrossPerStep replicas }
 }`;
 
 export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: Int) {
@@ -33,10 +33,10 @@ export const EVENTS_LIVE = `subscription EventsLive($id: ID!) {
   sessionEvents(sessionId: $id) { seq id type ts actor payload }
 }`;
 
-export const TOPOLOGY = `query Topology($id: ID!) {
-  topology(sessionId: $id) {
-    sessionId bytesAcrossPerStep
-    vnodes { id op params precision pnode }
+export const TOPOLOGY = `query Topology($id: ID!, $replica: Int) {
+  topology(sessionId: $id, replica: $replica) {
+    sessionId bytesAcrossPerStep replica replicas { index pnodes }
+    vnodes { id op params precision pnode replica }
     edges { src dst bytesPerStep crosses }
     pnodes { ${PNODE_SUMMARY} }
   }

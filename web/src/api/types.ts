@@ -23,6 +23,8 @@ export interface SessionDetail extends SessionSummary {
   config: { steps?: number; network_yaml?: string } | null;
   tokens: number | null;
   bytesAcrossPerStep: number | null;
+  /** data-parallel replicas of the pipeline in the current allocation */
+  replicas: number | null;
 }
 
 export interface Validation {
@@ -46,6 +48,13 @@ export interface VNode {
   params: number | null;
   precision: string | null;
   pnode: string;
+  replica: number;
+}
+
+/** One data-parallel replica: a whole copy of the network on its own PNodes. */
+export interface Replica {
+  index: number;
+  pnodes: string[];
 }
 
 export interface Edge {
@@ -79,6 +88,9 @@ export interface PNodeSummary {
 
 export interface Topology {
   sessionId: string;
+  /** the replica whose VNodes and edges these are */
+  replica: number;
+  replicas: Replica[];
   vnodes: VNode[];
   edges: Edge[];
   pnodes: PNodeSummary[];

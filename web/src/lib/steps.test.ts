@@ -1,8 +1,11 @@
 import { describe, expect, it } from "vitest";
+import { STEP_FIELDS } from "../api/protocol";
 import type { Step } from "../api/types";
 import { appendSteps, emptySeries, tokensPerSecond } from "./steps";
 
+// every metric 0 (new StepCompleted fields included), then the ones these tests look at
 const step = (n: number, loss = 1): Step => ({
+  ...(Object.fromEntries(STEP_FIELDS.map((f) => [f, 0])) as unknown as Step),
   step: n, ts: n, loss, tokens: 100, stepTimeS: 0.5, lr: 1e-3, lossScale: 1, computeS: 0.4, waitS: 0.1,
 });
 
