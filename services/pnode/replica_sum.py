@@ -127,6 +127,9 @@ class ReplicaSum:
             await self.send(self.assignments[exchange.partner][vid], payload, route)
             self.sent_bytes += payload.numel() * payload.element_size()
             theirs = await self._take(PartialSumKey("train", step, vid, *exchange.theirs))
+            if theirs.shape != payload.shape or theirs.dtype != payload.dtype:
+                raise SumAborted(f"step {step}: replica {exchange.partner} sent {vid}'s sum as {theirs.dtype} "
+                                 f"{list(theirs.shape)}, this replica's is {payload.dtype} {list(payload.shape)}")
             if wire is not None:  # both sides add what travelled, never their own unrounded sum
                 total, theirs = await self.compute(_decoded, payload, theirs, wire, total.numel())
             total = await self.compute(exchange.combine, total, theirs, add_parts)

@@ -1,0 +1,123 @@
+"""Data-parallel replicas: tokens/s with R = 1 and R = 2, one PNode per replica on its own core.
+
+The anchor is R = 1 on one PNode pinned to one core, measured in the same run (before and after
+the R = 2 runs, on the same cluster): the scaling ratio is tokens/s(R=2) / (2 x tokens/s(R=1)),
+target >= 0.9. Also: the bytes the replicas send each other per step (summed gradients), and
+diloco against summed gradients (bytes per step and tokens/s). Loopback only: the WAN lab's
+`lan` and `home` profiles need computeall inside the lab (bench/wanlab), not on main yet.
+
+    python bench/replicas.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the integration tests' cluster helpers
+
+from computeall.cli.follow import follow_session, start_session  # noqa: E402
+from computeall.cli.session_view import session_events  # noqa: E402
+from computeall.cli.supervisor import ServiceSpec  # noqa: E402
+from computeall.protocol.config import DataConfig, SessionConfig  # noqa: E402
+from computeall.protocol.events import StepCompleted  # noqa: E402
+from computeall.protocol.replica_sync import ReplicaSync  # noqa: E402
+from integration.cluster import running_cluster, wait_for_pnodes  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+NETWORK = REPO / "examples" / "networks" / "tiny-gpt.yaml"
+SHAKESPEARE = next((p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.parents
+                    if (p / "shared" / "data" / "tinyshakespeare.txt").exists()), None)
+
+
+def corpus() -> list[str]:
+    if SHAKESPEARE is not None:
+        return [str(SHAKESPEARE)]
+    from computeall.cli.default_corpus import stdlib_files
+
+    return stdlib_files(1 << 20)
+
+
+def pin(pid: int, core: int) -> None:
+    """Every thread of the process onto one core (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), {core})
+
+
+async def add_pnode(client, supervisor, name: str, core: int) -> None:
+    cores = os.cpu_count() or 1
+    supervisor.start([ServiceSpec(name, "pnode", ["--name", name, "--processes-on-machine", str(cores)])])
+    await wait_for_pnodes(client, [name])
+    pin(supervisor.services[name].process.pid, core % cores)
+
+
+async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaSync) -> dict:
+    config = SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=corpus()), steps=steps + warmup,
+                           batch_size=8, micro_batches=2, replicas=replicas, sync=sync, seed=1)
+    sid, command_id = await start_session(client, config)
+    outcome = await follow_session(client.eventlog, sid, config.steps, None, False, command_id)
+    if not outcome.ok:
+        raise SystemExit(outcome.message)
+    done = [e.payload for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, StepCompleted)]
+    measured = done[warmup:]
+    step_s = statistics.median(p.step_time_s for p in measured)
+    return {"replicas": replicas, "sync": sync.mode, "inner_steps": sync.inner_steps if sync.mode == "diloco" else None,
+            "step_times_s": [p.step_time_s for p in measured], "median_step_s": step_s,
+            "tokens_per_s": measured[0].tokens / step_s,
+            "median_compute_s_per_pnode": statistics.median(p.compute_s for p in measured) / replicas,
+            "reduce_bytes_per_step": statistics.mean(p.reduce_bytes for p in measured),
+            "final_loss": done[-1].loss}
+
+
+async def bench(steps: int, warmup: int, inner_steps: int) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
+        async with running_cluster(Path(tmp), pnodes=0) as (client, supervisor):
+            await add_pnode(client, supervisor, "pnode-0", core=0)
+            one = [await measure(client, steps, warmup, 1, ReplicaSync())]
+            await add_pnode(client, supervisor, "pnode-1", core=1)
+            two = await measure(client, steps, warmup, 2, ReplicaSync())
+            diloco = await measure(client, steps, warmup, 2, ReplicaSync(mode="diloco", inner_steps=inner_steps))
+            leaving = supervisor.services.pop("pnode-1").process  # back to one PNode for the anchor's second look
+            leaving.send_signal(signal.SIGTERM)  # a graceful leave: it says so in its heartbeats, then exits
+            await asyncio.get_running_loop().run_in_executor(None, leaving.wait, 60)
+            one.append(await measure(client, steps, warmup, 1, ReplicaSync()))
+    anchor_step_s = statistics.median(t for r in one for t in r["step_times_s"])
+    anchor = {**one[0], "step_times_s": [t for r in one for t in r["step_times_s"]], "median_step_s": anchor_step_s,
+              "tokens_per_s": one[0]["tokens_per_s"] * one[0]["median_step_s"] / anchor_step_s}
+    return [
+        {"name": "R=1, 1 PNode on 1 core (anchor)", **anchor, "ratio": 1.0},
+        {"name": "R=2, 1 PNode per replica, own core", **two,
+         "ratio": two["tokens_per_s"] / (2 * anchor["tokens_per_s"]), "ratio_is": "scaling: tokens/s / (2 x R=1)"},
+        {"name": f"R=2 diloco H={inner_steps}", **diloco,
+         "ratio": diloco["tokens_per_s"] / two["tokens_per_s"], "ratio_is": "tokens/s / R=2 summed gradients",
+         "bytes_ratio": diloco["reduce_bytes_per_step"] / two["reduce_bytes_per_step"]},
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps")
+    parser.add_argument("--json", type=Path, default=RESULTS / "replicas.json")
+    args = parser.parse_args()
+    steps, warmup, inner = (8, 2, 4) if args.quick else (24, 3, 8)
+    rows = asyncio.run(bench(steps, warmup, inner))
+    print(f"{NETWORK.name}, batch 8 in 2 micro-batches, loopback, {os.cpu_count()} cores, medians of {steps} steps")
+    print(f"{'run':<38}{'tokens/s':>10}{'step':>9}{'sent/step':>12}{'ratio':>8}")
+    for r in rows:
+        print(f"{r['name']:<38}{r['tokens_per_s']:>10.0f}{r['median_step_s']:>8.3f}s"
+              f"{r['reduce_bytes_per_step'] / 2**20:>9.2f} MiB{r['ratio']:>8.3f}  {r.get('ratio_is', '')}")
+    print(f"diloco sends {rows[2]['bytes_ratio']:.3f} of summed gradients' bytes per step")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Replicas on PNodes: one pipeline per group of PNodes, `auto` as many as fit, clear refusals."""
+
+from pathlib import Path
+
+import pytest
+
+from computeall.network import Graph, load_network_file
+from computeall.orchestrator.allocator import AllocationError, PNodeCapacity, allocate
+from computeall.orchestrator.replication import allocate_replicas
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "networks"
+GiB = 1 << 30
+
+
+@pytest.fixture
+def graph() -> Graph:
+    return Graph(load_network_file(EXAMPLES / "tiny-gpt.yaml"))
+
+
+def pnodes(*memory: int) -> list[PNodeCapacity]:
+    return [PNodeCapacity(f"p{i}", m) for i, m in enumerate(memory)]
+
+
+def test_each_replica_gets_its_own_pnodes_and_the_whole_network(graph):
+    placed = allocate_replicas(graph, pnodes(*[4 * GiB] * 4), 2, batch_size=8, micro_batches=4)
+    assert placed.count == 2 and sorted(placed.pnodes) == ["p0", "p1", "p2", "p3"]
+    assert [sorted(set(a.values())) for a in placed.assignments] == [["p0", "p2"], ["p1", "p3"]]
+    assert all(sorted(a) == sorted(graph.vnodes) for a in placed.assignments)
+    assert [placed.replica_of(p) for p in ("p0", "p1", "p2", "p3")] == [0, 1, 0, 1]
+    # each replica's pipeline is sized for its share of the batch
+    alone = allocate(graph, pnodes(4 * GiB, 4 * GiB), 4, 2)
+    assert placed.replicas[0].bytes_across_per_step == alone.bytes_across_per_step
+
+
+def test_auto_takes_as_many_replicas_as_fit_and_the_micro_batches_allow(graph):
+    need = allocate(graph, pnodes(64 * GiB), 8, 2).stages[0].memory_bytes
+    roomy = [need * 2] * 4
+    assert allocate_replicas(graph, pnodes(*roomy), "auto", 8, micro_batches=4).count == 4
+    assert allocate_replicas(graph, pnodes(*roomy), "auto", 8, micro_batches=2).count == 2
+    assert allocate_replicas(graph, pnodes(*roomy[:3]), "auto", 8, micro_batches=4).count == 2
+    # PNodes too small to hold the network alone: two of them make one replica
+    small = [int(need * 0.6)] * 4
+    assert allocate_replicas(graph, pnodes(*small), "auto", 8, micro_batches=4).count == 2
+    assert allocate_replicas(graph, pnodes(*small[:3]), "auto", 8, micro_batches=4).count == 1
+
+
+def test_a_fixed_count_the_pnodes_cannot_hold_is_refused_saying_why(graph):
+    with pytest.raises(AllocationError, match="2 replicas need at least 2 PNodes"):
+        allocate_replicas(graph, pnodes(4 * GiB), 2, 8, micro_batches=2)
+    need = allocate(graph, pnodes(64 * GiB), 8, 2).stages[0].memory_bytes
+    with pytest.raises(AllocationError, match="replica 1 of 2: .*cannot be split to fit"):
+        allocate_replicas(graph, pnodes(2 * need, int(need * 0.5)), 2, 8, micro_batches=2)
