@@ -1,7 +1,7 @@
 """Data-parallel replicas: tokens/s with R = 1 and R = 2, one PNode per replica on its own core.
 
-The anchor is R = 1 on one PNode pinned to one core, measured in the same run (before and after
-the R = 2 runs, on the same cluster): the scaling ratio is tokens/s(R=2) / (2 x tokens/s(R=1)),
+The anchor is R = 1 on one PNode pinned to one core, measured in the same run, interleaved with
+the R = 2 runs on the same cluster: the scaling ratio is tokens/s(R=2) / (2 x tokens/s(R=1)),
 target >= 0.9. Also: the bytes the replicas send each other per step (summed gradients), and
 diloco against summed gradients (bytes per step and tokens/s). Loopback only: the WAN lab's
 `lan` and `home` profiles need computeall inside the lab (bench/wanlab), not on main yet.
@@ -77,29 +77,42 @@ async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaS
             "final_loss": done[-1].loss}
 
 
-async def bench(steps: int, warmup: int, inner_steps: int) -> list[dict]:
+async def bench(steps: int, warmup: int, inner_steps: int, rounds: int) -> list[dict]:
+    """`rounds` of: R=1 on pnode-0 alone; pnode-1 joins; R=2 summed gradients; R=2 diloco; pnode-1 leaves.
+    The machine is shared and noisy: interleaving the runs exposes each to the same drift."""
+    runs: dict[str, list[dict]] = {"one": [], "two": [], "diloco": []}
+    diloco = ReplicaSync(mode="diloco", inner_steps=inner_steps)
     with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
         async with running_cluster(Path(tmp), pnodes=0) as (client, supervisor):
             await add_pnode(client, supervisor, "pnode-0", core=0)
-            one = [await measure(client, steps, warmup, 1, ReplicaSync())]
-            await add_pnode(client, supervisor, "pnode-1", core=1)
-            two = await measure(client, steps, warmup, 2, ReplicaSync())
-            diloco = await measure(client, steps, warmup, 2, ReplicaSync(mode="diloco", inner_steps=inner_steps))
-            leaving = supervisor.services.pop("pnode-1").process  # back to one PNode for the anchor's second look
-            leaving.send_signal(signal.SIGTERM)  # a graceful leave: it says so in its heartbeats, then exits
-            await asyncio.get_running_loop().run_in_executor(None, leaving.wait, 60)
-            one.append(await measure(client, steps, warmup, 1, ReplicaSync()))
-    anchor_step_s = statistics.median(t for r in one for t in r["step_times_s"])
-    anchor = {**one[0], "step_times_s": [t for r in one for t in r["step_times_s"]], "median_step_s": anchor_step_s,
-              "tokens_per_s": one[0]["tokens_per_s"] * one[0]["median_step_s"] / anchor_step_s}
+            for r in range(rounds):
+                runs["one"].append(await measure(client, steps, warmup, 1, ReplicaSync()))
+                await add_pnode(client, supervisor, f"pnode-{r + 1}", core=1)
+                runs["two"].append(await measure(client, steps, warmup, 2, ReplicaSync()))
+                runs["diloco"].append(await measure(client, steps, warmup, 2, diloco))
+                leaving = supervisor.services.pop(f"pnode-{r + 1}").process
+                leaving.send_signal(signal.SIGTERM)  # a graceful leave: it says so in its heartbeats, then exits
+                await asyncio.get_running_loop().run_in_executor(None, leaving.wait, 60)
+    one, two, dl = (pooled(runs[k]) for k in ("one", "two", "diloco"))
     return [
-        {"name": "R=1, 1 PNode on 1 core (anchor)", **anchor, "ratio": 1.0},
+        {"name": "R=1, 1 PNode on 1 core (anchor)", **one, "ratio": 1.0},
         {"name": "R=2, 1 PNode per replica, own core", **two,
-         "ratio": two["tokens_per_s"] / (2 * anchor["tokens_per_s"]), "ratio_is": "scaling: tokens/s / (2 x R=1)"},
-        {"name": f"R=2 diloco H={inner_steps}", **diloco,
-         "ratio": diloco["tokens_per_s"] / two["tokens_per_s"], "ratio_is": "tokens/s / R=2 summed gradients",
-         "bytes_ratio": diloco["reduce_bytes_per_step"] / two["reduce_bytes_per_step"]},
+         "ratio": two["tokens_per_s"] / (2 * one["tokens_per_s"]), "ratio_is": "scaling: tokens/s / (2 x R=1)"},
+        {"name": f"R=2 diloco H={inner_steps}", **dl,
+         "ratio": dl["tokens_per_s"] / two["tokens_per_s"], "ratio_is": "tokens/s / R=2 summed gradients",
+         "bytes_ratio": dl["reduce_bytes_per_step"] / two["reduce_bytes_per_step"]},
     ]
+
+
+def pooled(runs: list[dict]) -> dict:
+    """Several runs of one setting as one: medians over all their steps."""
+    times = [t for r in runs for t in r["step_times_s"]]
+    step_s = statistics.median(times)
+    return {**runs[0], "runs": len(runs), "step_times_s": times, "median_step_s": step_s,
+            "tokens_per_s": runs[0]["tokens_per_s"] * runs[0]["median_step_s"] / step_s,
+            "median_compute_s_per_pnode": statistics.median(r["median_compute_s_per_pnode"] for r in runs),
+            "reduce_bytes_per_step": statistics.mean(r["reduce_bytes_per_step"] for r in runs),
+            "final_loss": [r["final_loss"] for r in runs]}
 
 
 def main() -> None:
@@ -107,9 +120,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "replicas.json")
     args = parser.parse_args()
-    steps, warmup, inner = (8, 2, 4) if args.quick else (24, 3, 8)
-    rows = asyncio.run(bench(steps, warmup, inner))
-    print(f"{NETWORK.name}, batch 8 in 2 micro-batches, loopback, {os.cpu_count()} cores, medians of {steps} steps")
+    steps, warmup, inner, rounds = (8, 2, 4, 1) if args.quick else (16, 2, 8, 3)
+    rows = asyncio.run(bench(steps, warmup, inner, rounds))
+    print(f"{NETWORK.name}, batch 8 in 2 micro-batches, loopback, {os.cpu_count()} cores, "
+          f"medians of {rounds} x {steps} steps")
     print(f"{'run':<38}{'tokens/s':>10}{'step':>9}{'sent/step':>12}{'ratio':>8}")
     for r in rows:
         print(f"{r['name']:<38}{r['tokens_per_s']:>10.0f}{r['median_step_s']:>8.3f}s"
