@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from computeall.network import NetworkError, load_network_file
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from computeall.protocol.replica_sync import ReplicaSync
@@ -90,6 +92,8 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             replicas=args.replicas,
             sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps),
         )
+    except ValidationError as exc:  # the config's own words, without pydantic's framing
+        raise UserError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -98,6 +102,9 @@ async def run(args: argparse.Namespace) -> int:
     if args.pnodes < 1:
         raise UserError("--pnodes must be at least 1")
     config = session_config(args, min_pnodes=args.pnodes)
+    if isinstance(config.replicas, int) and config.replicas > args.pnodes:
+        raise UserError(f"--replicas {config.replicas} needs at least {config.replicas} PNodes (one pipeline each); "
+                        f"use --pnodes {config.replicas} or more, or --replicas auto")
     owned_dir = args.data_dir is None
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="computeall-run-"))
     ok = False
