@@ -12,7 +12,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from computeall.protocol.events import CheckpointObject
-from computeall.protocol.object_store import open_bucket
+from computeall.protocol.object_store import existing_bucket
 from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
 from computeall.protocol.wire import digest
 from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, save_vnode
@@ -31,7 +31,7 @@ def _replica(stage: SessionStage) -> int:
 
 
 async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint) -> list[CheckpointObject]:
-    store = await open_bucket(js, request.bucket)
+    store = await existing_bucket(js, request.bucket)
     objects, replica = [], _replica(stage)
     for vid in stage.local:
         data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid, stage.replica_sum.outer)
@@ -43,7 +43,7 @@ async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoin
 
 async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoint) -> None:
     """Raise `CheckpointError` when an object is missing or its digest does not match the log."""
-    store = await open_bucket(js, request.bucket)
+    store = await existing_bucket(js, request.bucket)
     replica = _replica(stage)
     if not any(o.replica == replica for o in request.objects):
         replica = 0
