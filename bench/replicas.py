@@ -55,7 +55,7 @@ def pin(pid: int, core: int) -> None:
 async def add_pnode(client, supervisor, name: str, core: int) -> None:
     cores = os.cpu_count() or 1
     supervisor.start([ServiceSpec(name, "pnode", ["--name", name, "--processes-on-machine", str(cores)])])
-    await wait_for_pnodes(client, [name])
+    await wait_for_pnodes(supervisor, [name])
     pin(supervisor.services[name].process.pid, core % cores)
 
 

@@ -102,7 +102,7 @@ async def test_losing_pnodes_of_replicas_ends_with_the_clean_runs_bits(tmp_path)
         killed = await history(client, sid)
 
         # replicas: auto on 4 PNodes is 4 replicas; one PNode gone for good: 2 replicas after the rollback
-        await wait_for_pnodes(client, ["pnode-1"])
+        await wait_for_pnodes(supervisor, ["pnode-1"])
         sid, _ = await start_session(client, cfg(KILLED, replicas="auto"))
         await wait_for(client, sid, lambda s: s.next_step >= 7)
         supervisor.services.pop("pnode-3").process.kill()
