@@ -9,17 +9,17 @@ from computeall.protocol.events import CheckpointCommitted, StepCompleted, Valid
 from computeall.protocol.replica_sync import ReplicaSync
 
 from .cluster import running_cluster
-from .sessions import config, run_to_end, wait_for
+from .sessions import run_to_end, wait_for
 from .test_training_run import NETWORK
 
 STEPS = 200
 DILOCO = ReplicaSync(mode="diloco", inner_steps=20, wire="int8")
 
 
-def on_shakespeare(shakespeare, sync: ReplicaSync) -> SessionConfig:
-    return SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=[str(shakespeare)]), steps=STEPS,
+def on_shakespeare(shakespeare, sync: ReplicaSync, steps: int = STEPS, **extra) -> SessionConfig:
+    return SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=[str(shakespeare)]), steps=steps,
                          micro_batches=2, replicas=2, seed=1, sync=sync, validate_every=STEPS, validation_batches=8,
-                         min_pnodes=2)
+                         min_pnodes=2, **extra)
 
 
 async def payloads(client, sid):
@@ -32,8 +32,8 @@ async def test_diloco_is_within_3_percent_of_synchronous_and_deterministic(tmp_p
         diloco = await payloads(client, await run_to_end(client, on_shakespeare(shakespeare, DILOCO)))
 
         # a short diloco session killed mid-round (checkpoints fall inside rounds: each replica's own state)
-        short = config(steps=60, micro_batches=2, replicas=2, checkpoint_every=5,
-                       sync=ReplicaSync(mode="diloco", inner_steps=4))
+        short = on_shakespeare(shakespeare, ReplicaSync(mode="diloco", inner_steps=4), steps=60, checkpoint_every=5,
+                               keep_checkpoints=3)
         clean = await payloads(client, await run_to_end(client, short))
         sid, _ = await start_session(client, short)
         await wait_for(client, sid, lambda s: s.next_step >= 7)
