@@ -123,6 +123,8 @@ async def _checkpoint_objects(client: Client, checkpoint: CheckpointCommitted) -
         raise UserError(f"the checkpoint bucket {checkpoint.bucket} is gone from this NATS server") from None
     out = {}
     for entry in checkpoint.objects:
+        if entry.replica != 0:
+            continue  # diloco's other replicas: the first one's parameters stand for the model
         try:
             data = (await store.get(entry.object)).data
         except (ObjectNotFoundError, NotFoundError):

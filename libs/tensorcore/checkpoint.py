@@ -25,7 +25,8 @@ def _vnode_params(runtime: VNodeRuntime, vid: str) -> dict[str, torch.nn.Paramet
     return {f"{vid}.{name}": p for name, p in runtime.modules[vid].named_parameters()}
 
 
-def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, outer: OuterOptimizer | None = None) -> bytes:
+def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str,
+               outer: OuterOptimizer | None = None) -> bytes:
     params = _vnode_params(runtime, vid)
     tensors = {PARAM + name: p.detach().contiguous().cpu() for name, p in params.items()}
     tensors.update({OPTIM + k: v.contiguous().cpu() for k, v in optimizer.state_dict(sorted(params)).items()})

@@ -3,8 +3,8 @@
 What a PNode stage does for a step, without the network in between: every VNode forward in
 graph order, then every backward in reverse order, one micro-batch after the other, gradients
 combined by the same rules as the stage (`loss_gradient`, `summed_in_order`,
-`gradients_by_input`, the micro-batch tree of `MicroGradients`). So the parameters' gradients are the ones a session on any number of
-PNodes accumulates. Benchmarks and tests train with it; the optimizer step stays the caller's.
+`gradients_by_input`, the micro-batch tree of `MicroGradients`). So the parameters' gradients are
+the ones a session on any number of PNodes and replicas accumulates. Benchmarks and tests train with it; the optimizer step stays the caller's.
 """
 
 from __future__ import annotations
