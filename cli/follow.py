@@ -19,9 +19,15 @@ from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import CommandRejected, EventEnvelope, SessionCompleted, SessionFailed, StepCompleted
 
 
-async def start_session(client: Client, config: SessionConfig, actor: str = "local", start: bool = True) -> tuple[str, str]:
-    """Publish `CreateSession` for a new session id; (session id, command id)."""
-    sid = new_id()[:12]
+def new_session_id() -> str:
+    return new_id()[:12]
+
+
+async def start_session(
+    client: Client, config: SessionConfig, actor: str = "local", start: bool = True, sid: str | None = None
+) -> tuple[str, str]:
+    """Publish `CreateSession` for session `sid` (default: a new id); (session id, command id)."""
+    sid = sid or new_session_id()
     command = CommandEnvelope(actor=actor, session_id=sid, payload=CreateSession(config=config, start=start))
     await client.eventlog.publish_command(command)
     return sid, command.id

@@ -176,6 +176,9 @@ EXAMPLES: dict[str, object] = {
     "micro_batches": 1, "batch": 8, "key": "a1b2c3d4e5f6/train/41/0/b1.res2/act", "shape": [8, 256, 128],
     "chunk": 0, "chunks": 1, "offset": 0, "total_bytes": 1048576, "TensorHeader.dtype": "float32",
     "stage": "tokenize", "done": 524288, "total": 1115394, "ok": True,
+    "InitFrom.session_id": "f6e5d4c3b2a1", "InitFrom.step": 200, "source": "session f6e5d4c3b2a1 at step 200",
+    "prompt": "ROMEO:", "text": " what light through yonder window breaks?", "Sample.tokens": 11,
+    "prompts": [[0, 4107, 25]],
 }
 
 

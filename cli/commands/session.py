@@ -39,7 +39,8 @@ from computeall.protocol.subjects import LOG_STREAM
 from ..client import Client, connect
 from ..cluster_file import resolve_nats_url
 from ..errors import UserError
-from ..follow import start_session
+from ..follow import new_session_id, start_session
+from ..init_from import init_from
 from ..session_view import find_session, report, session_events, session_ids, summary, visible
 from .run import add_training_args, session_config
 from .user import ask_monitor, resolve_api_key
@@ -61,8 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     create = verbs.add_parser("create", help="create a session (it starts unless --no-start)")
     create.add_argument("--network", required=True, help="network YAML")
     add_training_args(create)
-    create.add_argument("--checkpoint-every", type=int, default=0)
-    create.add_argument("--validate-every", type=int, default=0)
+    create.add_argument("--init-from", metavar="SID[@STEP]|DIR", default=None,
+                        help="start from the weights of a session's checkpoint (the newest unless @STEP) or of a "
+                             "local Hugging Face Llama directory; the optimizer starts fresh")
     create.add_argument("--min-pnodes", type=int, default=1, help="wait for this many PNodes before allocating")
     create.add_argument("--no-start", action="store_true")
     _common(create)
@@ -108,11 +110,13 @@ async def _user(args: argparse.Namespace, url: str) -> str | None:
 
 async def _create(args: argparse.Namespace) -> int:
     config = session_config(args, min_pnodes=args.min_pnodes)
-    config = config.model_copy(update={"checkpoint_every": args.checkpoint_every, "validate_every": args.validate_every})
     url = resolve_nats_url(args.nats, args.data_dir)
     actor = await _user(args, url) or "local"
     async with connect(url, args.prefix) as client:
-        sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start)
+        sid = new_session_id()
+        if args.init_from:
+            config = config.model_copy(update={"init_from": await init_from(client, args.init_from, config.network_yaml, sid)})
+        sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start, sid=sid)
         await _await_effect(client, sid, command_id, (SessionCreated,), after_seq=0)
     print(json.dumps({"session_id": sid}) if args.json else f"session {sid} created")
     return 0

@@ -25,6 +25,7 @@ SPECIAL_TOKENS = [EOT_TOKEN, PAD_TOKEN]
 MIN_VOCAB = BYTE_ALPHABET + len(SPECIAL_TOKENS)
 MAX_VOCAB = 262144
 SPLIT_METHODS = ("random-doc", "tail", "hash-doc")
+MANIFEST_FILE = "manifest.json"  # the dataset service publishes `<dataset>/manifest.json` in its bucket, last
 
 
 class _Request(BaseModel):
@@ -153,6 +154,11 @@ class DatasetReply(BaseModel):
 
 def progress_subject(subjects: Subjects, name: str) -> str:
     return subjects.dataset_api(f"progress.{check_token(name, 'dataset name')}")
+
+
+def session_dataset(dataset: str | None, files: list[str], vocab_size: int) -> str:
+    """The dataset a session trains on: the one it names, else the one made from its files."""
+    return dataset or files_dataset_name(files, vocab_size)
 
 
 def files_dataset_name(files: list[str], vocab_size: int) -> str:

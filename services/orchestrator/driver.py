@@ -17,6 +17,7 @@ from computeall.protocol.subjects import Subjects
 from .checkpoints import Checkpoints
 from .claim import claim
 from .errors import DriverDone, LostClaim, SessionError
+from .initial_weights import InitialWeights
 from .loss_scale import uses_dynamic_scaling
 from .placement import Placement
 from .pnode_calls import PNodeCalls
@@ -76,7 +77,8 @@ class SessionDriver:
             return
         prepared = await prepare(self.state, self.calls.nc, self.subjects)
         placement = Placement(self.recorder, self.registry, self.pnodes, prepared.graph, prepared.dataset)
-        checkpoints = Checkpoints(self.recorder, self.pnodes, placement)
+        initial = InitialWeights(self.recorder, self.pnodes, prepared) if self.state.config.init_from else None
+        checkpoints = Checkpoints(self.recorder, self.pnodes, placement, initial)
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)
         precisions = [v.precision for v in prepared.graph.spec.vnodes]
         training_step = TrainingStep(self.recorder, self.pnodes, uses_dynamic_scaling(self.state.config.loss_scale, precisions))
