@@ -31,6 +31,7 @@ class Checkpoints:
         self.pnodes = pnodes
         self.placement = placement
         self.initial = initial  # where a session that starts from another model's weights gets them
+        self.pinned: set[int] = set()  # steps still being read (for samples): pruned at a later save
         self.subjects = pnodes.calls.subjects
 
     async def save(self, step: int) -> None:
@@ -50,7 +51,7 @@ class Checkpoints:
     async def _prune(self, bucket: str) -> None:
         """Keep the newest `keep_checkpoints`; the log says pruned before any object is deleted."""
         state = self.recorder.state
-        excess = state.checkpoints[: -state.config.keep_checkpoints]
+        excess = [c for c in state.checkpoints[: -state.config.keep_checkpoints] if c.step not in self.pinned]
         if not excess:
             return
         store = await open_bucket(self.pnodes.calls.nc.jetstream(), bucket)

@@ -25,6 +25,7 @@ from .pnodes import PNodeRegistry
 from .preparation import prepare, wait_for_pnodes
 from .recorder import SessionRecorder
 from .recovery import Recovery
+from .samples import Sampler
 from .session_pnodes import SessionPNodes
 from .step import TrainingStep
 from .training import Trainer
@@ -82,5 +83,10 @@ class SessionDriver:
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)
         precisions = [v.precision for v in prepared.graph.spec.vnodes]
         training_step = TrainingStep(self.recorder, self.pnodes, uses_dynamic_scaling(self.state.config.loss_scale, precisions))
+        sampler = Sampler(self.recorder, placement, checkpoints)
+        await sampler.start()
         await wait_for_pnodes(self.state, self.registry, self.pnode_wait_s)
-        await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step).train()
+        try:
+            await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step, sampler).train()
+        finally:
+            sampler.abandon()
