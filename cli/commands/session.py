@@ -32,12 +32,13 @@ from computeall.protocol.events import (
     StopRequested,
     ValidationRequested,
 )
+from computeall.protocol.credentials import Credential
 from computeall.protocol.monitor_api import AUTH, Auth
 from computeall.protocol.session_state import fold
 from computeall.protocol.subjects import LOG_STREAM
 
 from ..client import Client, connect
-from ..cluster_file import resolve_nats_url
+from ..identity import add_credential_argument, user_credential
 from ..errors import UserError
 from ..follow import new_session_id, start_session
 from ..init_from import init_from
@@ -98,21 +99,22 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--prefix", default=None)
     p.add_argument("--api-key", default=None, help="act as this key's user (default: $COMPUTEALL_API_KEY, else local)")
+    add_credential_argument(p)
 
 
-async def _user(args: argparse.Namespace, url: str) -> str | None:
+async def _user(args: argparse.Namespace, credential: Credential) -> str | None:
     """The API key's user, or None for the local default user."""
     key = resolve_api_key(args.api_key)
     if not key:
         return None
-    return (await ask_monitor(url, args.prefix, AUTH, Auth(api_key=key))).user
+    return (await ask_monitor(credential, args.prefix, AUTH, Auth(api_key=key))).user
 
 
 async def _create(args: argparse.Namespace) -> int:
     config = session_config(args, min_pnodes=args.min_pnodes)
-    url = resolve_nats_url(args.nats, args.data_dir)
-    actor = await _user(args, url) or "local"
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    actor = await _user(args, credential) or "local"
+    async with connect(credential, args.prefix) as client:
         sid = new_session_id()
         if args.init_from:
             config = config.model_copy(update={"init_from": await init_from(client, args.init_from, config.network_yaml, sid)})
@@ -123,9 +125,9 @@ async def _create(args: argparse.Namespace) -> int:
 
 
 async def _command(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
-    user = await _user(args, url)
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    user = await _user(args, credential)
+    async with connect(credential, args.prefix) as client:
         find_session(args.session_id, await session_events(client.eventlog, args.session_id), user)
         model, effects = EFFECTS[args.verb]
         extra = {"fuse_heads": args.fuse_heads} if getattr(args, "fuse_heads", None) is not None else {}
@@ -163,9 +165,9 @@ async def _await_effect(
 
 
 async def _list(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
-    user = await _user(args, url)
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    user = await _user(args, credential)
+    async with connect(credential, args.prefix) as client:
         rows = []
         for sid in await session_ids(client.eventlog):
             state = fold(sid, await session_events(client.eventlog, sid))
@@ -181,9 +183,9 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
-    user = await _user(args, url)
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    user = await _user(args, credential)
+    async with connect(credential, args.prefix) as client:
         events = await session_events(client.eventlog, args.session_id)
     data = report(find_session(args.session_id, events, user), events)
     if args.json:

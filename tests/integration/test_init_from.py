@@ -21,9 +21,10 @@ SOURCE_STEPS = 5
 AT = 4  # the source's checkpoint the new sessions start from
 
 
-async def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
+async def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI of the machine that runs the cluster in `data_dir`: it acts as the local user."""
     return await asyncio.to_thread(
-        subprocess.run, [str(COMPUTEALL), *args, "--nats", url], capture_output=True, text=True, timeout=180
+        subprocess.run, [str(COMPUTEALL), *args, "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=180
     )
 
 
@@ -38,16 +39,16 @@ async def test_init_from_a_checkpoint_and_from_its_export_goes_on_with_the_same_
     wider = tmp_path / "wider.yaml"
     wider.write_text(NETWORK.read_text().replace("hidden: 172", "hidden: 180"))
     async with running_cluster(tmp_path / "cluster", pnodes=1) as (client, _):
-        url = client.nc.connected_url.geturl()
+        here = tmp_path / "cluster"
         source = await run_to_end(client, source_cfg)
         next_loss = dict(await losses(client, source))[AT]  # step AT ran on the checkpoint's weights
         hf = tmp_path / "hf"
-        exported = await _cli(url, "export", source, "--step", str(AT), "--format", "hf", str(hf))
+        exported = await _cli(here, "export", source, "--step", str(AT), "--format", "hf", str(hf))
         assert exported.returncode == 0, exported.stderr[-2000:]
 
         started = {}
         for kind, init in (("session", f"{source}@{AT}"), ("hf", str(hf))):
-            created = await _cli(url, *_create_args(NETWORK, init))
+            created = await _cli(here, *_create_args(NETWORK, init))
             assert created.returncode == 0, created.stderr[-2000:]
             started[kind] = json.loads(created.stdout)["session_id"]
         for kind, sid in started.items():
@@ -62,12 +63,12 @@ async def test_init_from_a_checkpoint_and_from_its_export_goes_on_with_the_same_
 
         # a mismatch is refused before anything is created, naming the tensor
         for init, tensor in ((f"{source}@{AT}", "b0.mlp.gate_up.weight"), (str(hf), "model.layers.0.mlp.gate_proj.weight")):
-            refused = await _cli(url, *_create_args(wider, init))
+            refused = await _cli(here, *_create_args(wider, init))
             assert refused.returncode == 2 and tensor in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
         for init, message in ((f"{source}@2", "has no checkpoint at step 2; kept steps: 4, 5"),
                               ("nosuch", "no session nosuch in the log"),
                               (f"{source}@x", "SID@STEP (STEP a number)")):
-            refused = await _cli(url, *_create_args(NETWORK, init))
+            refused = await _cli(here, *_create_args(NETWORK, init))
             assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
         # the orchestrator refuses what a client without these checks sends

@@ -22,7 +22,7 @@ async def test_samples_are_recorded_without_changing_the_math_and_generate_repro
     plain = config(steps=7, checkpoint_every=0, min_pnodes=2)
     sampled = plain.model_copy(update={"sample_every": 3, "sample_prompts": PROMPTS, "sampling": SAMPLING})
     async with running_cluster(tmp_path / "cluster", pnodes=2) as (client, _):
-        url = client.nc.connected_url.geturl()
+        here = tmp_path / "cluster"
         without, with_samples = [await run_to_end(client, cfg) for cfg in (plain, sampled)]
         assert await losses(client, with_samples) == await losses(client, without)
 
@@ -36,7 +36,7 @@ async def test_samples_are_recorded_without_changing_the_math_and_generate_repro
 
         last = recorded[-1].samples[0]
         generated = await asyncio.to_thread(subprocess.run, [
-            str(COMPUTEALL), "generate", with_samples, "--step", "7", "--prompt", last.prompt, "--nats", url,
+            str(COMPUTEALL), "generate", with_samples, "--step", "7", "--prompt", last.prompt, "--data-dir", str(here),
             "--max-new-tokens", str(SAMPLING.max_new_tokens), "--temperature", str(SAMPLING.temperature),
             "--top-k", str(SAMPLING.top_k), "--seed", str(SAMPLING.seed),
         ], capture_output=True, text=True, timeout=120)
