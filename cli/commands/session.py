@@ -194,10 +194,15 @@ async def _show(args: argparse.Namespace) -> int:
     else:
         print(f"session {data['session_id']}: {data['status']}, step {data['step']}/{data['steps']}, "
               f"last loss {data['last_loss']}, owner {data['owner']}")
+        if data["initialized_from"]:
+            print(f"  started from {data['initialized_from']}")
         for v in data["validations"]:
             print(f"  validation at step {v['step']}: loss {v['loss']:.4f}, perplexity {v['perplexity']:.1f}")
         for c in data["checkpoints"]:
             print(f"  checkpoint at step {c['step']}: {c['bytes']} bytes in {c['seconds']:.2f}s{' (pruned)' if c['pruned'] else ''}")
+        for sampled in data["samples"]:
+            for sample in sampled["samples"]:
+                print(f"  sample at step {sampled['step']}: {sample['prompt'] + sample['text']!r}")
         for f in data["failovers"]:
             print(f"  failover at step {f['at_step']}: lost {', '.join(f['lost'])}, {len(f['moves'])} VNodes moved, "
                   f"back to step {f.get('rolled_back_to')}, {f.get('steps_rerun', 0)} steps re-run")

@@ -38,7 +38,7 @@ def llama_objects(spec: NetworkSpec, directory: Path) -> dict[str, bytes]:
         layout = llama_layout(spec)
     except ExportError as exc:
         raise WeightsMismatch(f"network {spec.name} is not a Llama, so no Llama directory fits it: {exc}") from None
-    check_config(read_config(directory), spec, layout)
+    config = read_config(directory)
     model = TrainedModel.untrained(spec)
     wanted = {key: tuple(p.shape) for key, p in model.weights().items()}
     with ExitStack() as stack:
@@ -61,35 +61,39 @@ def llama_objects(spec: NetworkSpec, directory: Path) -> dict[str, bytes]:
                 blocks.append(from_llama(piece, files[piece.name].get_tensor(piece.name).float(), layout))
             weights[ours] = torch.cat(blocks)
         _check_leftovers(files, llama_pieces(layout), weights[f"{layout.embed}.weight"], directory)
+    check_config(config, layout)  # after the shapes: those name the tensor, these the setting
     model.load(weights)
     return {vid: weights_object(vid, module) for vid, module in model.modules.items()}
 
 
 def read_config(directory: Path) -> dict:
+    """config.json, which must describe a Llama."""
     path = directory / "config.json"
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except FileNotFoundError:
         raise WeightsMismatch(f"{directory} has no config.json: it is not a Hugging Face model directory") from None
     except ValueError as exc:
         raise WeightsMismatch(f"{path} is not JSON: {exc}") from None
-
-
-def check_config(config: dict, spec: NetworkSpec, layout: LlamaLayout) -> None:
-    """The settings that change the math without changing a shape must be the network's."""
     kind = config.get("model_type")
     if kind != "llama":
         raise WeightsMismatch(f"config.json describes a {kind!r} model; only Llama maps onto a computeall network")
+    return config
+
+
+def check_config(config: dict, layout: LlamaLayout) -> None:
+    """The settings that change the math without changing a shape must be the network's."""
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     heads = config.get("num_attention_heads")
     attn = by_block(layout, "attn")
     checks = [
+        ("num_attention_heads", heads, layout.heads, attn),
+        ("num_key_value_heads", config.get("num_key_value_heads", heads), layout.heads, attn),
         ("rope type", rope_type, "default", attn),
         ("rope_theta", float(theta), float(layout.rope_base), attn),
         ("rms_norm_eps", float(config.get("rms_norm_eps", 1e-6)), float(layout.eps), layout.norm),
-        ("num_key_value_heads", config.get("num_key_value_heads", heads), layout.heads, attn),
         ("hidden_act", config.get("hidden_act", "silu"), "silu", by_block(layout, "mlp")),
     ]
     for field, theirs, ours, vnode in checks:

@@ -71,6 +71,7 @@ def test_a_shape_mismatch_names_the_tensor(exported):
     (lambda c: c["rope_parameters"].update(rope_theta=500000.0), "rope_theta 500000.0; the network's b0.attn needs 10000.0"),
     (lambda c: c.update(rms_norm_eps=1e-6), "rms_norm_eps 1e-06; the network's norm_f needs 1e-05"),
     (lambda c: c.update(num_key_value_heads=2), "num_key_value_heads 2; the network's b0.attn needs 4"),
+    (lambda c: c.update(num_attention_heads=8, num_key_value_heads=8), "num_attention_heads 8; the network's b0.attn needs 4"),
 ])
 def test_a_setting_that_changes_the_math_is_refused(exported, tmp_path, edit, message):
     yaml, _, directory = exported
