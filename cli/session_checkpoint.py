@@ -10,15 +10,15 @@ manifest published there). Every object is checked against its digest. No torch 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
 from computeall.network import NetworkError, load_network
-from computeall.protocol.dataset_api import session_dataset
-from computeall.protocol.dataset_client import DatasetError, fetch_tokenizer
-from computeall.protocol.events import CheckpointCommitted, EventEnvelope
+from computeall.protocol.dataset_api import MANIFEST_FILE, session_dataset
+from computeall.protocol.events import CheckpointCommitted, DatasetCreated, EventEnvelope
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.wire import digest
 
@@ -26,6 +26,7 @@ from .client import Client, connect
 from .identity import add_credential_argument, user_credential
 from .errors import UserError
 from .session_view import session_events
+
 
 def any_reader(state: SessionState) -> None:
     """Who may read a session's checkpoints: anyone on the bus, until authentication lands.
@@ -91,7 +92,7 @@ async def read_session_checkpoint(
         network_yaml=state.config.network_yaml,
         objects=objects,
         dataset=dataset,
-        tokenizer_json=await _tokenizer(client, sid, dataset),
+        tokenizer_json=await _tokenizer(client, dataset),
     )
 
 
@@ -139,8 +140,22 @@ def _dataset_name(state: SessionState) -> str:
     return session_dataset(data.dataset, data.files, vocab)
 
 
-async def _tokenizer(client: Client, sid: str, dataset: str) -> bytes:
+async def _tokenizer(client: Client, dataset: str) -> bytes:
+    created = [
+        EventEnvelope.model_validate_json(r.data).payload
+        for r in await client.eventlog.read(client.subjects.dataset_evt(dataset, "DatasetCreated"))
+    ]
+    created = [p for p in created if isinstance(p, DatasetCreated) and p.object_store_bucket]
+    if not created:
+        raise UserError(f"the session's dataset {dataset} is not in the log, so its tokenizer cannot be found")
+    bucket = created[-1].object_store_bucket
     try:
-        return await fetch_tokenizer(client.eventlog, dataset)
-    except DatasetError as exc:
-        raise UserError(f"session {sid}: {exc}") from None
+        store = await client.js.object_store(bucket)
+        manifest = json.loads((await store.get(f"{dataset}/{MANIFEST_FILE}")).data)
+        info = manifest["tokenizer"]
+        data = (await store.get(f"{dataset}/{info['file']}")).data
+    except (BucketNotFoundError, ObjectNotFoundError, NotFoundError):
+        raise UserError(f"the tokenizer of dataset {dataset} is missing from bucket {bucket}") from None
+    if digest(data) != info["digest"]:
+        raise UserError(f"the tokenizer of dataset {dataset} does not match its digest in the manifest: it is corrupted")
+    return data

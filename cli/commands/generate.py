@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise UserError("; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors())) from None
     checkpoint = asyncio.run(checkpoint_from_args(args))
-    codec = PromptCodec(checkpoint.tokenizer_json)
+    codec = PromptCodec.from_json(checkpoint.tokenizer_json)
     prompt = codec.prompt(args.prompt)
     try:
         generator = Generator(trained_model(checkpoint))

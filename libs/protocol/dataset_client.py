@@ -6,15 +6,13 @@ A `batch` reply is either one tensor frame (it starts with `wire.MAGIC`) or a
 
 from __future__ import annotations
 
-import json
-
-from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 from pydantic import BaseModel, ValidationError
 
 from . import wire
-from .dataset_api import MANIFEST_FILE, BatchRequest, CreateDataset, DatasetReply, GetDataset, ListDatasets, SampleRequest
-from .eventlog import EventLog
-from .events import DatasetCreated, EventEnvelope
+from .dataset_api import (
+    BatchRequest, CreateDataset, DatasetReply, DecodeTokens, EncodePrompts, GetDataset, ListDatasets,
+    SampleRequest,
+)
 from .subjects import Subjects
 
 
@@ -66,23 +64,11 @@ async def sample_text(nc, subjects: Subjects, request: SampleRequest, timeout: f
     return _reply(await _request(nc, subjects.dataset_api("sample"), request, timeout)).samples or []
 
 
-async def fetch_tokenizer(eventlog: EventLog, dataset: str) -> bytes:
-    """The dataset's `tokenizers` JSON, read from the bucket its `DatasetCreated` names, digest checked
-    against the manifest published there (the service need not be running)."""
-    created = [
-        EventEnvelope.model_validate_json(r.data).payload
-        for r in await eventlog.read(eventlog.subjects.dataset_evt(dataset, "DatasetCreated"))
-    ]
-    created = [p for p in created if isinstance(p, DatasetCreated) and p.object_store_bucket]
-    if not created:
-        raise DatasetError(f"dataset {dataset} is not in the log, so its tokenizer cannot be found")
-    bucket = created[-1].object_store_bucket
-    try:
-        store = await eventlog.js.object_store(bucket)
-        info = json.loads((await store.get(f"{dataset}/{MANIFEST_FILE}")).data)["tokenizer"]
-        data = (await store.get(f"{dataset}/{info['file']}")).data
-    except (BucketNotFoundError, ObjectNotFoundError, NotFoundError):
-        raise DatasetError(f"the tokenizer of dataset {dataset} is missing from bucket {bucket}") from None
-    if wire.digest(data) != info["digest"]:
-        raise DatasetError(f"the tokenizer of dataset {dataset} does not match its digest in the manifest: it is corrupted")
-    return data
+async def encode_prompts(nc, subjects: Subjects, dataset: str, texts: list[str], timeout: float) -> DatasetReply:
+    """The prompts as token ids (`tokens`), and the dataset's `eot_id` and `vocab_size`."""
+    return _reply(await _request(nc, subjects.dataset_api("encode"), EncodePrompts(dataset=dataset, texts=texts), timeout))
+
+
+async def decode_tokens(nc, subjects: Subjects, dataset: str, tokens: list[list[int]], timeout: float) -> list[str]:
+    request = DecodeTokens(dataset=dataset, tokens=tokens)
+    return _reply(await _request(nc, subjects.dataset_api("decode"), request, timeout)).texts or []

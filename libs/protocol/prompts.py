@@ -1,8 +1,8 @@
 """Text <-> token ids around a generation, the same for `computeall generate` and a session's samples.
 
 Every document in training follows `<|endoftext|>`, so a prompt starts with it too, and generation
-stops at the next one. The tokenizer is a dataset's `tokenizers` JSON; the package is imported
-when a codec is made, so a process that never generates never loads it.
+stops at the next one. The codec wraps a dataset's `tokenizers.Tokenizer`: the CLI loads it from the
+dataset's bucket, the dataset service (which encodes and decodes a session's samples) has it open.
 """
 
 from __future__ import annotations
@@ -12,11 +12,15 @@ from .sampling import SamplingConfig
 
 
 class PromptCodec:
-    def __init__(self, tokenizer_json: bytes) -> None:
-        from tokenizers import Tokenizer
+    def __init__(self, tokenizer) -> None:  # a tokenizers.Tokenizer
+        self.tokenizer = tokenizer
+        self.eot = tokenizer.token_to_id(EOT_TOKEN)
 
-        self.tokenizer = Tokenizer.from_str(tokenizer_json.decode())
-        self.eot = self.tokenizer.token_to_id(EOT_TOKEN)
+    @classmethod
+    def from_json(cls, tokenizer_json: bytes) -> "PromptCodec":
+        from tokenizers import Tokenizer  # imported here: only processes that generate need it
+
+        return cls(Tokenizer.from_str(tokenizer_json.decode()))
 
     def prompt(self, text: str) -> list[int]:
         """The ids a generation continues: a new document, then the text."""
@@ -27,9 +31,4 @@ class PromptCodec:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def limits(self, sampling: SamplingConfig) -> SamplingConfig:
-        """`sampling` with what the tokenizer decides where it was left out: stop at `<|endoftext|>`,
-        never draw an id the tokenizer has no text for."""
-        return sampling.model_copy(update={
-            "stop_token": self.eot if sampling.stop_token is None else sampling.stop_token,
-            "vocab_size": sampling.vocab_size or self.tokenizer.get_vocab_size(),
-        })
+        return sampling.for_tokenizer(self.eot, self.tokenizer.get_vocab_size())

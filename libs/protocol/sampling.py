@@ -21,3 +21,11 @@ class SamplingConfig(BaseModel):
     seed: int = 0
     stop_token: int | None = Field(None, description="end early after this token (it is returned)")
     vocab_size: int | None = Field(None, ge=1, description="ids from here on have no text (the tokenizer is smaller): never drawn")
+
+    def for_tokenizer(self, eot_id: int | None, vocab_size: int) -> "SamplingConfig":
+        """These settings with what the tokenizer decides where they were left out: stop at
+        `<|endoftext|>`, never draw an id the tokenizer has no text for."""
+        return self.model_copy(update={
+            "stop_token": eot_id if self.stop_token is None else self.stop_token,
+            "vocab_size": self.vocab_size or vocab_size,
+        })

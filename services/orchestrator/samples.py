@@ -4,9 +4,9 @@ A sample reads a committed checkpoint of its step (saved first when that step ha
 the PNodes' training state, so sampling cannot change a loss. One PNode of the session continues
 the prompts with `tensorcore.generation` on a thread beside its compute (`GenerateSamples`); the
 step loop does not wait for it, and the reply is recorded as `SamplesGenerated` at a later step
-boundary (or before the session ends). Prompts are encoded and texts decoded here with the
-dataset's tokenizer, so the PNode sees token ids only. The sampling seed is the config's: the same
-checkpoint and settings give the same text, which `computeall generate` reproduces.
+boundary (or before the session ends). The dataset service, which owns the tokenizer, encodes the
+prompts and decodes the texts; the PNode sees token ids only. The sampling seed is the config's: the
+same checkpoint and settings give the same text, which `computeall generate` reproduces.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import asyncio
 import logging
 import time
 
-from computeall.protocol.dataset_client import DatasetError, fetch_tokenizer
+from computeall.protocol.dataset_client import decode_tokens, encode_prompts
 from computeall.protocol.events import Sample, SamplesGenerated
 from computeall.protocol.pnode_api import GenerateSamples, PNodeReply
-from computeall.protocol.prompts import PromptCodec
+from computeall.protocol.sampling import SamplingConfig
 
 from .checkpoints import Checkpoints
 from .errors import PNodeFailure, SessionError
 from .placement import Placement
+from .preparation import dataset_call
 from .recorder import SessionRecorder
 
 log = logging.getLogger("computeall.orchestrator.samples")
@@ -36,8 +37,9 @@ class Sampler:
         self.recorder = recorder
         self.placement = placement
         self.checkpoints = checkpoints
-        self.codec: PromptCodec | None = None
+        self.calls = placement.session_pnodes.calls  # to the PNodes, and (its connection) the dataset service
         self.prompts: list[list[int]] = []
+        self.sampling: SamplingConfig | None = None
         self.pending: dict[int, asyncio.Task[PNodeReply]] = {}
         self.asked: dict[int, float] = {}  # step -> when the samples were asked for
 
@@ -47,16 +49,15 @@ class Sampler:
         return bool(config.sample_every) and config.replay_of is None
 
     async def start(self) -> None:
-        """Read the tokenizer and encode the prompts; a prompt that leaves no room to write fails the session
-        now, before any step, rather than at its first sample."""
+        """Encode the prompts; a prompt that leaves no room to write fails the session now, before any
+        step, rather than at its first sample."""
         if not self.enabled:
             return
         config = self.recorder.state.config
-        try:
-            self.codec = PromptCodec(await fetch_tokenizer(self.recorder.session.eventlog, self.placement.dataset))
-        except DatasetError as exc:
-            raise SessionError(f"samples: {exc}") from None
-        self.prompts = [self.codec.prompt(text) for text in config.sample_prompts]
+        encoded = await dataset_call(lambda: encode_prompts(self.calls.nc, self.calls.subjects, self.placement.dataset,
+                                                            config.sample_prompts, timeout=30.0))
+        self.prompts = encoded.tokens
+        self.sampling = config.sampling.for_tokenizer(encoded.eot_id, encoded.vocab_size)
         context = self.placement.graph.spec.context
         for text, ids in zip(config.sample_prompts, self.prompts):
             if len(ids) >= context:
@@ -78,11 +79,10 @@ class Sampler:
         self.checkpoints.pinned.add(step)  # not pruned while the PNode reads it
         request = GenerateSamples(
             session_id=state.id, step=step, network_yaml=state.config.network_yaml, bucket=checkpoint.bucket,
-            objects=checkpoint.objects, prompts=self.prompts, sampling=self.codec.limits(state.config.sampling),
+            objects=checkpoint.objects, prompts=self.prompts, sampling=self.sampling,
         )
-        calls = self.placement.session_pnodes.calls
         self.asked[step] = time.monotonic()
-        self.pending[step] = asyncio.create_task(calls.one(self._writer(), request, timeout=SAMPLE_TIMEOUT_S))
+        self.pending[step] = asyncio.create_task(self.calls.one(self._writer(), request, timeout=SAMPLE_TIMEOUT_S))
 
     async def record_ready(self) -> None:
         """Record the samples that have come back, in step order."""
@@ -91,11 +91,13 @@ class Sampler:
             self.checkpoints.pinned.discard(step)
             try:
                 reply = task.result()
+                texts = await dataset_call(lambda: decode_tokens(self.calls.nc, self.calls.subjects, self.placement.dataset,
+                                                                 reply.samples, timeout=30.0))
             except (PNodeFailure, SessionError) as exc:  # training goes on; a re-run of this step samples again
                 log.warning("session %s: no samples for step %d: %s", self.recorder.state.id, step, exc)
                 continue
-            samples = [Sample(prompt=text, text=self.codec.text(ids), tokens=len(ids))
-                       for text, ids in zip(self.recorder.state.config.sample_prompts, reply.samples or [])]
+            samples = [Sample(prompt=prompt, text=text, tokens=len(ids))
+                       for prompt, text, ids in zip(self.recorder.state.config.sample_prompts, texts, reply.samples)]
             await self.recorder.record(SamplesGenerated(step=step, samples=samples, pnode=reply.pnode,
                                                         seconds=time.monotonic() - self.asked.pop(step)))
 

@@ -11,7 +11,8 @@ from computeall.protocol.session_state import SessionState
 def sampler(**config) -> Sampler:
     settings = {"network_yaml": "name: t\n", "data": DataConfig(files=["a"]), "steps": 10, **config}
     state = SessionState(id="s", config=SessionConfig(**settings))
-    return Sampler(SimpleNamespace(state=state), placement=None, checkpoints=None)
+    placement = SimpleNamespace(session_pnodes=SimpleNamespace(calls=None))
+    return Sampler(SimpleNamespace(state=state), placement, checkpoints=None)
 
 
 def test_every_n_steps_and_the_last_one():
