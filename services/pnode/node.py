@@ -71,7 +71,7 @@ class PNode:
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
-        self.sampling_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-samples")
+        self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
         self.rejected_frames = 0
