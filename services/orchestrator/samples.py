@@ -87,7 +87,7 @@ class Sampler:
     async def record_ready(self) -> None:
         """Record the samples that have come back, in step order."""
         for step in sorted(s for s, task in self.pending.items() if task.done()):
-            task = self.pending.pop(step)
+            task, asked = self.pending.pop(step), self.asked.pop(step)
             self.checkpoints.pinned.discard(step)
             try:
                 reply = task.result()
@@ -99,7 +99,7 @@ class Sampler:
             samples = [Sample(prompt=prompt, text=text, tokens=len(ids))
                        for prompt, text, ids in zip(self.recorder.state.config.sample_prompts, texts, reply.samples)]
             await self.recorder.record(SamplesGenerated(step=step, samples=samples, pnode=reply.pnode,
-                                                        seconds=time.monotonic() - self.asked.pop(step)))
+                                                        seconds=time.monotonic() - asked))
 
     async def drain(self) -> None:
         """Wait (a while) for the samples still being written and record them; give up on the rest."""
@@ -112,9 +112,11 @@ class Sampler:
 
     def abandon(self) -> None:
         """The driver stops: nobody will record what is still being written."""
-        for task in self.pending.values():
+        for step, task in self.pending.items():
             task.cancel()
+            self.checkpoints.pinned.discard(step)
         self.pending.clear()
+        self.asked.clear()
 
     def _writer(self) -> str:
         """The session's PNode with the most memory: it holds the whole model while it samples."""
