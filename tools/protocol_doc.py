@@ -68,6 +68,10 @@ SUBJECTS = [
                args=("batch",)),
     SubjectRow("dataset_api", "request/reply", "decoded text of a few samples", (dataset_api.SampleRequest,),
                args=("sample",)),
+    SubjectRow("dataset_api", "request/reply", "prompts as the token ids a generation continues",
+               (dataset_api.EncodePrompts,), args=("encode",)),
+    SubjectRow("dataset_api", "request/reply", "generated token ids as text", (dataset_api.DecodeTokens,),
+               args=("decode",)),
     SubjectRow(dataset_api.progress_subject, "event", "progress of a `create`, for progress bars",
                (dataset_api.DatasetProgress,)),
     *(SubjectRow(monitor_api.monitor_subject, "request/reply", what, (model, monitor_api.MonitorReply), args=(verb,))
@@ -176,6 +180,9 @@ EXAMPLES: dict[str, object] = {
     "micro_batches": 1, "batch": 8, "key": "a1b2c3d4e5f6/train/41/0/b1.res2/act", "shape": [8, 256, 128],
     "chunk": 0, "chunks": 1, "offset": 0, "total_bytes": 1048576, "TensorHeader.dtype": "float32",
     "stage": "tokenize", "done": 524288, "total": 1115394, "ok": True,
+    "InitFrom.session_id": "f6e5d4c3b2a1", "InitFrom.step": 200, "source": "session f6e5d4c3b2a1 at step 200",
+    "prompt": "ROMEO:", "text": " what light through yonder window breaks?", "Sample.tokens": 11,
+    "prompts": [[0, 4107, 25]], "texts": ["ROMEO:"], "DecodeTokens.tokens": [[4107, 25]],
 }
 
 

@@ -44,6 +44,7 @@ from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
 from .allocator import AllocationError, PNodeCapacity
 from .driver import SessionDriver
+from .initial_weights import check_source
 from .membership import MembershipRecorder
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -257,6 +258,7 @@ class Orchestrator:
         events = DECIDE[type(command.payload)](session.state, command.payload, command.actor)
         if isinstance(command.payload, CreateSession) and events:
             _check_network(command.payload.config.network_yaml)
+            await check_source(session.eventlog, command.payload.config.init_from, command.actor)
         await session.record(command.actor, events)
         if was != SessionStatus.RUNNING and session.state.status == SessionStatus.RUNNING:
             self._drive(session)

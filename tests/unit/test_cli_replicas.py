@@ -26,7 +26,8 @@ def test_replicas_and_diloco_reach_the_session_config():
 def test_a_replica_count_that_would_change_the_sum_is_refused_in_plain_words():
     with pytest.raises(UserError) as err:
         session_config(parse("--micro-batches", "4", "--replicas", "3"))
-    assert str(err.value).startswith("3 replicas cannot share 4 micro-batches") and "choose replicas from 1, 2, 4" in str(err.value)
+    assert str(err.value).startswith("config: 3 replicas cannot share 4 micro-batches")
+    assert "choose replicas from 1, 2, 4" in str(err.value)
 
 
 def test_run_refuses_more_replicas_than_pnodes_before_starting_anything():
