@@ -46,16 +46,20 @@ def local_step(
     micro_batches: Sequence[torch.Tensor],
     loss_scale: float = 1.0,
     run: RunItem = _call,
+    block: range | None = None,
 ) -> LocalStep:
     """Forward and backward of one step; `micro_batches` are token ids (B, T+1) each. The runtimes
-    together host the whole graph (one, or several standing for PNodes that split it)."""
+    together host the whole graph (one, or several standing for PNodes that split it). `block`: the
+    micro-batches they run, when they stand for one replica of several (default: all)."""
     runtimes = [runtimes] if isinstance(runtimes, VNodeRuntime) else list(runtimes)
     host = {v: r for r in runtimes for v in r.order}
     graph = runtimes[0].graph
-    result = LocalStep(tokens=sum(b[:, 1:].numel() for b in micro_batches))
+    block = range(len(micro_batches)) if block is None else block
+    result = LocalStep(tokens=sum(b[:, 1:].numel() for b in micro_batches))  # the step's: the loss's mean is over them
     for r in runtimes:
-        r.start_step(range(len(micro_batches)), len(micro_batches))
-    for m, batch in enumerate(micro_batches):
+        r.start_step(block, len(micro_batches))
+    for m in block:
+        batch = micro_batches[m]
         # forward, VNode by VNode
         values = {"data.tokens": batch[:, :-1], "data.targets": batch[:, 1:]}  # (B, T) each
         for vid in graph.order:
