@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from model_doc import Page, link, members, model_section
 
-from computeall.protocol import dataset_api, monitor_api, pnode_api, telemetry, wire
+from computeall.protocol import dataset_api, limits, monitor_api, pnode_api, telemetry, wire
 from computeall.protocol.commands import Command, PauseSession
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetEvent, PNodeEvent, SessionEvent
@@ -192,10 +192,17 @@ def heartbeat_timing() -> str:
             "`--heartbeat-timeout` default) is lost.\n\n")
 
 
+def limits_block() -> str:
+    """Every limit of `computeall.protocol.limits`, as a table."""
+    rows = [f"| `{name}` | {value:,} | {value.what} |" for name, value in limits.documented().items()]
+    return "\n".join(["| limit | value | what it bounds |", "|---|---|---|", *rows]) + "\n"
+
+
 def blocks(page: Page) -> dict[str, Callable[[], str]]:
     """The `{{name}}` blocks of the template, in the order they are written."""
     return {
         "subjects": subjects_block,
+        "limits": limits_block,
         "envelope": envelope_section,
         "commands": lambda: page.models(members(Command)),
         "session_events": lambda: page.models(members(SessionEvent)),

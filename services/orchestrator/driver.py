@@ -18,6 +18,7 @@ from .checkpoints import Checkpoints
 from .claim import claim
 from .errors import DriverDone, LostClaim, SessionError
 from .loss_scale import uses_dynamic_scaling
+from .network_jobs import NetworkJobs
 from .placement import Placement
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -41,12 +42,14 @@ class SessionDriver:
         session: SessionLog,
         registry: PNodeRegistry,
         orchestrator_id: str,
+        jobs: NetworkJobs,
         takeover_from: str | None = None,
         pnode_wait_s: float = 120.0,
     ) -> None:
         self.calls = calls
         self.subjects = subjects
         self.registry = registry
+        self.jobs = jobs
         self.pnode_wait_s = pnode_wait_s
         self.recorder = SessionRecorder(session, orchestrator_id, takeover_from)
         self.pnodes = SessionPNodes(calls, self.recorder)
@@ -74,8 +77,8 @@ class SessionDriver:
     async def _drive(self) -> None:
         if not await claim(self.recorder):
             return
-        prepared = await prepare(self.state, self.calls.nc, self.subjects)
-        placement = Placement(self.recorder, self.registry, self.pnodes, prepared.graph, prepared.dataset)
+        prepared = await prepare(self.state, self.calls.nc, self.subjects, self.jobs)
+        placement = Placement(self.recorder, self.registry, self.pnodes, self.jobs, prepared.graph, prepared.dataset)
         checkpoints = Checkpoints(self.recorder, self.pnodes, placement)
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)
         precisions = [v.precision for v in prepared.graph.spec.vnodes]
