@@ -33,6 +33,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.dataset import builder, tokenizer as bpe
+from computeall.dataset.data_roots import DataRoots
 from computeall.dataset.sources import Reader
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import SPECIAL_TOKENS, BatchRequest, CreateDataset
@@ -64,7 +65,7 @@ def corpus_file(source: Path, copies: int, folder: Path) -> Path:
 
 def bench_tokenize(corpus: Path, repeats: int, folder: Path) -> dict:
     reader = Reader()
-    scan = reader.scan([str(corpus)])
+    scan = reader.scan([str(corpus)], DataRoots([corpus.parent]))
     request = CreateDataset(name="bench", files=[str(corpus)], vocab_size=8192)
     tokenizer = bpe.train(reader.documents(scan.files), 8192, scan.documents)
     documents = list(reader.documents(scan.files))
@@ -87,7 +88,7 @@ def bench_tokenize(corpus: Path, repeats: int, folder: Path) -> dict:
 
 def bench_train(corpus: Path, vocab: int, repeats: int) -> dict:
     reader = Reader()
-    scan = reader.scan([str(corpus)])
+    scan = reader.scan([str(corpus)], DataRoots([corpus.parent]))
 
     def service() -> Tokenizer:
         return bpe.train(reader.documents(scan.files), vocab, scan.documents)
@@ -132,7 +133,8 @@ async def _batch_latencies(url: str, corpus: Path, requests: int) -> list[float]
 def bench_batches(corpus: Path, requests: int, folder: Path) -> dict:
     with EmbeddedNats(folder / "nats") as server:
         service = subprocess.Popen(
-            [sys.executable, "-m", "computeall.dataset", "--nats", server.url, "--data-dir", str(folder / "data")],
+            [sys.executable, "-m", "computeall.dataset", "--nats", server.url, "--data-dir", str(folder / "data"),
+             "--data-root", str(corpus.parent)],
             stderr=open(folder / "service.log", "wb"),
         )
         try:

@@ -140,7 +140,7 @@ def _dataset_name(state: SessionState) -> str:
         vocab = load_network(state.config.network_yaml).vocab_size
     except NetworkError as exc:
         raise UserError(f"the network of session {state.id} does not load: {exc}") from None
-    return files_dataset_name(data.files, vocab)
+    return files_dataset_name(data, vocab)
 
 
 async def _tokenizer(client: Client, dataset: str) -> bytes:

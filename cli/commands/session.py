@@ -38,6 +38,7 @@ from computeall.protocol.subjects import LOG_STREAM
 
 from ..client import Client, connect
 from ..cluster_file import resolve_nats_url
+from ..data_upload import with_sent_data
 from ..errors import UserError
 from ..follow import start_session
 from ..session_view import find_session, report, session_events, session_ids, summary, visible
@@ -112,6 +113,7 @@ async def _create(args: argparse.Namespace) -> int:
     url = resolve_nats_url(args.nats, args.data_dir)
     actor = await _user(args, url) or "local"
     async with connect(url, args.prefix) as client:
+        config = await with_sent_data(client.nc, client.subjects, config)
         sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start)
         await _await_effect(client, sid, command_id, (SessionCreated,), after_seq=0)
     print(json.dumps({"session_id": sid}) if args.json else f"session {sid} created")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ValidationError
 
 from . import wire
-from .dataset_api import BatchRequest, CreateDataset, DatasetReply, GetDataset, ListDatasets, SampleRequest
+from .dataset_api import BatchRequest, CreateDataset, DatasetReply, GetDataset, ListDatasets, LocateFiles, SampleRequest
 from .subjects import Subjects
 
 
@@ -59,3 +59,8 @@ async def list_datasets(nc, subjects: Subjects, timeout: float) -> list[dict]:
 
 async def sample_text(nc, subjects: Subjects, request: SampleRequest, timeout: float) -> list[str]:
     return _reply(await _request(nc, subjects.dataset_api("sample"), request, timeout)).samples or []
+
+
+async def locate_files(nc, subjects: Subjects, request: LocateFiles, timeout: float) -> list[str]:
+    """The paths of `request` the service reads as they are (the client uploads the others)."""
+    return _reply(await _request(nc, subjects.dataset_api("locate"), request, timeout)).readable or []

@@ -31,6 +31,8 @@ NETWORK_YAML_NODES = Limit(
     200_000, "values in a network YAML, counting each alias as the values it stands for (checked before loading)"
 )
 NETWORK_VNODES = Limit(4096, "VNodes of a network after `repeat` is expanded (counted before expanding)")
+UPLOAD_FILE_BYTES = Limit(64 << 30, "bytes of one file uploaded for a dataset (`UploadedFile.size`)")
+DATA_FILES_PER_REQUEST = Limit(1000, "files named in one `ca.ds.locate` request (clients send more in several)")
 GRAPHQL_DOCUMENT_BYTES = Limit(
     64 << 10, "bytes of one GraphQL document (query, mutation or subscription); a longer one is refused unparsed"
 )

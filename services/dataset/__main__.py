@@ -1,4 +1,8 @@
-"""`python -m computeall.dataset --nats URL --data-dir DIR [--prefix ca]`: run one dataset service."""
+"""`python -m computeall.dataset --nats URL --data-dir DIR [--data-root DIR ...] [--prefix ca]`: run one dataset service.
+
+It reads files only inside its data roots: its uploads folder, the Python standard library (the
+demo's corpus) and each `--data-root`.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,15 @@ from pathlib import Path
 
 import nats
 
+from computeall.protocol.data_files import stdlib_root
 from computeall.protocol.eventlog import ensure_streams
 from computeall.protocol.subjects import Subjects
+from computeall.protocol.uploads import uploads_bucket
 
+from .data_roots import DataRoots
 from .service import DatasetService
 from .store import DatasetStore
+from .uploads import UploadCache
 
 log = logging.getLogger("computeall.dataset")
 
@@ -29,6 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", required=True, type=Path, help="where datasets are kept (datasets/<name>/)")
     parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
     parser.add_argument("--bucket", default=None, help="Object Store bucket for shards (default: <prefix>-datasets)")
+    parser.add_argument("--data-root", action="append", type=Path, default=[], metavar="DIR",
+                        help="also read files under DIR (repeatable); always read: its uploads and the Python stdlib")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -40,14 +50,18 @@ async def serve(args: argparse.Namespace) -> None:
     await ensure_streams(js, subjects)
     store = DatasetStore(args.data_dir, js, args.bucket or f"{subjects.prefix}-datasets", min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
     await store.open()
-    service = DatasetService(nc, subjects, store)
+    uploads = UploadCache(args.data_dir / "uploads", js, uploads_bucket(subjects))
+    await uploads.open()
+    roots = DataRoots([uploads.root, stdlib_root(), *args.data_root])
+    service = DatasetService(nc, subjects, store, roots, uploads)
     await service.start()
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("dataset service ready (data dir %s, bucket %s)", args.data_dir, store.bucket)
+    log.info("dataset service ready (data dir %s, bucket %s, data roots %s)", args.data_dir, store.bucket,
+             ", ".join(map(str, roots.roots)))
     await stop.wait()
     log.info("stopping")
     await service.stop()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,21 +28,25 @@ from computeall.protocol.dataset_api import (
     DatasetReply,
     GetDataset,
     ListDatasets,
+    LocateFiles,
     SampleRequest,
 )
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import DatasetCreated, SplitCreated, Tokenized, TokenizerTrained
 from computeall.protocol.subjects import Subjects
+from computeall.protocol.uploads import sha256_of
 
 from . import builder, tokenizer as bpe
 from .batches import make_batch
+from .data_roots import DataRoots
 from .errors import DatasetUserError
 from .manifest import Manifest
 from .progress import ProgressReporter
 from .shards import SplitStream
 from .sources import Reader
 from .store import DatasetStore
+from .uploads import UploadCache
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +74,12 @@ class _Open:
 
 
 class DatasetService:
-    def __init__(self, nc, subjects: Subjects, store: DatasetStore) -> None:
+    def __init__(self, nc, subjects: Subjects, store: DatasetStore, roots: DataRoots, uploads: UploadCache) -> None:
         self.nc = nc
         self.subjects = subjects
         self.store = store
+        self.roots = roots
+        self.uploads = uploads
         self.events = EventLog(nc.jetstream(), subjects)
         self._open: dict[str, _Open] = {}
         self._creating: dict[str, asyncio.Event] = {}  # name -> set when its creation ends
@@ -84,6 +91,7 @@ class DatasetService:
             "list": (ListDatasets, self.list_datasets),
             "batch": (BatchRequest, self.batch),
             "sample": (SampleRequest, self.sample),
+            "locate": (LocateFiles, self.locate),
         }
 
     async def start(self) -> None:
@@ -139,7 +147,8 @@ class DatasetService:
 
     async def _create(self, request: CreateDataset) -> DatasetReply:
         reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)
-        scan = await asyncio.to_thread(reader.scan, request.files)
+        paths = [*request.files, *[str(await self.uploads.local(u)) for u in request.uploads]]
+        scan = await asyncio.to_thread(reader.scan, paths, self.roots)
         tokenizer_from = None
         if request.tokenizer_from:
             source = await self.store.find(request.tokenizer_from)
@@ -258,6 +267,22 @@ class DatasetService:
             dataset.tokenizer = bpe.load(dataset.root / dataset.manifest.tokenizer.file)
         texts = [dataset.tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
         return DatasetReply(ok=True, samples=texts)
+
+    async def locate(self, request: LocateFiles) -> DatasetReply:
+        """The paths this service reads with the bytes the client has; outside the roots a path is never looked at."""
+        readable = []
+        for file in request.files:
+            path = Path(file.path)
+            if not path.is_absolute() or not self.roots.holds(path):
+                continue
+            real = Path(os.path.realpath(path))
+            try:
+                same = real.is_file() and real.stat().st_size == file.size and await asyncio.to_thread(sha256_of, real) == file.sha256
+            except OSError:  # unreadable here: the client uploads it
+                same = False
+            if same:
+                readable.append(file.path)
+        return DatasetReply(ok=True, readable=readable)
 
     async def _dataset(self, name: str) -> _Open:
         if name not in self._open:

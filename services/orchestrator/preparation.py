@@ -40,8 +40,9 @@ async def prepare(state: SessionState, nc: NATS, subjects: Subjects, jobs: Netwo
         manifest = await dataset_call(lambda: get_dataset(nc, subjects, config.data.dataset, timeout=30.0))
     else:
         request = CreateDataset(
-            name=files_dataset_name(config.data.files, spec.vocab_size),
+            name=files_dataset_name(config.data, spec.vocab_size),
             files=config.data.files,
+            uploads=config.data.uploads,
             vocab_size=spec.vocab_size,
             if_exists="reuse",
         )

@@ -13,6 +13,7 @@ import nats
 import numpy as np
 import pytest
 
+from computeall.cli.data_upload import send_files
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import BatchRequest, CreateDataset, SampleRequest, SplitSpec
 from computeall.protocol.subjects import Subjects
@@ -23,18 +24,21 @@ SUBJECTS = Subjects("ca")
 
 
 class DatasetProcess:
-    """`python -m computeall.dataset` in its own process, with its own data directory."""
+    """`python -m computeall.dataset` in its own process, with its own data directory; it reads files
+    under `roots` (by default the test's folder) besides its own uploads and the stdlib."""
 
-    def __init__(self, nats_url: str, data_dir: Path) -> None:
+    def __init__(self, nats_url: str, data_dir: Path, roots: list[Path] | None = None) -> None:
         self.nats_url = nats_url
         self.data_dir = data_dir
+        self.roots = [data_dir.parent] if roots is None else roots
         self.log = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "DatasetProcess":
         seen = self.log.stat().st_size if self.log.exists() else 0  # a restart appends to the same log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "computeall.dataset", "--nats", self.nats_url, "--data-dir", str(self.data_dir), "--prefix", "ca"],
+            [sys.executable, "-m", "computeall.dataset", "--nats", self.nats_url, "--data-dir", str(self.data_dir), "--prefix", "ca",
+             *(arg for root in self.roots for arg in ("--data-root", str(root)))],
             stdout=subprocess.DEVNULL,
             stderr=open(self.log, "ab"),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -63,6 +67,10 @@ def service(nats_url: str, tmp_path: Path):
         proc.stop()
 
 
+async def send(nc, subjects, paths, timeout):
+    return await send_files(nc, subjects, paths, progress=False, wait_s=timeout)
+
+
 async def call(nats_url: str, fn, *args, timeout: float = 60.0):
     nc = await nats.connect(nats_url)
     try:
@@ -77,7 +85,10 @@ def batch_array(nats_url: str, request: BatchRequest) -> np.ndarray:
 
 
 def test_create_get_batch_restart_and_fetch_elsewhere(service: DatasetProcess, nats_url: str, shakespeare: Path, tmp_path: Path):
-    request = CreateDataset(name="shk", files=[str(shakespeare)], vocab_size=1024, split=SplitSpec(method="random-doc", fraction=0.1), shard_tokens=1 << 16)
+    sent = asyncio.run(call(nats_url, send, [str(shakespeare)]))  # outside the service's roots: uploaded
+    assert sent.files == [] and [u.name for u in sent.uploads] == ["tinyshakespeare.txt"]
+    assert sent.uploaded_bytes == shakespeare.stat().st_size
+    request = CreateDataset(name="shk", uploads=sent.uploads, vocab_size=1024, split=SplitSpec(method="random-doc", fraction=0.1), shard_tokens=1 << 16)
     manifest = asyncio.run(call(nats_url, client.create_dataset, request))
     assert manifest["name"] == "shk" and manifest["vocab_size"] == 1024 and manifest["dtype"] == "uint16"
     assert set(manifest["splits"]) == {"train", "val"}
