@@ -18,7 +18,7 @@ from .offloop import JobError, OffLoop
 from .session_graph import session_graph
 
 CHECK_TIMEOUT_S = 10.0  # a network at every limit checks in well under a second
-ALLOCATE_TIMEOUT_S = 60.0
+ALLOCATE_TIMEOUT_S = 300.0  # a runaway guard: a placement that takes longer fails the session with the reason
 
 
 # -- in the child process -----------------------------------------------------------------
