@@ -63,7 +63,7 @@ class ServiceSpec:
 def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0,
                      data_roots: list[str] = ()) -> list[ServiceSpec]:
     """What `computeall up` runs; docker-compose.yml mirrors this list. The dataset service reads files
-    under `data_roots` besides its uploads and the stdlib."""
+    under `data_roots` besides the stdlib (and the uploads a request names)."""
     roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
     services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset", roots)]
     services += [

@@ -45,7 +45,8 @@ class UploadedFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(..., pattern=r"^[^/\\\x00]{1,255}$",
+    # one plain name: no folder, and no leading dot (so never "." or "..", which would name a folder)
+    name: str = Field(..., pattern=r"^[^./\\\x00][^/\\\x00]{0,254}$",
                       description="the file's own name, without folders; its suffix says how it is read (.jsonl)")
     sha256: str = Field(..., pattern=SHA256, description="of the whole file, hex")
     size: int = Field(..., ge=1, le=UPLOAD_FILE_BYTES)
@@ -116,7 +117,7 @@ async def upload(store: ObjectStore, path: Path, manifest: UploadManifest | None
     `manifest` is `manifest_of(path)` when the caller has it already."""
     manifest = manifest or await asyncio.to_thread(manifest_of, path)
     part_bytes = manifest.part_bytes
-    file = UploadedFile(name=path.name, sha256=manifest.sha256, size=manifest.size)
+    file = UploadedFile(name=path.name.lstrip(".") or "file", sha256=manifest.sha256, size=manifest.size)
     sent = sent_bytes = 0  # every part is looked for, even of a file sent before: one may have been removed
     with open(path, "rb") as f:
         for index, digest in enumerate(manifest.parts):

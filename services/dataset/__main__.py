@@ -1,8 +1,8 @@
 """`python -m computeall.dataset --nats URL [--credential FILE] --data-dir DIR [--data-root DIR ...] [--prefix ca]`:
 run one dataset service.
 
-It reads files only inside its data roots: its uploads folder, the Python standard library (the
-demo's corpus) and each `--data-root`.
+It reads paths only inside its data roots: the Python standard library (the demo's corpus) and each
+`--data-root`; uploaded files only for the requests that name them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
     parser.add_argument("--bucket", default=None, help="Object Store bucket for shards (default: <prefix>-datasets)")
     parser.add_argument("--data-root", action="append", type=Path, default=[], metavar="DIR",
-                        help="also read files under DIR (repeatable); always read: its uploads and the Python stdlib")
+                        help="also read files under DIR (repeatable); the Python stdlib is always read")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -54,7 +54,7 @@ async def serve(args: argparse.Namespace) -> None:
     await store.open()
     uploads = UploadCache(args.data_dir / "uploads", js, uploads_bucket(subjects))
     await uploads.open()
-    roots = DataRoots([uploads.root, stdlib_root(), *args.data_root])
+    roots = DataRoots([stdlib_root(), *args.data_root])
     service = DatasetService(nc, subjects, store, roots, uploads)
     await service.start()
 

@@ -1,7 +1,8 @@
-"""The folders the dataset service reads from: nothing outside them is opened, listed or even looked at.
+"""The folders the dataset service reads paths from: nothing outside them is opened, listed or even looked at.
 
-Always its uploads folder (what clients sent through the Object Store) and the Python standard
-library (the demo's corpus); `--data-root DIR` adds more. A path counts as inside when its real
+Always the Python standard library (the demo's corpus); `--data-root DIR` adds more. Its uploads
+folder is not among them: an uploaded file is read only for a request that names it as an upload
+(by its digest), so no one reads another's uploads by path. A path counts as inside when its real
 path is: a symbolic link inside a root that points out of it is outside.
 """
 
@@ -16,6 +17,9 @@ from .errors import DatasetUserError
 class DataRoots:
     def __init__(self, roots: list[Path]) -> None:
         self.roots = list(dict.fromkeys(Path(os.path.realpath(r)) for r in roots))
+
+    def including(self, folders: list[Path]) -> "DataRoots":
+        return DataRoots([*self.roots, *folders])
 
     def holds(self, path: Path) -> bool:
         real = Path(os.path.realpath(path))

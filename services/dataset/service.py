@@ -147,8 +147,11 @@ class DatasetService:
 
     async def _create(self, request: CreateDataset) -> DatasetReply:
         reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)
-        paths = [*request.files, *[str(await self.uploads.local(u)) for u in request.uploads]]
-        scan = await asyncio.to_thread(reader.scan, paths, self.roots)
+        for name in request.files:
+            self.roots.check(name)  # refused before any upload is fetched
+        uploaded = [await self.uploads.local(u) for u in request.uploads]
+        readable = self.roots.including([path.parent for path in uploaded])  # just these uploads
+        scan = await asyncio.to_thread(reader.scan, [*request.files, *map(str, uploaded)], readable)
         tokenizer_from = None
         if request.tokenizer_from:
             source = await self.store.find(request.tokenizer_from)

@@ -27,7 +27,9 @@ SUBJECTS = Subjects("ca")
 
 @pytest.fixture
 def service(nats_server: EmbeddedNats, tmp_path: Path):
-    proc = DatasetProcess(nats_server, tmp_path / "service", roots=[]).start()  # its uploads and the stdlib only
+    shared = tmp_path / "shared"  # the one folder the operator lets it read, besides the stdlib
+    shared.mkdir()
+    proc = DatasetProcess(nats_server, tmp_path / "service", roots=[shared]).start()
     yield proc
     if proc.process.poll() is None:
         proc.stop()
@@ -50,12 +52,13 @@ async def connected(server: EmbeddedNats, work):
 def test_paths_outside_the_data_roots_are_refused_and_the_service_keeps_answering(service, nats_server, tmp_path):
     """The security story: `sample` once returned /etc/passwd verbatim."""
     mine = corpus(tmp_path / "mine.txt")
-    link = tmp_path / "service" / "uploads" / "link.txt"  # inside a root, pointing out of it
+    link = tmp_path / "shared" / "link.txt"  # inside a root, pointing out of it
     link.symlink_to("/etc/passwd")
+    uploads = tmp_path / "service" / "uploads"  # other users' uploads are not read by path
 
     async def story(nc):
         refusals = []
-        for path in ("/etc/passwd", str(mine), str(link), str(tmp_path / "missing.txt")):
+        for path in ("/etc/passwd", str(mine), str(link), str(tmp_path / "missing.txt"), str(uploads)):
             with pytest.raises(client.DatasetError) as info:
                 await client.create_dataset(nc, SUBJECTS, CreateDataset(name="leak", files=[path], vocab_size=300), timeout=30)
             refusals.append(str(info.value))

@@ -26,7 +26,7 @@ SUBJECTS = Subjects("ca")
 
 class DatasetProcess:
     """`python -m computeall.dataset` in its own process, with its own data directory; it reads files
-    under `roots` (by default the test's folder) besides its own uploads and the stdlib."""
+    under `roots` (by default the test's folder) besides the stdlib."""
 
     def __init__(self, server: EmbeddedNats, data_dir: Path, roots: list[Path] | None = None) -> None:
         self.server = server
