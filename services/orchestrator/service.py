@@ -236,7 +236,7 @@ class Orchestrator:
             log.exception("failed on a command on %s", msg.subject)
             sid = msg.subject.rsplit(".", 1)[-1]
             reason = f"the orchestrator failed on this command ({type(exc).__name__}); see its log"
-            await self._reject(sid, _header_id(msg) or "?", "?", reason)
+            await self._reject(sid, _command_id(msg), "?", reason)
         await msg.ack()
 
     async def _handle_command(self, msg) -> None:
@@ -244,14 +244,14 @@ class Orchestrator:
         if len(msg.data) > COMMAND_BYTES:  # refused unread: parsing is what a huge command would cost
             size = f"{len(msg.data):,} bytes; a command may have at most {COMMAND_BYTES:,}"
             log.warning("rejected a command of %s for %s", size, sid)
-            await self._reject(sid, _header_id(msg) or "?", "?", f"the command is {size}")
+            await self._reject(sid, (msg.headers or {}).get("Nats-Msg-Id", "?"), "?", f"the command is {size}")
             return
         try:
             command = CommandEnvelope.model_validate_json(msg.data)
         except ValidationError as exc:
             reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
             log.warning("rejected a malformed command for %s: %s", sid, reason)
-            await self._reject(sid, _command_id(msg.data), "?", f"malformed command: {reason}")
+            await self._reject(sid, _command_id(msg), "?", f"malformed command: {reason}")
             return
         if command.session_id != sid:
             await self._reject(sid, command.id, command.type, f"session_id {command.session_id!r} does not match the subject")
@@ -293,15 +293,14 @@ class Orchestrator:
             log.warning("could not record CommandRejected for %s: %s", sid, exc)
 
 
-def _header_id(msg) -> str | None:
-    """The command id from `Nats-Msg-Id`, which every publisher sets to it, for a command left unread."""
-    return (msg.headers or {}).get("Nats-Msg-Id")
-
-
-def _command_id(data: bytes) -> str:
-    """The id of a command that failed validation, when it has one, so the sender can match the rejection."""
+def _command_id(msg) -> str:
+    """The id of a command left unread or malformed, so the sender can match the rejection: `Nats-Msg-Id`,
+    which publishers set to it, else the JSON's `id` when there is one."""
+    header = (msg.headers or {}).get("Nats-Msg-Id")
+    if header:
+        return header
     try:
-        value = json.loads(data).get("id")
-    except (ValueError, AttributeError):
+        value = json.loads(msg.data).get("id")
+    except (ValueError, AttributeError, RecursionError):
         return "?"
     return value if isinstance(value, str) else "?"

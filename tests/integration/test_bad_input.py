@@ -32,10 +32,11 @@ def wide_yaml(blocks: int = 4000, per_block: int = 13) -> str:
             f"  - {{id: head, op: tied_lm_head_ce, inputs: [b{blocks - 1}.n0, data.targets], tie: embed}}\n")
 
 
-def create(network_yaml: str, sid: str) -> bytes:
-    return CommandEnvelope(actor="local", session_id=sid,
-                           payload=CreateSession(config=config().model_copy(update={"network_yaml": network_yaml}))
-                           ).model_dump_json().encode()
+def create(network_yaml: str, sid: str) -> tuple[bytes, str]:
+    """A `CreateSession` for this network: its bytes and its id."""
+    command = CommandEnvelope(actor="local", session_id=sid,
+                              payload=CreateSession(config=config().model_copy(update={"network_yaml": network_yaml})))
+    return command.model_dump_json().encode(), command.id
 
 
 async def rejected_within(client, sid: str, command_id: str, data: bytes) -> str:
@@ -60,15 +61,18 @@ async def test_bad_commands_are_rejected_within_a_second_and_nothing_restarts(tm
         pid = orchestrator.process.pid
         pause_v2 = CommandEnvelope(actor="local", session_id="v2", payload=PauseSession()).model_dump(mode="json")
         pause_v2["schema_version"] = 2
+        deep_json = json.dumps({"id": "deep-json-1", "session_id": "deep-json", "payload": {"type": "PauseSession"}})
+        deep_json = deep_json.replace('"PauseSession"', '"PauseSession", "x": ' + "[" * 5000 + "]" * 5000)
         padded = config().network_yaml + "#" * (600 << 10) + "\n"  # 600 KiB: over the command limit, under CA_LOG's
-        cases = {
-            "deep": (create(deep_yaml(), "deep"), "nesting depth"),
-            "wide": (create(wide_yaml(), "wide"), "52,002 VNodes once `repeat` is expanded; the limit is 4,096"),
-            "v2": (json.dumps(pause_v2).encode(), "schema_version 2 is not supported"),
-            "huge": (create(padded, "huge"), "a command may have at most 524,288"),
+        cases = {  # session -> (the command's bytes, its id, what its rejection says)
+            "deep": (*create(deep_yaml(), "deep"), "nesting depth"),
+            "wide": (*create(wide_yaml(), "wide"), "52,002 VNodes once `repeat` is expanded; the limit is 4,096"),
+            "v2": (json.dumps(pause_v2).encode(), pause_v2["id"], "schema_version 2 is not supported"),
+            "deep-json": (deep_json.encode(), "deep-json-1", "recursion limit exceeded"),
+            "huge": (*create(padded, "huge"), "a command may have at most 524,288"),
         }
-        for sid, (data, reason) in cases.items():
-            assert reason in await rejected_within(client, sid, json.loads(data)["id"], data), sid
+        for sid, (data, command_id, reason) in cases.items():
+            assert reason in await rejected_within(client, sid, command_id, data), sid
             probe = CommandEnvelope(actor="local", session_id=f"probe-{sid}", payload=PauseSession())
             assert "cannot pause" in await rejected_within(client, probe.session_id, probe.id, probe.model_dump_json().encode())
 
