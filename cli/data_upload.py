@@ -24,7 +24,8 @@ from computeall.protocol.dataset_api import LocalFile, LocateFiles
 from computeall.protocol.dataset_client import DatasetError, locate_files
 from computeall.protocol.limits import DATA_FILES_PER_REQUEST
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.uploads import UploadedFile, UploadError, manifest_of, upload, uploads_bucket
+from computeall.protocol.object_store import uploads_bucket
+from computeall.protocol.uploads import UploadedFile, UploadError, manifest_of, upload
 
 from .errors import UserError
 

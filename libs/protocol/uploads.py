@@ -29,7 +29,6 @@ from nats.js.object_store import ObjectStore
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .limits import UPLOAD_FILE_BYTES
-from .subjects import Subjects
 
 PART_BYTES = 8 << 20
 CHUNK_BYTES = 256 << 10  # the Object Store's message size: well below the default max_payload of 1 MiB
@@ -70,10 +69,6 @@ class UploadManifest(BaseModel):
 
     def part_size(self, index: int) -> int:
         return min(self.part_bytes, self.size - index * self.part_bytes)
-
-
-def uploads_bucket(subjects: Subjects) -> str:
-    return f"{subjects.prefix}-uploads"
 
 
 def part_object(digest: str) -> str:

@@ -18,8 +18,9 @@ from computeall.protocol.bus import BusConnectError, add_bus_arguments, connect,
 from computeall.protocol.credentials import CredentialError
 from computeall.protocol.data_files import stdlib_root
 from computeall.protocol.eventlog import ensure_streams
+from computeall.protocol.object_store import dataset_bucket
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.uploads import uploads_bucket
+from computeall.protocol.object_store import uploads_bucket
 
 from .data_roots import DataRoots
 from .service import DatasetService
@@ -50,7 +51,7 @@ async def serve(args: argparse.Namespace) -> None:
     nc = await connect(credential, name="computeall-dataset", max_reconnect_attempts=-1)
     js = nc.jetstream()
     await ensure_streams(js, subjects)
-    store = DatasetStore(args.data_dir, js, args.bucket or f"{subjects.prefix}-datasets", min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
+    store = DatasetStore(args.data_dir, js, args.bucket or dataset_bucket(subjects), min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
     await store.open()
     uploads = UploadCache(args.data_dir / "uploads", js, uploads_bucket(subjects))
     await uploads.open()

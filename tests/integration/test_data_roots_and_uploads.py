@@ -17,7 +17,8 @@ from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import CreateDataset, LocalFile, LocateFiles, SampleRequest
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.uploads import UploadedFile, manifest_of, part_object, upload, uploads_bucket
+from computeall.protocol.object_store import uploads_bucket
+from computeall.protocol.uploads import UploadedFile, manifest_of, part_object, upload
 
 from .identities import connect_as
 from .test_dataset_service import DatasetProcess
