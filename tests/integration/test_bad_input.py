@@ -56,7 +56,7 @@ async def rejected_within(client, sid: str, command_id: str, data: bytes) -> str
 
 async def test_bad_commands_are_rejected_within_a_second_and_nothing_restarts(tmp_path):
     async with running_cluster(tmp_path, pnodes=1) as (client, supervisor):
-        await wait_for_pnodes(client, ["pnode-0"])
+        await wait_for_pnodes(supervisor, ["pnode-0"])
         orchestrator = supervisor.services["orchestrator"]
         pid = orchestrator.process.pid
         pause_v2 = CommandEnvelope(actor="local", session_id="v2", payload=PauseSession()).model_dump(mode="json")
