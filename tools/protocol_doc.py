@@ -70,6 +70,10 @@ SUBJECTS = [
                args=("sample",)),
     SubjectRow("dataset_api", "request/reply", "which files the service reads as they are (the client uploads the rest)",
                (dataset_api.LocateFiles,), args=("locate",)),
+    SubjectRow("dataset_api", "request/reply", "prompts as the token ids a generation continues",
+               (dataset_api.EncodePrompts,), args=("encode",)),
+    SubjectRow("dataset_api", "request/reply", "generated token ids as text", (dataset_api.DecodeTokens,),
+               args=("decode",)),
     SubjectRow(dataset_api.progress_subject, "event", "progress of a `create`, for progress bars",
                (dataset_api.DatasetProgress,)),
     *(SubjectRow(monitor_api.monitor_subject, "request/reply", what, (model, monitor_api.MonitorReply), args=(verb,))
@@ -181,6 +185,9 @@ EXAMPLES: dict[str, object] = {
     "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "size": 1115394,
     "UploadedFile.name": "input.txt", "path": "/home/alice/input.txt", "part_bytes": 8 << 20,
     "parts": ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"], "UploadManifest.size": 1115394,
+    "InitFrom.session_id": "f6e5d4c3b2a1", "InitFrom.step": 200, "source": "session f6e5d4c3b2a1 at step 200",
+    "prompt": "ROMEO:", "text": " what light through yonder window breaks?", "Sample.tokens": 11,
+    "prompts": [[0, 4107, 25]], "texts": ["ROMEO:"], "DecodeTokens.tokens": [[4107, 25]],
 }
 
 

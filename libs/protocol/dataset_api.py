@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -28,6 +28,7 @@ SPECIAL_TOKENS = [EOT_TOKEN, PAD_TOKEN]
 MIN_VOCAB = BYTE_ALPHABET + len(SPECIAL_TOKENS)
 MAX_VOCAB = 262144
 SPLIT_METHODS = ("random-doc", "tail", "hash-doc")
+MANIFEST_FILE = "manifest.json"  # the dataset service publishes `<dataset>/manifest.json` in its bucket, last
 
 
 class _Request(BaseModel):
@@ -163,6 +164,21 @@ class SampleRequest(_Request):
     seed: int = 0
 
 
+class EncodePrompts(_Request):
+    """`ca.ds.encode`: texts -> the token ids a generation continues (see `protocol.prompts`), with the
+    dataset's end-of-text id and vocabulary size, which bound what generation may draw."""
+
+    dataset: str
+    texts: list[Annotated[str, Field(max_length=10_000)]] = Field(..., min_length=1, max_length=64)
+
+
+class DecodeTokens(_Request):
+    """`ca.ds.decode`: generated token ids -> their text (special tokens left out)."""
+
+    dataset: str
+    tokens: list[Annotated[list[int], Field(max_length=1 << 16)]] = Field(..., min_length=1, max_length=64)
+
+
 class DatasetProgress(BaseModel):
     """Progress of one stage of a create: `done` of `total` `unit`s."""
 
@@ -180,10 +196,19 @@ class DatasetReply(BaseModel):
     datasets: list[dict[str, Any]] | None = None
     samples: list[str] | None = None
     readable: list[str] | None = None  # the paths of a `locate` the service reads as they are
+    tokens: list[list[int]] | None = None  # encode
+    texts: list[str] | None = None  # decode
+    eot_id: int | None = None  # encode
+    vocab_size: int | None = None  # encode
 
 
 def progress_subject(subjects: Subjects, name: str) -> str:
     return subjects.dataset_api(f"progress.{check_token(name, 'dataset name')}")
+
+
+def session_dataset(data: DataConfig, vocab_size: int) -> str:
+    """The dataset a session trains on: the one it names, else the one made from its files."""
+    return data.dataset or files_dataset_name(data, vocab_size)
 
 
 def files_dataset_name(data: DataConfig, vocab_size: int) -> str:

@@ -5,8 +5,18 @@ from __future__ import annotations
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError
 from nats.js.object_store import ObjectStore
+from pydantic import BaseModel
 
 from .subjects import Subjects
+
+
+class CheckpointObject(BaseModel):
+    """One VNode's safetensors object in a bucket, as a checkpoint (or uploaded weights) names it."""
+
+    vnode: str
+    object: str  # name in the bucket
+    digest: str  # blake2b-128 of the object's bytes
+    bytes: int
 
 
 def checkpoint_bucket(subjects: Subjects) -> str:

@@ -19,19 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
-from tokenizers import Tokenizer
 
 from computeall.protocol import wire
 from computeall.protocol.dataset_api import (
     BatchRequest,
     CreateDataset,
     DatasetReply,
+    DecodeTokens,
+    EncodePrompts,
     GetDataset,
     ListDatasets,
     LocateFiles,
     SampleRequest,
 )
 from computeall.protocol.envelope import Envelope
+from computeall.protocol.prompts import PromptCodec
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import DatasetCreated, SplitCreated, Tokenized, TokenizerTrained
 from computeall.protocol.subjects import Subjects, is_inbox
@@ -61,7 +63,13 @@ class _Open:
     manifest: Manifest
     root: Path
     streams: dict[str, SplitStream] = field(default_factory=dict)
-    tokenizer: Tokenizer | None = None
+    _codec: PromptCodec | None = None
+
+    def codec(self) -> PromptCodec:
+        """The dataset's tokenizer, loaded on first use."""
+        if self._codec is None:
+            self._codec = PromptCodec(bpe.load(self.root / self.manifest.tokenizer.file))
+        return self._codec
 
     def stream(self, split: str) -> SplitStream:
         if split not in self.manifest.splits:
@@ -92,6 +100,8 @@ class DatasetService:
             "batch": (BatchRequest, self.batch),
             "sample": (SampleRequest, self.sample),
             "locate": (LocateFiles, self.locate),
+            "encode": (EncodePrompts, self.encode),
+            "decode": (DecodeTokens, self.decode),
         }
 
     async def start(self) -> None:
@@ -266,9 +276,7 @@ class DatasetService:
         dataset = await self._dataset(request.dataset)
         batch_request = BatchRequest(dataset=request.dataset, split=request.split, seed=request.seed, step=0, batch=request.n, context=request.context)
         tokens = make_batch(dataset.stream(request.split), batch_request, f"{request.dataset}/{request.split}")
-        if dataset.tokenizer is None:
-            dataset.tokenizer = bpe.load(dataset.root / dataset.manifest.tokenizer.file)
-        texts = [dataset.tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
+        texts = [dataset.codec().tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
         return DatasetReply(ok=True, samples=texts)
 
     async def locate(self, request: LocateFiles) -> DatasetReply:
@@ -286,6 +294,15 @@ class DatasetService:
             if same:
                 readable.append(file.path)
         return DatasetReply(ok=True, readable=readable)
+
+    async def encode(self, request: EncodePrompts) -> DatasetReply:
+        codec = await asyncio.to_thread((await self._dataset(request.dataset)).codec)
+        tokens = await asyncio.to_thread(lambda: [codec.prompt(t) for t in request.texts])
+        return DatasetReply(ok=True, tokens=tokens, eot_id=codec.eot, vocab_size=codec.tokenizer.get_vocab_size())
+
+    async def decode(self, request: DecodeTokens) -> DatasetReply:
+        codec = await asyncio.to_thread((await self._dataset(request.dataset)).codec)
+        return DatasetReply(ok=True, texts=await asyncio.to_thread(lambda: [codec.text(ids) for ids in request.tokens]))
 
     async def _dataset(self, name: str) -> _Open:
         if name not in self._open:

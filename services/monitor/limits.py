@@ -30,6 +30,7 @@ COST_MAP = {
         "steps": {"complexity": 1, "multipliers": ["max_points"]},  # Python argument names
         "events": {"complexity": 1, "multipliers": ["limit"]},
         "validations": {"complexity": 100},
+        "samples": {"complexity": 8, "multipliers": ["limit"]},  # up to 8 prompts a step
         "checkpoints": {"complexity": 10},
     },
     "PNode": {

@@ -28,6 +28,7 @@ log = logging.getLogger("computeall.orchestrator.preparation")
 class Prepared:
     graph: Graph  # after the session's precision override and head fusion: what the allocator places
     dataset: str  # the name the PNodes fetch batches from
+    tokenizer_digest: str  # of the dataset's tokenizer file: which token id means which text
 
 
 async def prepare(state: SessionState, nc: NATS, subjects: Subjects, jobs: NetworkJobs) -> Prepared:
@@ -52,7 +53,7 @@ async def prepare(state: SessionState, nc: NATS, subjects: Subjects, jobs: Netwo
             f"dataset {manifest['name']} has {manifest['vocab_size']} tokens but network {spec.name} "
             f"embeds only {spec.vocab_size}; raise the network's vocab_size"
         )
-    return Prepared(graph, manifest["name"])
+    return Prepared(graph, manifest["name"], manifest["tokenizer"]["digest"])
 
 
 async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0) -> dict:

@@ -47,6 +47,7 @@ from .allocator import PNodeCapacity
 from .driver import SessionDriver
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
+from .initial_weights import check_source
 from .membership import MembershipRecorder
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -285,6 +286,7 @@ class Orchestrator:
                 await self.jobs.check(command.payload.config.network_yaml)
             except NetworkError as exc:
                 raise Rejected(str(exc)) from None
+            await check_source(session.eventlog, command.payload.config.init_from, command.actor)
         await session.record(command.actor, events)
         if was != SessionStatus.RUNNING and session.state.status == SessionStatus.RUNNING:
             self._drive(session)

@@ -186,6 +186,14 @@ def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess
 
     assert asyncio.run(events()) == ["TokenizerTrained", "Tokenized", "SplitCreated", "SplitCreated", "DatasetCreated"]
 
+    # prompts and generated ids through the dataset's tokenizer: a prompt starts a new document
+    encoded = asyncio.run(call(nats_server, client.encode_prompts, "js", ["record 7 says", ""]))
+    assert encoded.eot_id is not None and encoded.vocab_size == first["vocab_size"]
+    assert [ids[0] for ids in encoded.tokens] == [encoded.eot_id] * 2 and encoded.tokens[1] == [encoded.eot_id]
+    assert asyncio.run(call(nats_server, client.decode_tokens, "js", encoded.tokens)) == ["record 7 says", ""]
+    with pytest.raises(client.DatasetError, match="no dataset named 'nope'"):
+        asyncio.run(call(nats_server, client.encode_prompts, "nope", ["x"]))
+
 
 def test_vocab_262144_serves_uint32_batches(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):
     rng = np.random.default_rng(1)

@@ -13,7 +13,9 @@ import websockets
 
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.eventlog import EventLog
-from computeall.protocol.events import Allocated, EdgeTraffic, EventEnvelope, PNodeJoined, StepCompleted, VNodePlacement
+from computeall.protocol.events import (
+    Allocated, EdgeTraffic, EventEnvelope, PNodeJoined, Sample, SamplesGenerated, StepCompleted, VNodePlacement,
+)
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
 
@@ -132,6 +134,24 @@ def test_a_key_sees_and_commands_only_its_own_sessions(system, keys, sessions):
 
     commands = [json.loads(r.data) for r in asyncio.run(recorded_commands())]
     assert [(c["type"], c["actor"], c["id"]) for c in commands] == [("PauseSession", "bob", paused["commandId"])]
+
+
+def test_samples_by_step_newest_first_and_only_the_owners(system, keys, sessions):
+    def written(step: int) -> EventEnvelope:
+        texts = [Sample(prompt="ROMEO:", text=f" at {step}", tokens=3), Sample(prompt="", text=f"new {step}", tokens=2)]
+        return EventEnvelope(session_id="sa", actor="orchestrator",
+                             payload=SamplesGenerated(step=step, samples=texts, pnode="p1", seconds=0.1))
+
+    seq = asyncio.run(publish(system.server, event_items([written(s) for s in (10, 30, 20)])))
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    query = '{ session(id: "sa") { samples(limit: 2) { step texts { prompt text tokens } } } }'
+    shown = data(system.url, keys["alice"], query)["session"]["samples"]
+    assert shown == [
+        {"step": step, "texts": [{"prompt": "ROMEO:", "text": f" at {step}", "tokens": 3},
+                                 {"prompt": "", "text": f"new {step}", "tokens": 2}]}
+        for step in (30, 20)
+    ]
+    assert data(system.url, keys["bob"], query) == {"session": None}
 
 
 def test_create_session_is_published_as_the_user(system, keys):
