@@ -11,11 +11,12 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from .client import Client
+from .errors import UserError
 
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.envelope import new_id
-from computeall.protocol.eventlog import EventLog
+from computeall.protocol.eventlog import CommandTooLarge, EventLog
 from computeall.protocol.events import (
     CommandRejected, EventEnvelope, SamplesGenerated, SessionCompleted, SessionFailed, StepCompleted,
 )
@@ -31,7 +32,10 @@ async def start_session(
     """Publish `CreateSession` for session `sid` (default: a new id); (session id, command id)."""
     sid = sid or new_session_id()
     command = CommandEnvelope(actor=actor, session_id=sid, payload=CreateSession(config=config, start=start))
-    await client.eventlog.publish_command(command)
+    try:
+        await client.eventlog.publish_command(command)
+    except CommandTooLarge as exc:
+        raise UserError(str(exc)) from None
     return sid, command.id
 
 

@@ -137,7 +137,7 @@ def _dataset_name(state: SessionState) -> str:
         vocab = load_network(state.config.network_yaml).vocab_size
     except NetworkError as exc:
         raise UserError(f"the network of session {state.id} does not load: {exc}") from None
-    return session_dataset(data.dataset, data.files, vocab)
+    return session_dataset(data, vocab)
 
 
 async def _tokenizer(client: Client, dataset: str) -> bytes:

@@ -16,6 +16,7 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from computeall.protocol.replica_sync import ReplicaSync
 from computeall.protocol.sampling import SamplingConfig
 
+from ..data_upload import with_sent_data
 from ..default_corpus import stdlib_files
 from ..embedded import running_cluster
 from ..errors import UserError
@@ -128,6 +129,7 @@ async def run(args: argparse.Namespace) -> int:
     ok = False
     try:
         async with running_cluster(data_dir, args.pnodes) as (client, _):
+            config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
                 client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command_id

@@ -38,6 +38,7 @@ from computeall.protocol.session_state import fold
 from computeall.protocol.subjects import LOG_STREAM
 
 from ..client import Client, connect
+from ..data_upload import with_sent_data
 from ..identity import add_credential_argument, user_credential
 from ..errors import UserError
 from ..follow import new_session_id, start_session
@@ -115,6 +116,7 @@ async def _create(args: argparse.Namespace) -> int:
     credential = user_credential(args)
     actor = await _user(args, credential) or "local"
     async with connect(credential, args.prefix) as client:
+        config = await with_sent_data(client.nc, client.subjects, config)
         sid = new_session_id()
         if args.init_from:
             config = config.model_copy(update={"init_from": await init_from(client, args.init_from, config.network_yaml, sid)})

@@ -8,9 +8,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .micro_tree import replica_problem
-from .replica_sync import Replicas, ReplicaSync
 from .object_store import CheckpointObject
+from .replica_sync import Replicas, ReplicaSync
 from .sampling import SamplingConfig
+from .uploads import UploadedFile
 
 Precision = Literal["fp32", "bf16", "fp16"]
 MAX_SAMPLE_PROMPTS = 8
@@ -62,12 +63,14 @@ class LossScaleConfig(BaseModel):
 
 
 class DataConfig(BaseModel):
-    """Where batches come from: a dataset by name, or files turned into one on the fly."""
+    """Where batches come from: a dataset by name, or files turned into one on the fly (`files` on the
+    dataset service's machine, then `uploads`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     dataset: str | None = None
-    files: list[str] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list, description="paths the dataset service reads, inside its data roots")
+    uploads: list[UploadedFile] = Field(default_factory=list, description="files the client put in the uploads bucket")
     split: str = "train"
     validation_split: str = "val"
     start_step: int = Field(
@@ -77,7 +80,7 @@ class DataConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
-        if not self.dataset and not self.files:
+        if not self.dataset and not self.files and not self.uploads:
             raise ValueError("name a dataset or give data files")
         return self
 

@@ -1,4 +1,4 @@
-"""The JetStream Object Store buckets of a deployment (checkpoints, dataset shards)."""
+"""The JetStream Object Store buckets of a deployment (checkpoints, dataset shards, uploaded files)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ def checkpoint_bucket(subjects: Subjects) -> str:
 def dataset_bucket(subjects: Subjects) -> str:
     """Where the dataset service keeps tokenizers and shards (its `--bucket` can name another)."""
     return f"{subjects.prefix}-datasets"
+
+
+def uploads_bucket(subjects: Subjects) -> str:
+    """Where clients put the files a dataset is made from (`protocol.uploads`); the dataset service creates it."""
+    return f"{subjects.prefix}-uploads"
 
 
 async def open_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from computeall.protocol.dataset_api import (
     EncodePrompts,
     GetDataset,
     ListDatasets,
+    LocateFiles,
     SampleRequest,
 )
 from computeall.protocol.envelope import Envelope
@@ -35,15 +37,18 @@ from computeall.protocol.prompts import PromptCodec
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import DatasetCreated, SplitCreated, Tokenized, TokenizerTrained
 from computeall.protocol.subjects import Subjects, is_inbox
+from computeall.protocol.uploads import sha256_of
 
 from . import builder, tokenizer as bpe
 from .batches import make_batch
+from .data_roots import DataRoots
 from .errors import DatasetUserError
 from .manifest import Manifest
 from .progress import ProgressReporter
 from .shards import SplitStream
 from .sources import Reader
 from .store import DatasetStore
+from .uploads import UploadCache
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +82,12 @@ class _Open:
 
 
 class DatasetService:
-    def __init__(self, nc, subjects: Subjects, store: DatasetStore) -> None:
+    def __init__(self, nc, subjects: Subjects, store: DatasetStore, roots: DataRoots, uploads: UploadCache) -> None:
         self.nc = nc
         self.subjects = subjects
         self.store = store
+        self.roots = roots
+        self.uploads = uploads
         self.events = EventLog(nc.jetstream(), subjects)
         self._open: dict[str, _Open] = {}
         self._creating: dict[str, asyncio.Event] = {}  # name -> set when its creation ends
@@ -92,6 +99,7 @@ class DatasetService:
             "list": (ListDatasets, self.list_datasets),
             "batch": (BatchRequest, self.batch),
             "sample": (SampleRequest, self.sample),
+            "locate": (LocateFiles, self.locate),
             "encode": (EncodePrompts, self.encode),
             "decode": (DecodeTokens, self.decode),
         }
@@ -149,7 +157,11 @@ class DatasetService:
 
     async def _create(self, request: CreateDataset) -> DatasetReply:
         reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)
-        scan = await asyncio.to_thread(reader.scan, request.files)
+        for name in request.files:
+            self.roots.check(name)  # refused before any upload is fetched
+        uploaded = [await self.uploads.local(u) for u in request.uploads]
+        readable = self.roots.including([path.parent for path in uploaded])  # just these uploads
+        scan = await asyncio.to_thread(reader.scan, [*request.files, *map(str, uploaded)], readable)
         tokenizer_from = None
         if request.tokenizer_from:
             source = await self.store.find(request.tokenizer_from)
@@ -266,6 +278,22 @@ class DatasetService:
         tokens = make_batch(dataset.stream(request.split), batch_request, f"{request.dataset}/{request.split}")
         texts = [dataset.codec().tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
         return DatasetReply(ok=True, samples=texts)
+
+    async def locate(self, request: LocateFiles) -> DatasetReply:
+        """The paths this service reads with the bytes the client has; outside the roots a path is never looked at."""
+        readable = []
+        for file in request.files:
+            path = Path(file.path)
+            if not path.is_absolute() or not self.roots.holds(path):
+                continue
+            real = Path(os.path.realpath(path))
+            try:
+                same = real.is_file() and real.stat().st_size == file.size and await asyncio.to_thread(sha256_of, real) == file.sha256
+            except OSError:  # unreadable here: the client uploads it
+                same = False
+            if same:
+                readable.append(file.path)
+        return DatasetReply(ok=True, readable=readable)
 
     async def encode(self, request: EncodePrompts) -> DatasetReply:
         codec = await asyncio.to_thread((await self._dataset(request.dataset)).codec)

@@ -19,6 +19,7 @@ from .claim import claim
 from .errors import DriverDone, LostClaim, SessionError
 from .initial_weights import InitialWeights
 from .loss_scale import uses_dynamic_scaling
+from .network_jobs import NetworkJobs
 from .placement import Placement
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -43,12 +44,14 @@ class SessionDriver:
         session: SessionLog,
         registry: PNodeRegistry,
         orchestrator_id: str,
+        jobs: NetworkJobs,
         takeover_from: str | None = None,
         pnode_wait_s: float = 120.0,
     ) -> None:
         self.calls = calls
         self.subjects = subjects
         self.registry = registry
+        self.jobs = jobs
         self.pnode_wait_s = pnode_wait_s
         self.recorder = SessionRecorder(session, orchestrator_id, takeover_from)
         self.pnodes = SessionPNodes(calls, self.recorder)
@@ -76,8 +79,8 @@ class SessionDriver:
     async def _drive(self) -> None:
         if not await claim(self.recorder):
             return
-        prepared = await prepare(self.state, self.calls.nc, self.subjects)
-        placement = Placement(self.recorder, self.registry, self.pnodes, prepared.graph, prepared.dataset)
+        prepared = await prepare(self.state, self.calls.nc, self.subjects, self.jobs)
+        placement = Placement(self.recorder, self.registry, self.pnodes, self.jobs, prepared.graph, prepared.dataset)
         initial = InitialWeights(self.recorder, self.pnodes, prepared) if self.state.config.init_from else None
         checkpoints = Checkpoints(self.recorder, self.pnodes, placement, initial)
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)

@@ -82,7 +82,7 @@ class InitialWeights:
                 vocab = load_network(source.config.network_yaml).vocab_size
             except NetworkError as exc:
                 raise SessionError(f"the network of session {source.id} does not load: {exc}") from None
-            name = session_dataset(source.config.data.dataset, source.config.data.files, vocab)
+            name = session_dataset(source.config.data, vocab)
             calls = self.pnodes.calls
             manifest = await dataset_call(lambda: get_dataset(calls.nc, calls.subjects, name, timeout=30.0))
             theirs, whose = manifest["tokenizer"]["digest"], f"session {source.id}'s dataset {name}"

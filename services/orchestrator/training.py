@@ -83,7 +83,7 @@ class Trainer:
     async def _rebalance(self, step: int, at_checkpoint: bool) -> None:
         """Act on placement's decision; the state moves through a checkpoint of this very step,
         so nothing is rolled back."""
-        decision = self.placement.rebalance(at_checkpoint)
+        decision = await self.placement.rebalance(at_checkpoint)
         if decision is None:
             return
         await self.checkpoints.save(step)

@@ -309,6 +309,32 @@ def test_depth_and_cost_limits(system, keys):
     assert "cost" in costly["errors"][0]["message"].lower()
 
 
+def test_oversized_documents_are_refused_unparsed_and_the_monitor_keeps_answering(system, keys):
+    pid = system.process.pid
+    huge = "{ " + "me { name } " * 400_000 + "}"  # 4.8 MB: parsing it took 18 s and 679 MiB
+    refused = gql(system.url, keys["alice"], huge)
+    assert refused.status_code == 413 and "request body is over" in refused.json()["errors"][0]["message"]
+    long = "{ " + "me { name } " * 8_000 + "}"  # 96 KB: under the body limit, over the document limit
+    assert f"the document is {len(long):,} bytes" in gql(system.url, keys["alice"], long).json()["errors"][0]["message"]
+
+    async def over_websocket():
+        ws = await _ws_connect(system.url, {"apiKey": keys["alice"]})
+        assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": long}}))
+        answer = json.loads(await asyncio.wait_for(ws.recv(), 5))
+        await ws.send(json.dumps({"id": "2", "type": "subscribe", "payload": {"query": huge}}))
+        with pytest.raises(websockets.ConnectionClosed):  # over the message limit: closed unread
+            await asyncio.wait_for(ws.recv(), 5)
+        return answer
+
+    answer = asyncio.run(over_websocket())
+    assert answer["type"] == "error" and "the document is" in json.dumps(answer["payload"])
+    started = time.monotonic()
+    assert data(system.url, keys["alice"], "{ me { name } }") == {"me": {"name": "alice"}}
+    assert time.monotonic() - started < 1.0, "the next query is answered within a second"
+    assert system.process.poll() is None and system.process.pid == pid, "no restart"
+
+
 def test_revoked_key_stops_working_at_once(system, keys):
     new = data(system.url, keys["alice"], 'mutation { createApiKey(label: "temp") { id apiKey } }')["createApiKey"]
     assert data(system.url, new["apiKey"], "{ me { name } }") == {"me": {"name": "alice"}}
