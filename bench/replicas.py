@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the integration tests' cluster helpers
 
+from computeall.cli.data_upload import with_sent_data  # noqa: E402
 from computeall.cli.follow import follow_session, start_session  # noqa: E402
 from computeall.cli.session_view import session_events  # noqa: E402
 from computeall.cli.supervisor import ServiceSpec  # noqa: E402
@@ -62,6 +63,7 @@ async def add_pnode(client, supervisor, name: str, core: int) -> None:
 async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaSync) -> dict:
     config = SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=corpus()), steps=steps + warmup,
                            batch_size=8, micro_batches=2, replicas=replicas, sync=sync, seed=1)
+    config = await with_sent_data(client.nc, client.subjects, config, progress=False)  # uploaded once, then found
     sid, command_id = await start_session(client, config)
     outcome = await follow_session(client.eventlog, sid, config.steps, None, False, command_id)
     if not outcome.ok:

@@ -2,6 +2,7 @@
 a fraction of the bytes between replicas, and deterministic for a fixed replica count (a kill -9
 mid-round ends with the clean run's losses and each replica's state)."""
 
+from computeall.cli.data_upload import send_files
 from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.config import DataConfig, SessionConfig
@@ -16,8 +17,8 @@ STEPS = 200
 DILOCO = ReplicaSync(mode="diloco", inner_steps=20, wire="int8")
 
 
-def on_shakespeare(shakespeare, sync: ReplicaSync, steps: int = STEPS, **extra) -> SessionConfig:
-    return SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=[str(shakespeare)]), steps=steps,
+def on_shakespeare(data: DataConfig, sync: ReplicaSync, steps: int = STEPS, **extra) -> SessionConfig:
+    return SessionConfig(network_yaml=NETWORK.read_text(), data=data, steps=steps,
                          micro_batches=2, replicas=2, seed=1, sync=sync, validate_every=STEPS, validation_batches=8,
                          min_pnodes=2, **extra)
 
@@ -28,6 +29,8 @@ async def payloads(client, sid):
 
 async def test_diloco_is_within_3_percent_of_synchronous_and_deterministic(tmp_path, shakespeare):
     async with running_cluster(tmp_path, pnodes=2) as (client, supervisor):
+        sent = await send_files(client.nc, client.subjects, [str(shakespeare)], progress=False)  # once, for every run
+        shakespeare = DataConfig(files=sent.files, uploads=sent.uploads)
         synchronous = await payloads(client, await run_to_end(client, on_shakespeare(shakespeare, ReplicaSync())))
         diloco = await payloads(client, await run_to_end(client, on_shakespeare(shakespeare, DILOCO)))
 
