@@ -122,14 +122,15 @@ def loss_gradient(loss_scale: float, tokens: int, device: torch.device) -> torch
     return torch.tensor(loss_scale / tokens, device=device)
 
 
-def summed_in_order(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
+def summed_in_order(parts: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor | None:
     """The consumers' gradients of one output, summed in the graph's consumer order (the same on
-    every placement, so the same bits); None when nothing reads the output."""
+    every placement, so the same bits), in the output's dtype (a gradient that came back over a
+    narrower wire is widened first); None when nothing reads the output."""
     if not parts:
         return None
-    total = parts[0]
+    total = parts[0].to(dtype)
     for g in parts[1:]:
-        total = total + g
+        total = total + g.to(dtype)
     return total
 
 

@@ -11,8 +11,7 @@ from typing import Awaitable, Callable
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from computeall.network import Graph, NetworkError, NetworkSpec, load_network
-from computeall.network.head_fusion import fuse_heads
+from computeall.network import Graph, NetworkError, NetworkSpec
 from computeall.protocol.dataset_api import CreateDataset, files_dataset_name
 from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
 from computeall.protocol.session_state import SessionState
@@ -20,6 +19,7 @@ from computeall.protocol.subjects import Subjects
 
 from .errors import SessionError
 from .pnodes import PNodeRegistry
+from .session_graph import session_graph
 
 log = logging.getLogger("computeall.orchestrator.preparation")
 
@@ -52,20 +52,14 @@ async def prepare(state: SessionState, nc: NATS, subjects: Subjects) -> Prepared
 
 
 def session_network(state: SessionState) -> NetworkSpec:
-    """The config's network with the session's precision override, heads fused when the session says so."""
-    config = state.config
+    """The network as this session runs it (`session_graph`), its problems as a `SessionError`."""
     try:
-        spec = load_network(config.network_yaml)
+        graph, lines = session_graph(state)
     except NetworkError as exc:
         raise SessionError(str(exc)) from None
-    if config.precision:
-        for v in spec.vnodes:
-            v.precision = config.precision
-    if state.fuse_heads:  # before allocation: the allocator places the fused VNodes
-        spec, lines = fuse_heads(spec)
-        for line in lines:
-            log.info("session %s: %s", state.id, line)
-    return spec
+    for line in lines:
+        log.info("session %s: %s", state.id, line)
+    return graph.spec
 
 
 async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0) -> dict:
