@@ -47,7 +47,7 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
                         "(default: the network's `defaults.wire`, else fp32: uncompressed)")
     p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="each PNode's order of work (default 1f1b)")
     p.add_argument("--in-flight", type=int, default=None,
-                   help="1f1b: micro-batches a PNode holds at once (default: the number of PNodes the pipeline crosses)")
+                   help="1f1b: micro-batches a PNode holds at once (default: twice the pipeline's segments)")
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
 

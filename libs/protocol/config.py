@@ -67,7 +67,7 @@ class PipelineConfig(BaseModel):
         "gpipe: every forward, then every backward",
     )
     in_flight: int | None = Field(
-        None, ge=1, description="1f1b: micro-batches a PNode holds at once (default: the PNodes the pipeline crosses)"
+        None, ge=1, description="1f1b: micro-batches a PNode holds at once (default: twice the pipeline's segments)"
     )
 
 

@@ -85,4 +85,6 @@ def local_step(
                 grads[name][vid] = wires[name].encode(g).decode()  # back on the producer's edge
             result.handoffs += sum(1 for g in input_grads if g is not None)
         result.outputs = {k: v for k, v in values.items() if k not in DATA_INPUTS}
+    for r in runtimes:
+        r.finish_backward()
     return result

@@ -39,7 +39,7 @@ from computeall.tensorcore.wire_formats import Encoded, wire_format
 from .batches import BatchFeed
 from .outbox import Link, Outbox
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
-from .schedule import PassSchedule, WorkItem, pass_schedule
+from .schedule import PassSchedule, WorkItem, default_in_flight, pass_schedule
 
 log = logging.getLogger("computeall.pnode.stage")
 
@@ -86,7 +86,7 @@ class SessionStage:
         self.arrived = asyncio.Event()
         self.current = PassId("train", -1)
         self.loss_scale = 1.0
-        self.in_flight = plan.pipeline.in_flight or len(set(plan.assignment.values()))
+        self.in_flight = plan.pipeline.in_flight or default_in_flight(self.graph.order, plan.assignment)
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
         self._wire = {v: wire_format(self.graph.wire(v)) for v in self.graph.order}
         # how many local VNodes read each input: a held input is let go once they all have
@@ -173,7 +173,7 @@ class SessionStage:
                 task.cancel()
             if not p.backward:
                 self.runtime.drop()
-        finite = await self._compute(self.runtime.grads_finite) if p.backward else True
+        finite = await self._compute(self._gradients_finished) if p.backward else True
         return PNodeReply(
             ok=True, pnode=self.pnode, step=p.step, loss_sum=loss_sum if self.has_loss else None,
             tokens=tokens, grads_finite=finite, compute_s=compute_s, wait_s=wait_s,
@@ -299,6 +299,11 @@ class SessionStage:
             else:
                 route = TensorRoute.gradient(self.plan.session_id, p.phase, p.step, m, src=name, consumer=vid)
                 self.outbox.put(self.plan.assignment[name], grad, route)
+
+    def _gradients_finished(self) -> bool:
+        """The step's gradients complete (borrowed weights' added); are they all finite?"""
+        self.runtime.finish_backward()
+        return self.runtime.grads_finite()
 
     async def _compute(self, fn, *args):
         """Torch work runs on the PNode's one compute thread, so the event loop keeps heartbeating."""
