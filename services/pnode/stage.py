@@ -1,13 +1,13 @@
 """One session's part of the network on this PNode: a step's forwards and backwards, data-driven.
 
 Work items are forwards and backwards of (micro, VNode) pairs. The schedule (`schedule.py`, the
-session's "1f1b" or "gpipe") says which item runs next; this module runs it on the PNode's
-compute thread, and the outbox (`outbox.py`) sends what it produced on its own task, so compute
-never waits for a send. A forward runs once its inputs are here (from a local VNode, another
-PNode, or the dataset). Backwards run in one fixed order: micro-batches in order, VNodes in
-reverse topological order. That order never waits on anything a later item produces, so it
-cannot deadlock, and gradients accumulate in the same order on every placement and schedule:
-1 PNode or 5 compute the same bits.
+session's "1f1b" or "gpipe") says which item runs next, among those whose inputs are here (from
+a local VNode, another PNode, or the dataset). The PNode's compute thread runs items back to back
+for as long as one is ready (the event loop steps in only to wait for tensors), and hands what
+goes to other PNodes to the outbox (`outbox.py`), which sends on its own task: compute never
+waits for a send. Each VNode's items run in micro-batch order and an output's gradients are summed
+in consumer order, so gradients accumulate alike on every placement and schedule: 1 PNode or 5
+compute the same bits.
 
 Every output edge of a VNode carries its wire format (`wire_formats.py`), local or remote: local
 consumers read the decoded form, remote ones are sent the encoded form and decode the same bytes.
@@ -43,6 +43,9 @@ from .schedule import PassSchedule, WorkItem, default_in_flight, pass_schedule
 
 log = logging.getLogger("computeall.pnode.stage")
 
+# hand a tensor in its wire form to the outbox, for a PNode: safe to call from the compute thread
+Send = Callable[[str, Encoded, TensorRoute], object]
+
 
 class StepAborted(RuntimeError):
     pass
@@ -60,6 +63,9 @@ class _Pass:
     outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # as local consumers read them
     grads: dict[tuple[int, str], dict[str, torch.Tensor]] = field(default_factory=lambda: defaultdict(dict))
     reads_left: dict[tuple[int, str], int] = field(default_factory=dict)  # local forwards yet to read an input
+    loss_sum: float = 0.0
+    tokens: int = 0
+    compute_s: float = 0.0
 
 
 class SessionStage:
@@ -146,27 +152,17 @@ class SessionStage:
             del self.inbox[key]
         self.runtime.drop()
         self.outbox.clear()
-        # the loss is the mean over every token of the pass, whatever the micro-batch split
-        pass_tokens = self.plan.batches.micro_batch_size * self.plan.batches.context * p.micro_batches
         fetches = [asyncio.ensure_future(self._fetch(p, m)) for m in range(p.micro_batches)] if self.reads_data else []
-        loss_sum, tokens, compute_s, wait_s = 0.0, 0, 0.0, 0.0
+        loop = asyncio.get_running_loop()
+        send: Send = lambda pnode, encoded, route: loop.call_soon_threadsafe(self.outbox.put, pnode, encoded, route)
+        wait_s = 0.0
         give_up = time.monotonic() + deadline_s
         try:
             while not p.schedule.finished:
-                item = p.schedule.next(lambda i: self._ready(p, i))
-                if item is None:
+                # cleared before the run, so that what arrives while it checks readiness is not missed
+                self.arrived.clear()
+                if not await self._compute(self._run_ready_items, p, send):
                     wait_s += await self._wait(p, give_up, deadline_s)
-                    continue
-                t0 = time.monotonic()
-                if item.kind == "forward":
-                    loss = await self._forward(p, item.micro, item.vnode)
-                    if loss is not None:
-                        loss_sum += loss
-                        tokens += pass_tokens // p.micro_batches
-                else:
-                    await self._backward(p, item.micro, item.vnode, pass_tokens)
-                p.schedule.done(item)
-                compute_s += time.monotonic() - t0
             traffic = await self.outbox.flush()
         finally:
             for task in fetches:
@@ -175,13 +171,30 @@ class SessionStage:
                 self.runtime.drop()
         finite = await self._compute(self._gradients_finished) if p.backward else True
         return PNodeReply(
-            ok=True, pnode=self.pnode, step=p.step, loss_sum=loss_sum if self.has_loss else None,
-            tokens=tokens, grads_finite=finite, compute_s=compute_s, wait_s=wait_s,
+            ok=True, pnode=self.pnode, step=p.step, loss_sum=p.loss_sum if self.has_loss else None,
+            tokens=p.tokens, grads_finite=finite, compute_s=p.compute_s, wait_s=wait_s,
             send_s=traffic.send_s, sent_bytes=traffic.sent_bytes,
         )
 
+    def _run_ready_items(self, p: _Pass, send: Send) -> int:
+        """On the compute thread: run work items, in the schedule's order, for as long as one is ready
+        (on one PNode, a whole pass), so the event loop is not asked between items. How many ran."""
+        ran = 0
+        while self.current == PassId(p.phase, p.step):
+            item = p.schedule.next(lambda i: self._ready(p, i))
+            if item is None:
+                break
+            t0 = time.monotonic()
+            if item.kind == "forward":
+                self._forward(p, item.micro, item.vnode, send)
+            else:
+                self._backward(p, item.micro, item.vnode, send)
+            p.schedule.done(item)
+            p.compute_s += time.monotonic() - t0
+            ran += 1
+        return ran
+
     async def _wait(self, p: _Pass, give_up: float, deadline_s: float) -> float:
-        self.arrived.clear()
         t0 = time.monotonic()
         if t0 >= give_up:
             raise StepAborted(
@@ -244,37 +257,28 @@ class SessionStage:
         p.batches[m] = await p.feed.get(p.step if p.backward else 0, m, prefetch=p.backward)
         self.arrived.set()
 
-    async def _forward(self, p: _Pass, m: int, vid: str) -> float | None:
+    def _forward(self, p: _Pass, m: int, vid: str, send: Send) -> None:
         spec = self.graph.vnodes[vid]
-        inputs = [self._read_input(p, m, name) for name in spec.inputs]
-        is_loss = OPS[spec.op].is_loss
-
-        read_here = self._local_readers.get(vid, 0) > 0
-
-        def work() -> tuple[torch.Tensor, Encoded | None, torch.Tensor | None]:
-            out = self.runtime.forward(vid, m, inputs)
-            if not p.backward:
-                self.runtime.drop_one(m, vid)
-            if is_loss:
-                return out, None, None
-            encoded = self._wire[vid].encode(out)
-            return out, encoded, encoded.decode() if read_here else None
-
-        out, encoded, seen = await self._compute(work)
+        out = self.runtime.forward(vid, m, [self._read_input(p, m, name) for name in spec.inputs])
         self._let_go(p, m, vid)
-        if is_loss:
-            return float(out)
-        if read_here:
-            p.outputs[(m, vid)] = seen
-        remote = {self.plan.assignment[c] for c in self._consumers[vid]} - {self.pnode}
+        if not p.backward:
+            self.runtime.drop_one(m, vid)
+        if OPS[spec.op].is_loss:
+            p.loss_sum += float(out)
+            p.tokens += self.plan.batches.micro_batch_size * self.plan.batches.context
+            return
+        encoded = self._wire[vid].encode(out)
+        if self._local_readers.get(vid, 0):
+            p.outputs[(m, vid)] = encoded.decode()  # what a local consumer reads
         route = TensorRoute.activation(self.plan.session_id, p.phase, p.step, m, src=vid)
-        for pnode in sorted(remote):
-            self.outbox.put(pnode, encoded, route)
-        return None
+        for pnode in sorted({self.plan.assignment[c] for c in self._consumers[vid]} - {self.pnode}):
+            send(pnode, encoded, route)
 
-    async def _backward(self, p: _Pass, m: int, vid: str, pass_tokens: int) -> None:
+    def _backward(self, p: _Pass, m: int, vid: str, send: Send) -> None:
         spec = self.graph.vnodes[vid]
         if OPS[spec.op].is_loss:
+            # the loss is the mean over every token of the pass, whatever the micro-batch split
+            pass_tokens = self.plan.batches.micro_batch_size * self.plan.batches.context * p.micro_batches
             grad_out = loss_gradient(self.loss_scale, pass_tokens, self.runtime.device)
         else:
             parts = p.grads.pop((m, vid), {})
@@ -285,20 +289,14 @@ class SessionStage:
             if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
                 return
-
-        def work() -> dict[str, Encoded | torch.Tensor]:
-            input_grads = gradients_by_input(spec.inputs, self.runtime.backward(vid, m, grad_out))
-            # each gradient travels back on its producer's edge, in the producer's wire format;
-            # a local producer reads it decoded, a remote one is sent the encoded form
-            encoded = {name: self._wire[name].encode(g) for name, g in input_grads.items()}
-            return {name: e.decode() if name in self.runtime.modules else e for name, e in encoded.items()}
-
-        for name, grad in (await self._compute(work)).items():
+        for name, g in gradients_by_input(spec.inputs, self.runtime.backward(vid, m, grad_out)).items():
+            # each gradient travels back on its producer's edge, in the producer's wire format
+            encoded = self._wire[name].encode(g)
             if name in self.runtime.modules:
-                p.grads[(m, name)][vid] = grad
+                p.grads[(m, name)][vid] = encoded.decode()
             else:
-                route = TensorRoute.gradient(self.plan.session_id, p.phase, p.step, m, src=name, consumer=vid)
-                self.outbox.put(self.plan.assignment[name], grad, route)
+                send(self.plan.assignment[name], encoded,
+                     TensorRoute.gradient(self.plan.session_id, p.phase, p.step, m, src=name, consumer=vid))
 
     def _gradients_finished(self) -> bool:
         """The step's gradients complete (borrowed weights' added); are they all finite?"""
