@@ -8,8 +8,8 @@ Every figure is a ratio against an anchor measured in the same run:
   200 steps (mean of the last 10) and the bytes sent PNode to PNode per step, for `wire: bf16`,
   `fp16` and `int8`, each divided by `wire: fp32`'s (the sessions run side by side on one cluster;
   placement and timing never change their math).
-- memory: peak RSS of each PNode process (VmHWM) with 16 micro-batches, 1f1b / gpipe, a fresh
-  cluster per schedule.
+- memory: peak RSS of each PNode process (VmHWM) with 16 micro-batches (batch 64x256, 2 PNodes),
+  1f1b (default bound, and 3 in flight) / gpipe, a fresh cluster per schedule.
 - speed: tokens/s of 1 PNode (2 threads) and of 2 PNodes (1 thread each, 4 micro-batches, each
   schedule) / the plain single-process loop of the same shape written with torch's own modules
   (bench/wanlab/torch_gpt.py, 2 threads), measured before and after every run (median of all).
@@ -108,13 +108,15 @@ def wire_rows(quick: bool) -> list[dict]:
 
 def memory_rows(quick: bool) -> list[dict]:
     batch, steps = (32, 2) if quick else (64, 3)
+    schedules = {"gpipe": PipelineConfig(schedule="gpipe"), "1f1b": PipelineConfig(),
+                 "1f1b, in_flight 3": PipelineConfig(in_flight=3)}  # 3: one per segment of the 2-PNode ring
     peaks = {}
-    for schedule in ("gpipe", "1f1b"):
-        config = session("tiny-gpt.yaml", steps, batch, 16, pipeline=PipelineConfig(schedule=schedule), min_pnodes=2)
-        _, peaks[schedule] = asyncio.run(on_cluster(2, [config]))
-    return [{"figure": "memory", "network": "tiny-gpt.yaml", "batch": batch, "micro_batches": 16, "pnode": i,
-             "peak_rss_1f1b": peaks["1f1b"][i], "peak_rss_gpipe": peaks["gpipe"][i],
-             "ratio": peaks["1f1b"][i] / peaks["gpipe"][i]} for i in range(2)]
+    for name, pipeline in schedules.items():
+        config = session("tiny-gpt.yaml", steps, batch, 16, pipeline=pipeline, min_pnodes=2)
+        _, peaks[name] = asyncio.run(on_cluster(2, [config]))
+    return [{"figure": "memory", "network": "tiny-gpt.yaml", "batch": batch, "micro_batches": 16, "schedule": name,
+             "pnode": i, "peak_rss": peaks[name][i], "ratio_vs_gpipe": peaks[name][i] / peaks["gpipe"][i]}
+            for name in schedules for i in range(2)]
 
 
 def speed_rows(quick: bool) -> list[dict]:
