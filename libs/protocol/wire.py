@@ -71,7 +71,7 @@ class TensorHeader(BaseModel):
     key: str = Field(..., max_length=512)
     dtype: str
     shape: list[int] = Field(..., max_length=8)
-    encoding: Encoding = "raw"
+    encoding: Encoding = "raw"  # raw: the elements as they are; int8-block: int8 values, then one float32 scale per 128
     chunk: int = Field(..., ge=0)
     chunks: int = Field(..., ge=1)
     offset: int = Field(..., ge=0)
