@@ -26,7 +26,7 @@ async def running_cluster(
     event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
     PNodes' worth of threads to divide the cores by (default `pnodes`)."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
-    supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
+    supervisor = Supervisor(directory, server.url, server.process.pid, server)
     supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
     watcher = asyncio.create_task(supervisor.watch())
     try:
