@@ -67,10 +67,13 @@ class Outbox:
         return traffic
 
     def clear(self) -> None:
-        """Drop what is queued (the pass was aborted: nobody waits for it any more)."""
+        """Drop what is queued and what was counted (a new pass: nobody waits for an aborted one's tensors)."""
         while not self._queue.empty():
             self._queue.get_nowait()
             self._queue.task_done()
+        self._failure = None
+        self._sent.clear()
+        self._send_s = 0.0
 
     def close(self) -> None:
         self.clear()
