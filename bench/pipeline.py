@@ -10,9 +10,10 @@ Every figure is a ratio against an anchor measured in the same run:
   placement and timing never change their math).
 - memory: peak RSS of each PNode process (VmHWM) with 16 micro-batches (batch 64x256, 2 PNodes),
   1f1b (default bound, and 3 in flight) / gpipe, a fresh cluster per schedule.
-- speed: tokens/s of 1 PNode (2 threads) and of 2 PNodes (1 thread each, 4 micro-batches, each
-  schedule) / the plain single-process loop of the same shape written with torch's own modules
-  (bench/wanlab/torch_gpt.py, 2 threads), measured before and after every run (median of all).
+- speed: tokens/s of 1 PNode (1 and 2 threads) and of 2 PNodes (1 thread each, 4 micro-batches,
+  each schedule) / the plain single-process loop of the same shape written with torch's own modules
+  (bench/wanlab/torch_gpt.py) on as many threads, measured before and after every run (median of
+  all). A step's time is the wall time between two recorded steps: orchestration included.
 
 --quick: micro-gpt for the wire runs (30 steps), fewer steps elsewhere.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -119,25 +121,39 @@ def memory_rows(quick: bool) -> list[dict]:
             for name in schedules for i in range(2)]
 
 
+SPEED_RUNS = [  # (name, PNodes, threads per PNode, micro-batches, schedule); each against the plain loop on as many threads
+    ("1 PNode, 1 thread", 1, 1, 1, "1f1b"),
+    ("1 PNode, 2 threads", 1, 2, 1, "1f1b"),
+    ("2 PNodes, 1 thread each, 1f1b", 2, 1, 4, "1f1b"),
+    ("2 PNodes, 1 thread each, gpipe", 2, 1, 4, "gpipe"),
+]
+
+
 def speed_rows(quick: bool) -> list[dict]:
     steps, warmup, batch = (6, 2, 8) if quick else (16, 3, 8)
     tokens_per_step = batch * 256
-    anchor = list(plain(steps + warmup, batch, threads=2)["step_s"][warmup:])
+    cores = os.cpu_count() or 1
+    anchors: dict[int, list[float]] = {1: [], 2: []}
+
+    def measure_anchors() -> None:  # the machine drifts: the anchors are measured around every run
+        for threads in anchors:
+            anchors[threads] += plain(steps + warmup, batch, threads=threads)["step_s"][warmup:]
+
+    measure_anchors()
     runs = {}
-    for name, pnodes, micro, schedule in [("1 PNode, 2 threads", 1, 1, "1f1b"),
-                                          ("2 PNodes, 1 thread each, 1f1b", 2, 4, "1f1b"),
-                                          ("2 PNodes, 1 thread each, gpipe", 2, 4, "gpipe")]:
+    for name, pnodes, threads, micro, schedule in SPEED_RUNS:
         config = session("tiny-gpt.yaml", steps + warmup, batch, micro, pipeline=PipelineConfig(schedule=schedule),
                          min_pnodes=pnodes)
-        (run,), _ = asyncio.run(on_cluster(pnodes, [config], processes_on_machine=pnodes))
-        runs[name] = run[warmup - 1:]  # `run` starts at the second step
-        anchor += plain(steps + warmup, batch, threads=2)["step_s"][warmup:]  # the machine drifts: anchor around each run
-    anchor_tps = tokens_per_step / statistics.median(anchor)
-    rows = [{"figure": "speed", "run": "plain torch loop, 2 threads", "tokens_per_s": anchor_tps, "ratio_vs_plain": 1.0}]
-    for name, run in runs.items():
+        (run,), _ = asyncio.run(on_cluster(pnodes, [config], processes_on_machine=max(1, cores // threads)))
+        runs[name] = (pnodes * threads, run[warmup - 1:])  # `run` starts at the second step
+        measure_anchors()
+    anchor_tps = {threads: tokens_per_step / statistics.median(times) for threads, times in anchors.items()}
+    rows = [{"figure": "speed", "run": f"plain torch loop, {t} thread(s)", "tokens_per_s": tps, "ratio_vs_plain": 1.0}
+            for t, tps in anchor_tps.items()]
+    for name, (threads, run) in runs.items():
         wall = statistics.median(s.wall_s for s in run)
         tps = tokens_per_step / wall
-        rows.append({"figure": "speed", "run": name, "tokens_per_s": tps, "ratio_vs_plain": tps / anchor_tps,
+        rows.append({"figure": "speed", "run": name, "tokens_per_s": tps, "ratio_vs_plain": tps / anchor_tps[threads],
                      "median_step_s": wall, "median_run_and_apply_s": statistics.median(s.done.step_time_s for s in run),
                      "median_compute_s": statistics.median(s.done.compute_s for s in run)})
     return rows
