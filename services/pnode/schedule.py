@@ -43,10 +43,13 @@ Ready = Callable[[WorkItem], bool]  # are this item's inputs here?
 class PassSchedule:
     """The order of one pass's work items on one PNode. Ask `next` for what to run; report `done`."""
 
-    def __init__(self, vnodes: list[str], micro_batches: int, backward: bool) -> None:
+    def __init__(self, vnodes: list[str], micro_batches: int, backward: bool, in_flight: int) -> None:
+        if in_flight < 1:
+            raise ValueError(f"in_flight must be at least 1, got {in_flight}")
         self.vnodes = list(vnodes)  # this PNode's VNodes, in topological order
         self.micro_batches = micro_batches
         self.backward = backward
+        self.in_flight = in_flight if backward else micro_batches  # a forward-only pass holds nothing
         self._next_forward = {v: 0 for v in self.vnodes}  # the next micro-batch each VNode forwards
         self._next_backward = {v: 0 if backward else micro_batches for v in self.vnodes}
         self._forwards_left = len(self.vnodes) * micro_batches
@@ -107,20 +110,11 @@ class PassSchedule:
 
 
 class OneFOneB(PassSchedule):
-    def __init__(self, vnodes: list[str], micro_batches: int, backward: bool, in_flight: int) -> None:
-        super().__init__(vnodes, micro_batches, backward)
-        if in_flight < 1:
-            raise ValueError(f"in_flight must be at least 1, got {in_flight}")
-        self.in_flight = in_flight if backward else micro_batches  # a forward-only pass holds nothing
-
     def may_forward(self, micro: int) -> bool:
         return micro < self.oldest_unfinished + self.in_flight
 
 
 class GPipe(PassSchedule):
-    def __init__(self, vnodes: list[str], micro_batches: int, backward: bool, in_flight: int) -> None:
-        super().__init__(vnodes, micro_batches, backward)
-
     def may_backward(self) -> bool:
         return self._forwards_left == 0
 
