@@ -20,6 +20,7 @@ from computeall.protocol.credentials import Credential
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.pnode_api import (
     ApplyStep,
+    GenerateSamples,
     LoadCheckpoint,
     LoadPlan,
     PNodeReply,
@@ -37,7 +38,7 @@ from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.wire import tensor_from_wire
 
-from . import checkpoints
+from . import checkpoints, sampling
 from .batches import BatchFeed
 from .memory import bytes_by_category
 from .outbox import Link
@@ -72,6 +73,7 @@ class PNode:
         # frames in and out (digests, copies, decoding) on their own thread: off the event loop and
         # off the compute thread, so sending and receiving overlap compute
         self.wire = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-wire")
+        self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
         self.rejected_frames = 0
@@ -103,6 +105,7 @@ class PNode:
             pass  # the server went away first
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.wire.shutdown(wait=False, cancel_futures=True)
+        self.sampling_executor.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
         """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's
@@ -180,6 +183,9 @@ class PNode:
             self.stages[request.session_id] = stage
             log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
             return PNodeReply(ok=True, pnode=self.name)
+        if isinstance(request, GenerateSamples):  # reads a checkpoint, not the stage: off the compute executor
+            samples = await sampling.generate(self.js, request, self.sampling_executor)
+            return PNodeReply(ok=True, pnode=self.name, step=request.step, samples=samples)
         stage = self.stages.get(request.session_id)
         if stage is None:
             return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
