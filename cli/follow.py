@@ -67,8 +67,7 @@ async def follow_session(
                 p = event.payload
                 if isinstance(p, StepCompleted):
                     if out:
-                        row = p.model_dump(exclude={"type"})  # every metric StepCompleted records
-                        out.write(json.dumps(row) + "\n")
+                        out.write(json.dumps(p.model_dump(exclude={"type"})) + "\n")  # every StepCompleted field
                         out.flush()
                     bar.n = p.step + 1
                     bar.set_postfix(loss=f"{p.loss:.4f}", refresh=False)

@@ -10,10 +10,10 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .config import OptimizerConfig
+from .config import OptimizerConfig, PipelineConfig
 from .micro_tree import replica_block
-from .replica_sync import ReplicaSync
 from .object_store import CheckpointObject
+from .replica_sync import ReplicaSync
 from .sampling import SamplingConfig
 
 
@@ -63,6 +63,7 @@ class LoadPlan(_Request):
     batches: BatchSource
     micro_batches: int
     optimizer: OptimizerConfig
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     replicas: ReplicaPlan | None = None  # None: the one and only replica
 
     @model_validator(mode="after")
@@ -170,7 +171,9 @@ class PNodeReply(BaseModel):
     reduce_bytes: int = 0  # bytes this PNode sent to other replicas (gradient or pseudo-gradient sums)
     tokens: int = 0
     grads_finite: bool = True
-    compute_s: float = 0.0
-    wait_s: float = 0.0
+    compute_s: float = 0.0  # running work items on the compute thread
+    wait_s: float = 0.0  # waiting for inputs from other PNodes or the dataset (the bubble)
+    send_s: float = 0.0  # the outbox sending, overlapped with compute
+    sent_bytes: dict[str, int] = Field(default_factory=dict)  # tensor frames sent this pass, by destination PNode
     checkpoint: list[CheckpointObject] | None = None
     samples: list[list[int]] | None = None  # GenerateSamples: the new token ids of each prompt

@@ -1,10 +1,11 @@
-"""diloco's outer optimizer on one PNode: the anchor, Nesterov momentum, and how pseudo-gradients travel.
+"""diloco's outer optimizer on one PNode: the anchor and Nesterov momentum.
 
 Between outer steps each replica trains alone (its own inner AdamW state, as in DiLoCo). At an
 outer step each replica's pseudo-gradient of a VNode is `anchor - master` (fp32); the replicas sum
-them over the replica tree, each partial sum travelling in the configured wire form (`bf16`, or
-`int8` blocks with one fp32 scale each) and decoded on both sides of an exchange, so the two
-partners add the same numbers. The average drives one Nesterov step from the anchor:
+them over the replica tree (services/pnode/replica_sum.py), each partial sum travelling in the
+configured wire format (`wire_formats.py`: `bf16`, or `int8` blocks with one fp32 scale each) and
+decoded on both sides of an exchange, so the two partners add the same numbers. The average
+drives one Nesterov step from the anchor:
 
     v <- mu * v + avg ;  anchor <- anchor - lr * (avg + mu * v) ;  parameters <- anchor
 
@@ -14,38 +15,13 @@ with the same parameters, and a fixed replica count always gives the same bits.
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 
 from computeall.protocol.replica_sync import ReplicaSync
 
 from .optimizer import VNodeOptimizer
 
-INT8_BLOCK = 256  # elements per fp32 scale: 1.6% on top of one byte per element
 OUTER = "outer/"
-
-
-def encode(t: torch.Tensor, wire: str) -> torch.Tensor:
-    """What travels for fp32 values `t` (flat): bf16, or uint8 bytes of [fp32 scales | int8 values]."""
-    if wire == "bf16":
-        return t.to(torch.bfloat16)
-    n = t.numel()
-    blocks = F.pad(t, (0, math.ceil(n / INT8_BLOCK) * INT8_BLOCK - n)).view(-1, INT8_BLOCK)
-    scales = blocks.abs().amax(dim=1) / 127  # (blocks,)
-    q = torch.round(blocks / scales.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(1)).clamp_(-127, 127)
-    return torch.cat([scales.view(torch.uint8), q.to(torch.int8).view(-1)[:n].view(torch.uint8)])
-
-
-def decode(payload: torch.Tensor, wire: str, numel: int) -> torch.Tensor:
-    """The fp32 values a payload of `encode` stands for (the same bits on every PNode)."""
-    if wire == "bf16":
-        return payload.float()
-    n_scales = math.ceil(numel / INT8_BLOCK)
-    scales = payload[: 4 * n_scales].view(torch.float32)
-    q = payload[4 * n_scales:].view(torch.int8).float()
-    return q * scales.repeat_interleave(INT8_BLOCK)[:numel]
 
 
 class OuterOptimizer:

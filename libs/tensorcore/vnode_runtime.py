@@ -89,19 +89,26 @@ class VNodeRuntime:
         returns its inputs' gradients."""
         saved = self._saved.pop((micro, vid))
         leaves = [leaf for leaf in saved.leaves if leaf is not None]
-        params = [p for p in self.modules[vid].parameters()] + [
-            p for p in getattr(self.modules[vid], "tied_weight", [])
-        ]
+        params = list(self.modules[vid].parameters())
+        borrowed = list(getattr(self.modules[vid], "tied_weight", []))
         grad_output = grad_output.to(device=saved.output.device, dtype=saved.output.dtype)
         grads = torch.autograd.grad(
-            saved.output, leaves + params, grad_outputs=grad_output, allow_unused=True
+            saved.output, leaves + params + borrowed, grad_outputs=grad_output, allow_unused=True
         )
         for p, g in zip(params, grads[len(leaves):]):
             if g is not None:
                 self.gradients.add(micro, self._param_names[id(p)], g)
+        for p, g in zip(borrowed, grads[len(leaves) + len(params):]):
+            if g is not None:  # the owner's weight: its part of this micro-batch's gradient
+                self.gradients.add(micro, self._param_names[id(p)], g)
         self.gradients.close(micro, vid)
         it = iter(grads[: len(leaves)])
         return [None if leaf is None else next(it) for leaf in saved.leaves]
+
+    def finish_backward(self) -> None:
+        """Once a step's backwards are all done: every `p.grad` holds its sum over this runtime's block
+        (`MicroGradients.finish` folds what no backward closed)."""
+        self.gradients.finish()
 
     def drop_one(self, micro: int, vid: str) -> None:
         self._saved.pop((micro, vid), None)
@@ -131,14 +138,15 @@ def loss_gradient(loss_scale: float, tokens: int, device: torch.device) -> torch
     return torch.tensor(loss_scale / tokens, device=device)
 
 
-def summed_in_order(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
+def summed_in_order(parts: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor | None:
     """The consumers' gradients of one output, summed in the graph's consumer order (the same on
-    every placement, so the same bits); None when nothing reads the output."""
+    every placement, so the same bits), in the output's dtype (a gradient that came back over a
+    narrower wire is widened first); None when nothing reads the output."""
     if not parts:
         return None
-    total = parts[0]
+    total = parts[0].to(dtype)
     for g in parts[1:]:
-        total = total + g
+        total = total + g.to(dtype)
     return total
 
 

@@ -114,6 +114,7 @@ class Placement:
                 batches=batches,
                 micro_batches=config.micro_batches,
                 optimizer=config.optimizer,
+                pipeline=config.pipeline,
                 replicas=ReplicaPlan(index=r, assignments=allocation.assignments, sync=config.sync)
                 if allocation.count > 1 or config.sync.mode == "diloco" else None,
             )

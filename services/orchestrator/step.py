@@ -55,6 +55,7 @@ class TrainingStep:
         await self.recorder.record(
             StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
                           compute_s=compute, wait_s=max(0.0, elapsed - compute),
+                          wire_bytes=sum(sum(r.sent_bytes.values()) for r in replies),
                           reduce_bytes=sum(r.reduce_bytes for r in replies + applied))
         )
 

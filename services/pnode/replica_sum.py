@@ -6,8 +6,10 @@ that VNode in the other replicas: at each level it sends its partial sum (the VN
 gradients as one flat tensor), receives its partner's, and both add left + right. After log2(R)
 levels every replica holds the step's gradient, with the bits of one replica summing everything,
 and applies the same update. The sums of different VNodes overlap each other and the rest of the
-backward pass; nothing goes through the orchestrator. With diloco the same butterfly sums the
-replicas' pseudo-gradients at each outer step instead, in their wire form (`outer_step`).
+backward pass; nothing goes through the orchestrator. The sums travel through an outbox of their
+own (not the pass's), so their bytes are counted apart from activations'. With diloco the same
+butterfly sums the replicas' pseudo-gradients at each outer step instead, in a wire format
+(`wire_formats.py`: bf16 or int8 blocks) that both partners decode before adding (`outer_step`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ import torch
 
 from computeall.protocol.micro_tree import Exchange, exchanges
 from computeall.protocol.pnode_api import LoadPlan
-from computeall.tensorcore.diloco import OuterOptimizer, decode, encode
+from computeall.tensorcore.diloco import OuterOptimizer
 from computeall.tensorcore.micro_gradients import add_parts
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
+from computeall.tensorcore.wire_formats import Encoded, WireFormat, wire_format
 
+from .outbox import Link, Outbox
 from .routing import PartialSumKey, TensorRoute
 
-Send = Callable[[str, torch.Tensor, TensorRoute], Awaitable[None]]
 Compute = Callable[..., Awaitable]
 
 
@@ -42,16 +45,17 @@ def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads])
 
 
-def _decoded(mine: torch.Tensor, theirs: torch.Tensor, wire: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return decode(mine, wire, numel), decode(theirs, wire, numel)
+def _in_fp32(mine: Encoded, theirs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both partners' pseudo-gradients as they travelled, widened to fp32 for the addition."""
+    return mine.decode().float(), theirs.float()
 
 
 class ReplicaSum:
-    def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, optimizer: VNodeOptimizer, send: Send,
+    def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, optimizer: VNodeOptimizer, link: Link,
                  compute: Compute) -> None:
         self.session = plan.session_id
         self.runtime = runtime
-        self.send = send
+        self.outbox = Outbox(link)
         self.compute = compute
         replicas = plan.replicas
         self.assignments = replicas.assignments if replicas else [plan.assignment]
@@ -64,7 +68,11 @@ class ReplicaSum:
         self.step = -1
         self.deadline_s = 0.0
         self.give_up = 0.0
-        self.sent_bytes = 0
+
+    @property
+    def sums_gradients(self) -> bool:
+        """Each step's gradients are summed over the replicas (not diloco, not one replica alone)."""
+        return self.sync is not None and self.sync.mode == "gradients"
 
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
         if route.step < self.step:
@@ -74,14 +82,14 @@ class ReplicaSum:
 
     def begin(self, step: int, deadline_s: float) -> None:
         self.abort()
-        self.step, self.deadline_s, self.give_up, self.sent_bytes = step, deadline_s, time.monotonic() + deadline_s, 0
+        self.step, self.deadline_s, self.give_up = step, deadline_s, time.monotonic() + deadline_s
         for key in [k for k in self.inbox if k.step < step]:
             del self.inbox[key]
 
     def vnode_done(self, vid: str) -> None:
         """`vid` may have its block's gradient now: start summing it over the replicas."""
         gradients = self.runtime.gradients
-        if self.sync and self.sync.mode == "gradients" and vid not in self.tasks and gradients.owned.get(vid) and gradients.complete(vid):
+        if self.sums_gradients and vid not in self.tasks and gradients.owned.get(vid) and gradients.complete(vid):
             self.tasks[vid] = asyncio.ensure_future(self._sum(self.step, vid))
 
     async def finish(self) -> int:
@@ -93,12 +101,14 @@ class ReplicaSum:
                 raise SumAborted(f"step {self.step}: the sum over the replicas was abandoned")
             if isinstance(outcome, BaseException):
                 raise outcome
-        return self.sent_bytes
+        traffic = await self.outbox.flush()
+        return sum(traffic.sent_bytes.values())
 
     def abort(self) -> None:
         for task in self.tasks.values():
             task.cancel()
         self.tasks = {}
+        self.outbox.clear()
         self.arrived.set()
 
     async def outer_step(self, step: int) -> int:
@@ -107,7 +117,7 @@ class ReplicaSum:
         if self.outer is None or not self.sync.is_outer_step(step):
             return 0
         self.abort()
-        self.give_up, self.sent_bytes = time.monotonic() + self.deadline_s, 0
+        self.give_up = time.monotonic() + self.deadline_s
         self.tasks = {vid: asyncio.ensure_future(self._outer(step, vid)) for vid in self.runtime.order
                       if self.runtime.gradients.owned.get(vid)}
         return await self.finish()
@@ -115,23 +125,22 @@ class ReplicaSum:
     async def _outer(self, step: int, vid: str) -> None:
         names = self.runtime.gradients.owned[vid]
         delta = await self.compute(self.outer.pseudo_gradient, names)
-        total = await self._all_reduce(step, vid, delta, wire=self.sync.wire)
+        total = await self._all_reduce(step, vid, delta, wire=wire_format(self.sync.wire))
         await self.compute(self.outer.step, names, total, len(self.assignments))
 
-    async def _all_reduce(self, step: int, vid: str, total: torch.Tensor, wire: str | None = None) -> torch.Tensor:
-        """The butterfly: `total` summed over the replicas, the same bits on each. With a `wire` form,
-        what is sent is encoded, and both sides add the decoded values."""
+    async def _all_reduce(self, step: int, vid: str, total: torch.Tensor, wire: WireFormat | None = None) -> torch.Tensor:
+        """The butterfly: `total` summed over the replicas, the same bits on each. With a `wire` format,
+        what is sent is encoded, and both sides add the decoded values (in fp32)."""
         for exchange in self.exchanges:
-            payload = total if wire is None else await self.compute(encode, total, wire)
+            encoded = Encoded.raw(total) if wire is None else await self.compute(wire.encode, total)
             route = TensorRoute.partial_sum(self.session, step, vid, *exchange.mine)
-            await self.send(self.assignments[exchange.partner][vid], payload, route)
-            self.sent_bytes += payload.numel() * payload.element_size()
+            self.outbox.put(self.assignments[exchange.partner][vid], encoded, route)
             theirs = await self._take(PartialSumKey("train", step, vid, *exchange.theirs))
-            if theirs.shape != payload.shape or theirs.dtype != payload.dtype:
+            if theirs.shape != encoded.shape or theirs.dtype != encoded.dtype:
                 raise SumAborted(f"step {step}: replica {exchange.partner} sent {vid}'s sum as {theirs.dtype} "
-                                 f"{list(theirs.shape)}, this replica's is {payload.dtype} {list(payload.shape)}")
+                                 f"{list(theirs.shape)}, this replica's is {encoded.dtype} {list(encoded.shape)}")
             if wire is not None:  # both sides add what travelled, never their own unrounded sum
-                total, theirs = await self.compute(_decoded, payload, theirs, wire, total.numel())
+                total, theirs = await self.compute(_in_fp32, encoded, theirs)
             total = await self.compute(exchange.combine, total, theirs, add_parts)
         return total
 

@@ -11,7 +11,7 @@ from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
 from computeall.cli.supervisor import ServiceSpec
 from computeall.protocol.commands import StopSession
-from computeall.protocol.config import LrSchedule
+from computeall.protocol.config import LrSchedule, PipelineConfig
 from computeall.protocol.events import (
     Allocated, CheckpointCommitted, Reallocated, RolledBack, SessionStopped, StepCompleted,
 )
@@ -23,9 +23,9 @@ SHORT = 10
 KILLED = 30
 
 
-def cfg(steps: int, replicas: int | str = 1):
+def cfg(steps: int, replicas: int | str = 1, **extra):
     return config(steps=steps, micro_batches=4, batch_size=8, replicas=replicas, checkpoint_every=5,
-                  lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-3))
+                  lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-3), **extra)
 
 
 async def history(client, sid: str):
@@ -36,8 +36,8 @@ async def history(client, sid: str):
     return losses, digests, payloads
 
 
-async def run(client, steps: int, replicas: int | str = 1):
-    return await history(client, await run_to_end(client, cfg(steps, replicas)))
+async def run(client, steps: int, replicas: int | str = 1, **extra):
+    return await history(client, await run_to_end(client, cfg(steps, replicas, **extra)))
 
 
 def allocations(payloads) -> list[Allocated]:
@@ -66,14 +66,19 @@ async def test_any_replica_count_gives_the_same_bits_and_a_join_adds_a_replica(t
 
         clean = await run(client, stopped_at, replicas=1)  # one pipeline over all four PNodes
         four = await run(client, SHORT, replicas=4)
-        two_wide = await run(client, SHORT, replicas=2)
+        two_wide = await run(client, SHORT, replicas=2, pipeline=PipelineConfig(schedule="gpipe"))  # 2 stages each
+        # a compressing wire rounds on every edge, inside a replica as in one pipeline: still the same bits
+        one_int8 = await run(client, SHORT, replicas=1, wire="int8")
+        two_wide_int8 = await run(client, SHORT, replicas=2, wire="int8")
 
     # the same losses and final state (weights and optimizer) whatever the replica count and placement
     for got in (two, four, two_wide):
         assert got[0] == one[0] == clean[0][:SHORT]
         assert got[1][SHORT] == one[1][SHORT] == clean[1][SHORT]
-    assert [(a.replicas, len(a.pnodes)) for a in (allocations(r[2])[0] for r in (one, two, four, two_wide))] == [
-        (1, 2), (2, 2), (4, 4), (2, 4)]
+    assert two_wide_int8[:2] == one_int8[:2] and one_int8[0] != one[0]
+    assert [(a.replicas, len(a.pnodes)) for a in (allocations(r[2])[0] for r in (one, two, four, two_wide, one_int8,
+                                                                                  two_wide_int8))] == [
+        (1, 2), (2, 2), (4, 4), (2, 4), (1, 4), (2, 4)]
     assert {pl.pnode for pl in allocations(two_wide[2])[0].placements if pl.replica == 0} == {"pnode-0", "pnode-2"}
     reduced = [p.reduce_bytes for p in two[2] if isinstance(p, StepCompleted)]
     assert all(b > 0 for b in reduced) and not any(p.reduce_bytes for p in one[2] if isinstance(p, StepCompleted))

@@ -47,6 +47,7 @@ class StepCompleted(DomainEvent):
     loss_scale: float = 1.0
     compute_s: float = 0.0
     wait_s: float = 0.0
+    wire_bytes: int = 0  # tensor bytes sent PNode to PNode in the step, every link together
     reduce_bytes: int = 0  # sent between replicas: gradient sums (or diloco's pseudo-gradients)
 
 
