@@ -1,0 +1,176 @@
+"""The allocator's cost model: how long a training step takes when the network is cut into stages.
+
+Per micro-batch, the stage on PNode p is busy computing (its FLOPs over p's FLOP/s) and moving its
+traffic over p's link to the bus (the larger of what it sends and what it receives, over p's
+bandwidth); the two add up, since one PNode process both computes and sends. With M micro-batches
+a pipeline of stages then takes about
+
+    T = (M - 1) * max_s busy_s  +  sum_s busy_s  +  2 * sum_s rtt_s      (the rtt term: > 1 stage)
+
+one micro-batch all the way through (every stage once, and each PNode's link crossed both ways
+forward and back), then one slowest stage more per further micro-batch. Figures a PNode has not
+measured take NOMINAL values, the same for every PNode, so they cancel out of the comparison.
+
+`StageCosts` precomputes, for the network's units (VNodes in topological order, tied groups
+merged) and every contiguous range [a, b) of them, the FLOPs, memory and link traffic of a stage
+holding exactly that range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+
+import numpy as np
+
+from computeall.network import Graph
+from computeall.network.graph import BYTES_PER_ELEMENT
+from computeall.network.ops import Site
+
+ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
+MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
+GRAD_BUFFER_BYTES = 4  # the fused optimizer's flat fp32 gradient buffer
+
+# What a PNode that has not measured itself is taken to have: a CPU core's training throughput,
+# a 1 Gbit/s LAN link with a 1 ms round trip.
+NOMINAL_FLOPS_PER_S = 10e9
+NOMINAL_BANDWIDTH_BYTES_PER_S = 125e6
+NOMINAL_RTT_S = 1e-3
+
+
+@dataclass(frozen=True)
+class PNodeCapacity:
+    """What the allocator is given of a PNode: its memory (a hard limit) and what it measured of its speed."""
+
+    pnode: str
+    memory_bytes: int
+    flops_per_s: float = NOMINAL_FLOPS_PER_S
+    bandwidth_bytes_per_s: float = NOMINAL_BANDWIDTH_BYTES_PER_S
+    rtt_s: float = NOMINAL_RTT_S
+
+
+def _site(graph: Graph, vid: str) -> Site:
+    return Site(context=graph.spec.context, features=graph.out_features[vid] or 1)
+
+
+def vnode_flops_per_token(graph: Graph, vid: str) -> float:
+    """Forward+backward FLOPs per token, from the op's model in the registry."""
+    return graph.op(vid).flops_per_token(graph.params(vid), _site(graph, vid))
+
+
+def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
+    """Weights, gradient, fp32 master (low precision only), Adam state, the optimizer's gradient buffer,
+    and a micro-batch's activations (the op's model in the registry)."""
+    v = graph.vnodes[vid]
+    element = BYTES_PER_ELEMENT[v.precision]
+    master = MASTER_BYTES if v.precision != "fp32" else 0
+    params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
+    activations = graph.op(vid).activation_elements(graph.params(vid), _site(graph, vid))
+    return params + micro_batch_size * graph.spec.context * activations * element
+
+
+class StageCosts:
+    """Per-step FLOPs, memory and link traffic of a stage holding units [a, b), for b - a <= max_len.
+
+    Besides lookups by (a, b), the figures come as band arrays indexed [b, d] for the stage
+    [b - d - 1, b) (`valid` says which exist), so the allocator's dynamic programmes run over
+    whole arrays at once.
+    """
+
+    def __init__(self, graph: Graph, units: list[tuple[str, ...]], batch_size: int, micro_batch_size: int,
+                 max_len: int) -> None:
+        tokens = batch_size * graph.spec.context
+        self.n = n = len(units)
+        self.max_len = max_len
+        self._flops = [0.0, *accumulate(sum(vnode_flops_per_token(graph, v) for v in u) * tokens for u in units)]
+        self._memory = [0, *accumulate(sum(vnode_memory_bytes(graph, v, micro_batch_size) for v in u) for u in units)]
+        edges = _UnitEdges(graph, units, batch_size)
+        self._traffic = [self._sweep(edges, a) for a in range(n)]
+        # band arrays: row b (0..n), column d: the stage [b - d - 1, b)
+        b = np.arange(n + 1)[:, None]
+        self.start = b - np.arange(max_len)[None, :] - 1
+        self.valid = self.start >= 0
+        start = np.where(self.valid, self.start, 0)
+        flops, memory = np.array(self._flops), np.array(self._memory, dtype=np.float64)
+        self.band_flops = np.where(self.valid, flops[b] - flops[start], np.inf)
+        self.band_memory = np.where(self.valid, memory[b] - memory[start], np.inf)
+        self.band_traffic = np.zeros((n + 1, max_len))
+        for a, row in enumerate(self._traffic):
+            self.band_traffic[np.arange(a + 1, a + 1 + len(row)), np.arange(len(row))] = row
+
+    def flops(self, a: int, b: int) -> float:
+        return self._flops[b] - self._flops[a]
+
+    def memory(self, a: int, b: int) -> int:
+        return self._memory[b] - self._memory[a]
+
+    def traffic(self, a: int, b: int) -> int:
+        """Bytes per step over the link of the PNode holding [a, b): the larger of its two directions."""
+        return self._traffic[a][b - a - 1] if b > a else 0
+
+    def _sweep(self, edges: _UnitEdges, a: int) -> list[int]:
+        """Traffic of [a, b) for b = a+1, a+2, ...: grow the stage one unit at a time.
+
+        An output goes once to the PNode that reads it (however many of its VNodes do); a gradient
+        comes back per consumer (docs/decisions.md). So up = outputs read outside + gradients of
+        inputs read from outside; down = outputs read from outside + gradients of outputs read
+        outside. Counters per VNode keep the "once" exact as edges turn internal.
+        """
+        readers_outside: dict[str, int] = {}  # an inside VNode's consumers outside the stage
+        readers_inside: dict[str, int] = {}  # an outside VNode's consumers inside the stage
+        up = down = 0
+        row = []
+        for j in range(a, min(self.n, a + self.max_len)):
+            for src, dst_pos, nbytes in edges.out[j]:  # j's outputs
+                if a <= dst_pos < j:  # was an input from outside, now internal
+                    readers_inside[src] -= 1
+                    down -= nbytes if readers_inside[src] == 0 else 0
+                    up -= nbytes  # its gradient no longer goes out
+                else:
+                    readers_outside[src] = readers_outside.get(src, 0) + 1
+                    up += nbytes if readers_outside[src] == 1 else 0
+                    down += nbytes  # its gradient comes back
+            for src, src_pos, nbytes in edges.into[j]:  # j's inputs
+                if a <= src_pos < j:  # was an output read outside, now internal
+                    readers_outside[src] -= 1
+                    up -= nbytes if readers_outside[src] == 0 else 0
+                    down -= nbytes
+                else:
+                    readers_inside[src] = readers_inside.get(src, 0) + 1
+                    down += nbytes if readers_inside[src] == 1 else 0
+                    up += nbytes
+            row.append(max(up, down))
+        return row
+
+
+class _UnitEdges:
+    """Edges between different units, by unit: (src VNode, the other end's unit, bytes one way)."""
+
+    def __init__(self, graph: Graph, units: list[tuple[str, ...]], batch_size: int) -> None:
+        position = {v: i for i, u in enumerate(units) for v in u}
+        self.out: list[list[tuple[str, int, int]]] = [[] for _ in units]
+        self.into: list[list[tuple[str, int, int]]] = [[] for _ in units]
+        for e in graph.edges:
+            if e.src not in position or position[e.src] == position[e.dst]:
+                continue  # from the dataset, or inside one unit
+            one_way = graph.edge_bytes_per_step(e, batch_size) // 2
+            s, d = position[e.src], position[e.dst]
+            self.out[s].append((e.src, d, one_way))
+            self.into[d].append((e.src, s, one_way))
+
+
+def busy_s(costs: StageCosts, speed: PNodeCapacity, a: int, b: int, micro_batches: int) -> float:
+    """Seconds the PNode holding [a, b) is busy per micro-batch: computing, then moving its traffic."""
+    return (costs.flops(a, b) / speed.flops_per_s + costs.traffic(a, b) / speed.bandwidth_bytes_per_s) / micro_batches
+
+
+def band_busy_s(costs: StageCosts, speed: PNodeCapacity, micro_batches: int) -> np.ndarray:
+    """busy_s of every stage in the band arrays; inf where the stage does not exist or does not fit."""
+    busy = (costs.band_flops / speed.flops_per_s + costs.band_traffic / speed.bandwidth_bytes_per_s) / micro_batches
+    return np.where(costs.band_memory <= speed.memory_bytes, busy, np.inf)
+
+
+def step_time_s(busy: list[float], rtts: list[float], micro_batches: int) -> float:
+    """The estimated step time of a pipeline whose stages are busy `busy` seconds per micro-batch."""
+    latency = 2 * sum(rtts) if len(busy) > 1 else 0.0
+    return (micro_batches - 1) * max(busy) + sum(busy) + latency
