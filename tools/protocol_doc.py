@@ -32,7 +32,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from computeall.protocol import dataset_api, monitor_api, pnode_api, telemetry, wire
+from computeall.protocol import dataset_api, monitor_api, pnode_api, telemetry, throughput, wire
 from computeall.protocol.commands import Command, PauseSession
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetEvent, PNodeEvent, SessionEvent
@@ -77,6 +77,8 @@ SUBJECTS = [
     SubjectRow("pnode_ctl", "request/reply", "orchestrator → PNode requests; every reply is a `PNodeReply`",
                (*members(pnode_api.PNodeRequest), pnode_api.PNodeReply)),
     SubjectRow("pnode_tensor", "data", "activations and gradients between PNodes (tensor frames)", (wire.TensorHeader,)),
+    SubjectRow("pnode_probe", "data", "a PNode's own loop through the bus: zero bytes it publishes and reads back "
+               "to time its link (`Throughput`, in `PNodeJoined` and heartbeats)", (throughput.Throughput,)),
     SubjectRow("dataset_api", "request/reply", "train a tokenizer, tokenize, cut splits; replies when done",
                (dataset_api.CreateDataset, dataset_api.DatasetReply), args=("create",)),
     SubjectRow("dataset_api", "request/reply", "a dataset's manifest", (dataset_api.GetDataset,), args=("get",)),
@@ -193,6 +195,7 @@ EXAMPLES: dict[str, object] = {
     "micro_batches": 1, "batch": 8, "key": "a1b2c3d4e5f6/train/41/0/b1.res2/act", "shape": [8, 256, 128],
     "chunk": 0, "chunks": 1, "offset": 0, "total_bytes": 1048576, "TensorHeader.dtype": "float32",
     "stage": "tokenize", "done": 524288, "total": 1115394, "ok": True,
+    "flops_per_s": 9.2e10, "bandwidth_bytes_per_s": 1.2e7, "rtt_s": 0.041, "measured_at": 1796212790.0,
 }
 
 

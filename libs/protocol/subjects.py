@@ -70,6 +70,10 @@ class Subjects:
         """Tensors sent to a PNode by other PNodes (activations and gradients)."""
         return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.tensor"
 
+    def pnode_probe(self, pid: str) -> str:
+        """A PNode's own loop through the bus: it publishes here and reads it back to time its link."""
+        return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.probe"
+
     def dataset_api(self, verb: str) -> str:
         return f"{self.prefix}.ds.{verb}"
 

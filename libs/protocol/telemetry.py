@@ -6,6 +6,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .throughput import Throughput
+
 HEARTBEAT_INTERVAL_S = 1.0  # how often a PNode sends its Heartbeat
 # A PNode silent this long is lost: the orchestrator records PNodeLost, the monitor shows it lost.
 HEARTBEAT_TIMEOUT_S = 5.0
@@ -25,6 +27,7 @@ class Heartbeat(BaseModel):
     sessions: list[str] = Field(default_factory=list)
     leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
     incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state
+    throughput: Throughput | None = None  # what it measured of its compute and its link to the bus
 
 
 class RequestStatus(BaseModel):

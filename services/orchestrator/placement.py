@@ -15,7 +15,7 @@ from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNodePlacement
 from computeall.protocol.pnode_api import BatchSource, LoadPlan
 
-from .allocator import Allocation, AllocationError, PNodeCapacity, allocate
+from .allocator import Allocation, AllocationError, allocate
 from .errors import DriverDone
 from .pnodes import PNodeRegistry
 from .recorder import SessionRecorder
@@ -119,11 +119,8 @@ class Placement:
         raise DriverDone("paused until there is capacity again")
 
     def _allocate(self, exclude: set[str]) -> Allocation:
-        live = [hb for hb in self.registry.live() if hb.pnode not in exclude]
-        return allocate(
-            self.graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live],
-            self.config.batch_size, self.config.micro_batch_size,
-        )
+        return allocate(self.graph, self.registry.capacities(exclude), self.config.batch_size,
+                        self.config.micro_batch_size)
 
     def _event_fields(self, allocation: Allocation) -> dict:
         graph, batch = self.graph, self.config.batch_size

@@ -40,7 +40,7 @@ from computeall.protocol.subjects import LOG_STREAM, Subjects
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
-from .allocator import AllocationError, PNodeCapacity, allocate
+from .allocator import AllocationError, allocate
 from .driver import SessionDriver
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -198,8 +198,7 @@ class Orchestrator:
         """Whether the live PNodes can hold the session's network now."""
         try:
             graph, _ = session_graph(state)
-            capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
-            allocate(graph, capacities, state.config.batch_size, state.config.micro_batch_size)
+            allocate(graph, self.registry.capacities(), state.config.batch_size, state.config.micro_batch_size)
         except (AllocationError, NetworkError):
             return False
         return True

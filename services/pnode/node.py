@@ -33,12 +33,13 @@ from computeall.protocol.pnode_api import (
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.throughput import Throughput
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
-from . import checkpoints
+from . import checkpoints, throughput
 from .batches import BatchFeed
 from .memory import bytes_by_category
 from .routing import TensorRoute
@@ -47,6 +48,7 @@ from .stage import SessionStage, StepAborted
 log = logging.getLogger("computeall.pnode")
 
 REQUESTS = TypeAdapter(PNodeRequest)
+REMEASURE_S = 120.0  # how often a PNode hosting nothing measures its link again
 
 
 class PNode:
@@ -78,6 +80,7 @@ class PNode:
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
+        self.throughput: Throughput | None = None
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -90,12 +93,16 @@ class PNode:
             self.subjects.pnode_tensor(self.name), cb=self._on_tensor, pending_bytes_limit=1 << 30
         )
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
+        flops = await asyncio.get_running_loop().run_in_executor(self.executor, throughput.compute_flops_per_s, self.device)
+        await self._measure(flops)
         await self.log.append_event(
             self.subjects.pnode_evt(self.name, "PNodeJoined"),
             EventEnvelope(actor=f"pnode:{self.name}", payload=self._joined()),
         )
-        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, self.nats_url, self.device, self.memory_bytes / 2**30)
-        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
+        log.info("pnode %s ready on %s (%s, %.1f GiB; measured %s)", self.name, self.nats_url, self.device,
+                 self.memory_bytes / 2**30, self.throughput)
+        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry()),
+                 asyncio.create_task(self._remeasure(flops))]
         await self._stop.wait()
         for t in tasks:
             t.cancel()
@@ -134,8 +141,22 @@ class PNode:
     def _joined(self) -> PNodeJoined:
         return PNodeJoined(
             pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(),
-            device=str(self.device), memory_bytes=self.memory_bytes,
+            device=str(self.device), memory_bytes=self.memory_bytes, throughput=self.throughput,
         )
+
+    # -- what it measures of itself ---------------------------------------------
+    async def _measure(self, flops_per_s: float) -> None:
+        try:
+            self.throughput = await throughput.measure(self.nc, self.subjects.pnode_probe(self.name), flops_per_s)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("could not measure the link to the bus (%s); keeping %s", exc, self.throughput)
+
+    async def _remeasure(self, flops_per_s: float) -> None:
+        """Links change: measure again now and then, only while hosting nothing (a probe would slow a step)."""
+        while True:
+            await asyncio.sleep(REMEASURE_S)
+            if not self.stages and not self.pending:
+                await self._measure(flops_per_s)
 
     # -- control requests ---------------------------------------------------------
     async def _on_ctl(self, msg) -> None:
@@ -235,7 +256,7 @@ class PNode:
             beat = Heartbeat(
                 pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
                 memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving,
-                incarnation=self.incarnation,
+                incarnation=self.incarnation, throughput=self.throughput,
             )
             try:
                 await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())
