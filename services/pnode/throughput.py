@@ -23,7 +23,7 @@ from computeall.protocol.throughput import Throughput
 PROBE_CHUNK = 256 * 1024
 FIRST_PAYLOAD = 1 << 20
 MAX_PAYLOAD = 16 << 20
-LONG_ENOUGH_S = 0.1  # a round at least this long is timed well enough
+LONG_ENOUGH_S = 0.3  # a round this long is past TCP slow start on a city link, and timed well enough
 
 
 def compute_flops_per_s(device: torch.device, tokens: int = 256, dim: int = 256, hidden: int = 1024,

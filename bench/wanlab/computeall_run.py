@@ -1,0 +1,134 @@
+"""computeall in the WAN lab: one whole session with each PNode behind its own shaped link.
+
+NATS, the orchestrator and the dataset service run in the root namespace (the "cloud"); each lab
+node runs one PNode (`python -m computeall.pnode`) in its namespace, on its cores, dialling NATS
+through its link, so every tensor between PNodes crosses two links, as on the internet:
+
+    result = asyncio.run(run_session(lab, config, directory))
+
+The session must complete; a failure or a refusal raises with the orchestrator's reason and the
+directory's logs. Nothing is reused between runs: a fresh NATS store and services each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from computeall.cli.client import Client, connect
+from computeall.cli.follow import start_session
+from computeall.cli.nats_server import EmbeddedNats
+from computeall.cli.supervisor import ServiceSpec, Supervisor
+from computeall.protocol.config import SessionConfig
+from computeall.protocol.events import (Allocated, CommandRejected, EventEnvelope, PNodeJoined, SessionCompleted,
+                                        SessionFailed, StepCompleted)
+from computeall.protocol.throughput import Throughput
+
+from .lab import Node, WanLab
+
+
+@dataclass
+class SessionRun:
+    session_id: str
+    steps: list[StepCompleted] = field(default_factory=list)
+    recorded_at: list[float] = field(default_factory=list)  # when each StepCompleted was recorded
+    assignment: dict[str, str] = field(default_factory=dict)  # vnode -> pnode (the first allocation)
+    throughput: dict[str, Throughput | None] = field(default_factory=dict)  # what each PNode measured at join
+
+    @property
+    def losses(self) -> list[float]:
+        return [s.loss for s in self.steps]
+
+    @property
+    def step_intervals_s(self) -> list[float]:
+        """Seconds from one recorded step to the next: a step with every overhead the system has."""
+        return [b - a for a, b in zip(self.recorded_at, self.recorded_at[1:])]
+
+
+def pnode_name(node: Node) -> str:
+    return f"lab-{node.index}"
+
+
+def start_pnode(lab: WanLab, node: Node, nats_port: int, logs: Path) -> subprocess.Popen:
+    """A PNode in `node`'s namespace, with one torch thread per core it is pinned to."""
+    host, port = lab.expose(node, ("127.0.0.1", nats_port))
+    share = max(1, (os.cpu_count() or 1) // len(node.cores))  # set_cpu_threads divides the machine's cores
+    argv = [sys.executable, "-m", "computeall.pnode", "--nats", f"nats://{host}:{port}", "--name", pnode_name(node),
+            "--processes-on-machine", str(share)]
+    logs.mkdir(parents=True, exist_ok=True)
+    log = open(logs / f"{pnode_name(node)}.log", "ab")
+    return lab.popen(node, argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+async def run_session(lab: WanLab, config: SessionConfig, directory: Path, timeout_s: float = 900.0) -> SessionRun:
+    """Start the services, one PNode per lab node, run `config` to completion, stop everything."""
+    server = EmbeddedNats(directory / "nats").start()
+    supervisor = Supervisor(directory, server.url, server.process.pid)
+    supervisor.start([ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")])
+    watcher = asyncio.create_task(supervisor.watch())
+    pnodes: list[subprocess.Popen] = []
+    try:
+        pnodes = [start_pnode(lab, node, server.port, directory / "logs") for node in lab.nodes]
+        async with connect(server.url) as client:
+            sid, command_id = await start_session(client, config.model_copy(update={"min_pnodes": len(lab.nodes)}))
+            try:
+                run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {directory / 'logs'}")
+            for node in lab.nodes:
+                run.throughput[pnode_name(node)] = await _joined(client, pnode_name(node))
+            return run
+    finally:
+        watcher.cancel()
+        supervisor.stop()  # the orchestrator first: PNodes going away now are no failure
+        for proc in pnodes:
+            _stop(proc)
+        server.stop()
+
+
+async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
+    run = SessionRun(sid)
+    events = client.eventlog.follow(client.subjects.session_evt_all(sid))
+    async with aclosing(events):
+        async for record in events:
+            try:
+                event = EventEnvelope.model_validate_json(record.data)
+            except ValidationError:
+                continue  # a type this reader does not know
+            p = event.payload
+            if isinstance(p, StepCompleted):
+                run.steps.append(p)
+                run.recorded_at.append(event.ts)
+            elif isinstance(p, Allocated) and not run.assignment:
+                run.assignment = {pl.vnode: pl.pnode for pl in p.placements}
+            elif isinstance(p, SessionCompleted):
+                return run
+            elif isinstance(p, SessionFailed):
+                raise RuntimeError(f"session {sid} failed: {p.reason}")
+            elif isinstance(p, CommandRejected) and p.command_id == command_id:
+                raise RuntimeError(f"session {sid} was refused: {p.reason}")
+    raise RuntimeError(f"the event stream of session {sid} ended")
+
+
+async def _joined(client: Client, pnode: str) -> Throughput | None:
+    records = await client.eventlog.read(client.subjects.pnode_evt(pnode, "PNodeJoined"))
+    joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
+    return joined[-1].throughput if joined and isinstance(joined[-1], PNodeJoined) else None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -1,0 +1,66 @@
+"""A whole computeall session across two lab namespaces behind `city` links (needs root and `ip netns`).
+
+Each PNode runs in its own namespace on its own core and reaches NATS only through its shaped,
+delayed link. The session trains the same losses as the same session on unshaped links (same
+seed, one thread per PNode), whatever the allocator made of the slow links, and each PNode
+measured its link for what it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench.wanlab import PROFILES, LabUnavailable, WanLab  # noqa: E402
+from bench.wanlab.netns import check_available  # noqa: E402
+
+try:
+    check_available()
+except LabUnavailable as e:
+    pytest.skip(f"WAN lab unavailable: {e}", allow_module_level=True)
+
+from bench.wanlab.computeall_run import run_session  # noqa: E402
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
+
+from .cluster import stdlib_corpus  # noqa: E402
+
+pytestmark = pytest.mark.timeout(400)
+
+STEPS = 5
+
+
+def config() -> SessionConfig:
+    return SessionConfig(
+        network_yaml=(REPO / "examples" / "networks" / "micro-gpt.yaml").read_text(),
+        data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=8, micro_batches=4, seed=3,
+        lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
+    )
+
+
+def train(profile: str, directory: Path):
+    with WanLab(profile, nodes=2) as lab:
+        return asyncio.run(run_session(lab, config(), directory, timeout_s=300))
+
+
+def test_five_steps_over_city_links_train_the_loopback_losses(tmp_path) -> None:
+    city = train("city", tmp_path / "city")
+    loopback = train("loopback", tmp_path / "loopback")
+
+    assert [s.step for s in city.steps] == list(range(STEPS))
+    assert city.losses == loopback.losses  # bit for bit: placement and links never change the math
+    assert len(set(city.assignment.values())) == 2  # both PNodes took part
+
+    link = PROFILES["city"]
+    for pnode, measured in city.throughput.items():
+        assert measured is not None, f"{pnode} joined without measuring its link"
+        # a round trip to NATS crosses the PNode's link both ways; the rate is capped by tbf
+        assert measured.rtt_s >= 2 * link.delay_s
+        assert 0.3 * link.rate_mbit * 1e6 / 8 <= measured.bandwidth_bytes_per_s <= 1.2 * link.rate_mbit * 1e6 / 8
+    for pnode, measured in loopback.throughput.items():
+        assert measured.rtt_s < link.delay_s and measured.bandwidth_bytes_per_s > 2 * link.rate_mbit * 1e6 / 8, pnode
