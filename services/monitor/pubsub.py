@@ -25,6 +25,11 @@ class PubSub:
                 queue.get_nowait()
             queue.put_nowait(item)
 
+    @property
+    def subscribers(self) -> int:
+        """Live subscriptions, over all topics (what `{ monitor { subscriptions } }` reports)."""
+        return sum(len(queues) for queues in self._queues.values())
+
     @contextmanager
     def subscribe(self, topic: str) -> Iterator[asyncio.Queue]:
         queue: asyncio.Queue = asyncio.Queue(QUEUE_SIZE)

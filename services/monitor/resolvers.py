@@ -62,7 +62,8 @@ async def resolve_pnodes(_: Any, info: GraphQLResolveInfo) -> list[dict]:
 
 @query.field("monitor")
 async def resolve_monitor(_: Any, info: GraphQLResolveInfo) -> dict:
-    return await ctx(info).services.db.read(reads.stats)
+    services = ctx(info).services
+    return {**await services.db.read(reads.stats), "subscriptions": services.pubsub.subscribers}
 
 
 # -- Session fields: the parent row was already scoped to the caller --------------

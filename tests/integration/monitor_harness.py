@@ -69,17 +69,6 @@ def data(url: str, key: str, query: str, variables: dict | None = None) -> dict[
     return body["data"]
 
 
-def wait_until(predicate, timeout: float = 15.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(interval)
-
-
 def session_config(steps: int = 100) -> SessionConfig:
     return SessionConfig(network_yaml="name: tiny\n", data=DataConfig(files=["corpus.txt"]), steps=steps)
 

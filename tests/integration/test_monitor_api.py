@@ -26,8 +26,8 @@ from .monitor_harness import (
     gql,
     publish,
     session_events,
-    wait_until,
 )
+from .waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -282,7 +282,10 @@ def test_websocket_subscriptions_deliver_steps_and_events(system, keys, sessions
             "query": 'subscription { sessionEvents(sessionId: "sa") { type } }'}}))
         await ws.send(json.dumps({"id": "3", "type": "subscribe", "payload": {
             "query": 'subscription { steps(sessionId: "sb") { step } }'}}))
-        await asyncio.sleep(0.3)  # the subscriptions are registered before anything is published
+        await wait_until_async(  # both of alice's subscriptions are live before anything is published
+            lambda: asyncio.to_thread(
+                lambda: data(system.url, keys["alice"], "{ monitor { subscriptions } }")["monitor"]["subscriptions"] >= 2),
+            what="two live subscriptions")
         events = [EventEnvelope(session_id="sa", payload=StepCompleted(step=100 + i, loss=0.5, tokens=1, step_time_s=0.1, lr=1e-3))
                   for i in range(3)]
         await publish(system.nats_url, event_items(events))

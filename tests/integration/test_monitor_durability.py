@@ -15,7 +15,8 @@ from computeall.cli.commands.replay_rebuild import register_rebuild
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import MemorySample
 
-from .monitor_harness import MonitorProcess, data, event_items, publish, session_events, wait_until
+from .monitor_harness import MonitorProcess, data, event_items, publish, session_events
+from .waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,6 +15,7 @@ from computeall.protocol.object_store import open_bucket
 
 from .cluster import running_cluster, wait_for_pnodes
 from .sessions import command, config, losses, run_to_end, state, wait_for
+from .waiting import wait_until_async
 
 
 async def test_orchestrator_kill_resumes_from_checkpoint_with_identical_losses(tmp_path):
@@ -55,17 +56,28 @@ async def test_pause_resume_stop_and_rejections(tmp_path):
         bad_sid, bad_id = await start_session(client, config().model_copy(update={"network_yaml": cyclic}))
         await client.nc.publish(client.subjects.session_cmd("garbage"), b"{not json")
         await client.js.publish(client.subjects.session_cmd("garbage"), b'{"id": "x1", "payload": {"type": "Nope"}}')
-        await asyncio.sleep(2.0)
-        events = [e.payload for _, e in await session_events(client.eventlog, sid)]
-        reasons = {p.command_id: p.reason for p in events if isinstance(p, CommandRejected)}
+        reasons = await rejections(client, sid, {rejected.id, duplicate.id})
         assert "cannot resume a session that is stopped" in reasons[rejected.id]
+        bad = await rejections(client, bad_sid, {bad_id})
+        assert "cycle" in bad[bad_id]
+        junk = await rejections(client, "garbage", {"x1"})
+        assert "malformed command" in junk["x1"]
+        # the duplicate was rejected once: JetStream dropped its second publish
+        events = [e.payload for _, e in await session_events(client.eventlog, sid)]
         assert sum(isinstance(p, CommandRejected) and p.command_id == duplicate.id for p in events) == 1
-        bad = [e.payload for _, e in await session_events(client.eventlog, bad_sid)]
-        assert any(isinstance(p, CommandRejected) and p.command_id == bad_id and "cycle" in p.reason for p in bad)
-        junk = [e.payload for _, e in await session_events(client.eventlog, "garbage")]
-        assert any(isinstance(p, CommandRejected) and "malformed command" in p.reason for p in junk)
         # the orchestrator kept running through all of it
         await run_to_end(client, config(steps=3))
+
+
+async def rejections(client, sid: str, command_ids: set[str]) -> dict[str, str]:
+    """The reasons the orchestrator recorded for refusing these commands, once all of them are in."""
+
+    async def recorded() -> dict[str, str] | None:
+        events = [e.payload for _, e in await session_events(client.eventlog, sid)]
+        reasons = {p.command_id: p.reason for p in events if isinstance(p, CommandRejected)}
+        return reasons if command_ids <= reasons.keys() else None
+
+    return await wait_until_async(recorded, 30, f"rejections of {sorted(command_ids)}")
 
 
 async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
