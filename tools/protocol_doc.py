@@ -54,7 +54,7 @@ SUBJECTS = [
     SubjectRow("session_evt", "event", "what happened to a session", tuple(members(SessionEvent))),
     SubjectRow("pnode_evt", "event", "PNodes joining, leaving, lost", tuple(members(PNodeEvent))),
     SubjectRow("dataset_evt", "event", "a dataset being made; `DatasetCreated` comes last", tuple(members(DatasetEvent))),
-    SubjectRow("tel", "telemetry", "`<kind>` is `memory` or `request`", tuple(members(telemetry.Telemetry))),
+    SubjectRow("tel", "telemetry", "`<kind>` is `memory`, `request` or `step`", tuple(members(telemetry.Telemetry))),
     SubjectRow("heartbeat", "heartbeat", "PNode liveness and capacity, every second", (telemetry.Heartbeat,)),
     SubjectRow("orchestrator_heartbeat", "heartbeat", "orchestrator liveness, every second (empty body)"),
     SubjectRow("pnode_ctl", "request/reply", "orchestrator → PNode requests; every reply is a `PNodeReply`",
@@ -179,6 +179,8 @@ EXAMPLES: dict[str, object] = {
     "chunk": 0, "chunks": 1, "offset": 0, "total_bytes": 1048576, "TensorHeader.dtype": "float32",
     "stage": "tokenize", "done": 524288, "total": 1115394, "ok": True,
     "flops_per_s": 9.2e10, "bandwidth_bytes_per_s": 1.2e7, "rtt_s": 0.041, "measured_at": 1796212790.0,
+    "step_s": 0.93, "StepTiming.compute_s": 0.41, "StepTiming.send_s": 0.12, "StepTiming.wait_s": 0.38,
+    "StepTiming.sent_bytes": {"pnode-1": 4194512},
 }
 
 

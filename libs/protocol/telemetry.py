@@ -57,4 +57,22 @@ class MemorySample(BaseModel):
     hosted_vnodes: list[str] = Field(default_factory=list)
 
 
-Telemetry = Annotated[Union[RequestStatus, MemorySample], Field(discriminator="type")]
+class StepTiming(BaseModel):
+    """A PNode's part in one training step, from its RunStep arriving to its ApplyStep done: where
+    the time went and what it sent. On `ca.tel.<pid>.step` once the step is applied."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["StepTiming"] = "StepTiming"
+    pnode: str
+    session_id: str
+    step: int
+    ts: float
+    step_s: float = Field(..., ge=0, description="RunStep arriving to ApplyStep done")
+    compute_s: float = Field(0.0, ge=0, description="the compute thread running work items and the optimizer")
+    send_s: float = Field(0.0, ge=0, description="sending tensors to other PNodes (overlaps compute when the outbox does)")
+    wait_s: float = Field(0.0, ge=0, description="waiting for inputs from other PNodes or the dataset: the bubble")
+    sent_bytes: dict[str, int] = Field(default_factory=dict, description="tensor bytes sent, by destination PNode")
+
+
+Telemetry = Annotated[Union[RequestStatus, MemorySample, StepTiming], Field(discriminator="type")]

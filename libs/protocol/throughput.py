@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 class Throughput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    flops_per_s: float = Field(..., gt=0, description="dense matmul FLOP/s on its device with its threads")
+    flops_per_s: float = Field(
+        ..., gt=0, description="FLOP/s of a small MLP's forward and backward on its device, counted as the op registry counts"
+    )
     bandwidth_bytes_per_s: float = Field(
         ..., gt=0, description="bytes/s through the bus and back to itself: the slower of its link's two directions"
     )

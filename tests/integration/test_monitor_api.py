@@ -16,7 +16,8 @@ from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import Allocated, EdgeTraffic, EventEnvelope, PNodeJoined, StepCompleted, VNodePlacement
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus, StepTiming
+from computeall.protocol.throughput import Throughput
 
 from .monitor_harness import (
     PYTHON,
@@ -247,6 +248,66 @@ def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, 
     # bob does not see alice's requests on a shared PNode
     bob = {p["id"]: p for p in data(system.url, keys["bob"], "{ pnodes { id requests { request } } }")["pnodes"]}
     assert bob["p1"]["requests"] == []
+
+
+def test_time_shares_links_and_measured_bandwidth(system, keys, sessions):
+    s = Subjects()
+    now = time.time()
+    fast = Throughput(flops_per_s=5e10, bandwidth_bytes_per_s=1.25e8, rtt_s=0.002, measured_at=now)
+    slow = Throughput(flops_per_s=2e10, bandwidth_bytes_per_s=1.25e7, rtt_s=0.040, measured_at=now)
+    allocated = EventEnvelope(session_id="sa", payload=Allocated(
+        placements=[VNodePlacement(vnode="embed", op="embedding", pnode="q1", params=1000, precision="fp32"),
+                    VNodePlacement(vnode="block0", op="attention", pnode="q2", params=4000, precision="fp32")],
+        edges=[EdgeTraffic(src="embed", dst="block0", bytes_per_step=65536)],
+        pnodes=["q1", "q2"], bytes_across_per_step=65536))
+    joined = EventEnvelope(payload=PNodeJoined(pnode="q1", host="h", os_pid=1, device="cpu", memory_bytes=1 << 30,
+                                               throughput=fast))
+
+    def timing(pnode: str, step: int, sent: dict[str, int], compute: float, wait: float) -> bytes:
+        return StepTiming(pnode=pnode, session_id="sa", step=step, ts=now + step, step_s=1.0, compute_s=compute,
+                          send_s=0.1, wait_s=wait, sent_bytes=sent).model_dump_json().encode()
+
+    seq = asyncio.run(publish(system.nats_url, [
+        *event_items([allocated]),
+        (s.pnode_evt("q1", "PNodeJoined"), joined.model_dump_json().encode()),
+        (s.tel("q1", "step"), timing("q1", 0, {"q2": 1000}, 0.5, 0.4)),
+        (s.tel("q1", "step"), timing("q1", 1, {"q2": 3000}, 0.7, 0.2)),
+        (s.tel("q2", "step"), timing("q2", 1, {"q1": 500}, 0.3, 0.6)),
+    ]))
+
+    async def heartbeat():  # q2 reports its measurement only in heartbeats
+        nc = await nats.connect(system.nats_url)
+        hb = Heartbeat(pnode="q2", host="h2", os_pid=2, device="cpu", memory_bytes=1 << 30, ts=time.time(),
+                       throughput=slow)
+        await nc.publish(s.heartbeat("q2"), hb.model_dump_json().encode())
+        await nc.flush()
+        await nc.close()
+
+    asyncio.run(heartbeat())
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    query = ('{ topology(sessionId: "sa") { edges { src dst crosses linkBandwidthBytesPerS } '
+             'links { src dst bytesPerStep bandwidthBytesPerS latencyS } } '
+             'pnodes { id throughput { bandwidthBytesPerS rttS flopsPerS } '
+             'timeShare(lastSteps: 5) { steps stepS compute send wait sentBytesPerStep } } }')
+    # q2's timing is the last telemetry published: once it is in, so are q1's
+    got = wait_until(lambda: (d := data(system.url, keys["alice"], query))
+                     and any(p["id"] == "q2" and p["throughput"] and p["timeShare"] for p in d["pnodes"]) and d)
+    pnodes = {p["id"]: p for p in got["pnodes"]}
+    assert pnodes["q1"]["throughput"] == {"bandwidthBytesPerS": 1.25e8, "rttS": 0.002, "flopsPerS": 5e10}
+    assert pnodes["q2"]["throughput"]["bandwidthBytesPerS"] == 1.25e7
+    assert pnodes["q1"]["timeShare"] == pytest.approx(
+        {"steps": 2, "stepS": 1.0, "compute": 0.6, "send": 0.1, "wait": 0.3, "sentBytesPerStep": 2000.0})
+    assert pnodes["q2"]["timeShare"]["wait"] == pytest.approx(0.6)
+    topo = got["topology"]
+    # a tensor from q1 to q2 goes up q1's link and down q2's: the slower one's bandwidth
+    assert topo["edges"] == [{"src": "embed", "dst": "block0", "crosses": True, "linkBandwidthBytesPerS": 1.25e7}]
+    assert topo["links"] == [
+        {"src": "q1", "dst": "q2", "bytesPerStep": 2000.0, "bandwidthBytesPerS": 1.25e7, "latencyS": pytest.approx(0.021)},
+        {"src": "q2", "dst": "q1", "bytesPerStep": 500.0, "bandwidthBytesPerS": 1.25e7, "latencyS": pytest.approx(0.021)},
+    ]
+    # bob's key sees the PNodes, not what they did for alice
+    bob = {p["id"]: p for p in data(system.url, keys["bob"], "{ pnodes { id timeShare { steps } } }")["pnodes"]}
+    assert bob["q1"]["timeShare"] is None
 
 
 def test_depth_and_cost_limits(system, keys):
