@@ -41,6 +41,7 @@ class SessionRun:
     steps: list[StepCompleted] = field(default_factory=list)
     recorded_at: list[float] = field(default_factory=list)  # when each StepCompleted was recorded
     assignment: dict[str, str] = field(default_factory=dict)  # vnode -> pnode (the first allocation)
+    estimated_step_s: float | None = None  # what the allocator expected of a step
     throughput: dict[str, Throughput | None] = field(default_factory=dict)  # what each PNode measured at join
 
     @property
@@ -109,6 +110,7 @@ async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
                 run.recorded_at.append(event.ts)
             elif isinstance(p, Allocated) and not run.assignment:
                 run.assignment = {pl.vnode: pl.pnode for pl in p.placements}
+                run.estimated_step_s = p.estimated_step_s
             elif isinstance(p, SessionCompleted):
                 return run
             elif isinstance(p, SessionFailed):

@@ -138,4 +138,5 @@ class Placement:
             edges=[EdgeTraffic(src=s, dst=d, bytes_per_step=b) for (s, d), b in crossing.items()],
             pnodes=[s.pnode for s in allocation.stages],
             bytes_across_per_step=allocation.bytes_across_per_step,
+            estimated_step_s=allocation.step_time_s,
         )
