@@ -13,6 +13,7 @@ directory's logs. Nothing is reused between runs: a fresh NATS store and service
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from computeall.cli.client import Client, connect
 from computeall.cli.follow import start_session
@@ -30,6 +31,7 @@ from computeall.cli.supervisor import ServiceSpec, Supervisor
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import (Allocated, CommandRejected, EventEnvelope, PNodeJoined, SessionCompleted,
                                         SessionFailed, StepCompleted)
+from computeall.protocol.telemetry import StepTiming, Telemetry
 from computeall.protocol.throughput import Throughput
 
 from .lab import Node, WanLab
@@ -43,6 +45,7 @@ class SessionRun:
     assignment: dict[str, str] = field(default_factory=dict)  # vnode -> pnode (the first allocation)
     estimated_step_s: float | None = None  # what the allocator expected of a step
     throughput: dict[str, Throughput | None] = field(default_factory=dict)  # what each PNode measured at join
+    timings: list[StepTiming] = field(default_factory=list)  # each PNode's part of each step
 
     @property
     def losses(self) -> list[float]:
@@ -79,11 +82,15 @@ async def run_session(lab: WanLab, config: SessionConfig, directory: Path, timeo
     try:
         pnodes = [start_pnode(lab, node, server.port, directory / "logs") for node in lab.nodes]
         async with connect(server.url) as client:
+            timings: list[StepTiming] = []
+            await client.nc.subscribe(client.subjects.tel_subjects()[0], cb=functools.partial(_keep_timing, into=timings))
             sid, command_id = await start_session(client, config.model_copy(update={"min_pnodes": len(lab.nodes)}))
             try:
                 run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
             except asyncio.TimeoutError:
                 raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {directory / 'logs'}")
+            await client.nc.flush()
+            run.timings = sorted((t for t in timings if t.session_id == sid), key=lambda t: (t.step, t.pnode))
             for node in lab.nodes:
                 run.throughput[pnode_name(node)] = await _joined(client, pnode_name(node))
             return run
@@ -118,6 +125,15 @@ async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
             elif isinstance(p, CommandRejected) and p.command_id == command_id:
                 raise RuntimeError(f"session {sid} was refused: {p.reason}")
     raise RuntimeError(f"the event stream of session {sid} ended")
+
+
+_TELEMETRY = TypeAdapter(Telemetry)
+
+
+async def _keep_timing(msg, into: list[StepTiming]) -> None:
+    sample = _TELEMETRY.validate_json(msg.data)
+    if isinstance(sample, StepTiming):
+        into.append(sample)
 
 
 async def _joined(client: Client, pnode: str) -> Throughput | None:

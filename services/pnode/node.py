@@ -44,6 +44,7 @@ from .batches import BatchFeed
 from .memory import bytes_by_category
 from .routing import TensorRoute
 from .stage import SessionStage, StepAborted
+from .step_timing import StepClock
 
 log = logging.getLogger("computeall.pnode")
 
@@ -81,6 +82,10 @@ class PNode:
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
         self.throughput: Throughput | None = None
+        self.clock = StepClock(name)
+        # sends are awaited inside the stage's work items until the outbox reports them itself:
+        # by session, (bytes by destination PNode, seconds sending)
+        self._inline_sends: dict[str, tuple[dict[str, int], float]] = {}
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -209,9 +214,20 @@ class PNode:
         if stage is None:
             return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
         if isinstance(request, RunStep):
-            return await stage.run_step(request, self.step_deadline_s)
+            self.clock.run_started(request.session_id, request.step)
+            self._inline_sends[request.session_id] = ({}, 0.0)
+            reply = await stage.run_step(request, self.step_deadline_s)
+            sent, send_s = self._inline_sends.pop(request.session_id)
+            reply = reply.model_copy(update={"compute_s": max(0.0, reply.compute_s - send_s), "send_s": send_s,
+                                             "sent_bytes": sent})
+            self.clock.run_done(request.session_id, reply)
+            return reply
         if isinstance(request, ApplyStep):
-            return await stage.apply(request)
+            t0 = time.monotonic()
+            reply = await stage.apply(request)
+            if timing := self.clock.applied(request.session_id, request.step, time.monotonic() - t0):
+                await self.nc.publish(self.subjects.tel(self.name, "step"), timing.model_dump_json().encode())
+            return reply
         if isinstance(request, RunValidation):
             return await stage.run_validation(request, self.step_deadline_s)
         if isinstance(request, SaveCheckpoint):
@@ -233,8 +249,14 @@ class PNode:
     # -- tensors --------------------------------------------------------------------
     async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute) -> None:
         subject = self.subjects.pnode_tensor(pnode)
+        t0, nbytes = time.monotonic(), 0
         for frame in tensor_frames(route.wire_key, tensor, self.nc.max_payload, route.wire_meta()):
             await self.nc.publish(subject, frame)
+            nbytes += len(frame)
+        if route.phase == "train" and route.session in self._inline_sends:
+            sent, send_s = self._inline_sends[route.session]
+            sent[pnode] = sent.get(pnode, 0) + nbytes
+            self._inline_sends[route.session] = (sent, send_s + time.monotonic() - t0)
 
     async def _on_tensor(self, msg) -> None:
         try:

@@ -64,3 +64,13 @@ def test_five_steps_over_city_links_train_the_loopback_losses(tmp_path) -> None:
         assert 0.3 * link.rate_mbit * 1e6 / 8 <= measured.bandwidth_bytes_per_s <= 1.2 * link.rate_mbit * 1e6 / 8
     for pnode, measured in loopback.throughput.items():
         assert measured.rtt_s < link.delay_s and measured.bandwidth_bytes_per_s > 2 * link.rate_mbit * 1e6 / 8, pnode
+
+    # each PNode timed its part of each step: tensors went both ways, and over city links the
+    # PNodes waited for each other longer than on loopback
+    for run in (city, loopback):
+        assert {(t.step, t.pnode) for t in run.timings} >= {(s, p) for s in range(1, STEPS) for p in run.throughput}
+        for t in run.timings:
+            assert t.compute_s > 0 and t.compute_s + t.wait_s <= t.step_s * 1.01
+            assert set(t.sent_bytes) == set(run.throughput) - {t.pnode} and min(t.sent_bytes.values()) > 0
+    waited = {name: sum(t.wait_s for t in run.timings) for name, run in (("city", city), ("loopback", loopback))}
+    assert waited["city"] > waited["loopback"]
