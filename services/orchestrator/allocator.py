@@ -93,9 +93,14 @@ class _Search:
     def __init__(self, costs: StageCosts, order: list[PNodeCapacity], micro_batches: int) -> None:
         self.costs, self.order, self.m = costs, order, micro_batches
         self.n, self.k = costs.n, len(order)
-        self.busy = [band_busy_s(costs, p, micro_batches) for p in order]
+        # each stage's busy band, with the ends it may not have masked out (every later stage
+        # keeps at least one unit)
+        too_late = np.arange(self.n + 1)[:, None] > self.n - self.k + np.arange(self.k)[None, :] + 1
+        self.busy = [np.where(too_late[:, [s]], np.inf, band_busy_s(costs, p, micro_batches)) for s, p in enumerate(order)]
         # the stage [b - d - 1, b) reads the previous stages' best at its start: an index per band cell
         self.start = np.where(costs.valid, costs.start, 0)
+        # the least busy any stage of a given length can be: longer stages than a cap allows are cut off
+        self.shortest = np.min([busy.min(axis=0) for busy in self.busy], axis=0)
 
     def best(self) -> tuple[float, list[int]] | None:
         least_total, cuts = self._least_total(math.inf)
@@ -119,28 +124,28 @@ class _Search:
         busy = [busy_s(self.costs, p, a, b, self.m) for p, (a, b) in zip(self.order, bounds)]
         return step_time_s(busy, [p.rtt_s for p in self.order], self.m)
 
-    def _stages(self):
-        """(stage, its busy band with the ends it may not have masked out)."""
-        for s, busy in enumerate(self.busy):
-            last = self.n - (self.k - 1 - s)  # every later stage keeps at least one unit
-            yield s, np.where((np.arange(self.n + 1) <= last)[:, None], busy, np.inf)
-
     def _least_bottleneck(self) -> float:
         g = np.full(self.n + 1, np.inf)
         g[0] = 0.0  # g[b]: the least bottleneck of the stages so far, the last ending at b
-        for _, busy in self._stages():
+        for busy in self.busy:
             g = np.maximum(g[self.start], busy).min(axis=1)
         return float(g[self.n])
 
     def _least_total(self, cap: float) -> tuple[float, list[int] | None]:
         """The least sum of busy times over cuts whose every stage is busy at most `cap`, and the cut."""
+        width = int(np.nonzero(self.shortest <= cap)[0].max(initial=-1)) + 1  # longer stages cannot fit the cap
+        if width == 0:
+            return math.inf, None
+        start = self.start[:, :width]
         h = np.full(self.n + 1, np.inf)
         h[0] = 0.0
         back = []
-        for _, busy in self._stages():
-            total = h[self.start] + np.where(busy <= cap, busy, np.inf)
+        rows = np.arange(self.n + 1)
+        for busy in self.busy:
+            band = busy[:, :width]
+            total = h[start] + np.where(band <= cap, band, np.inf)
             d = total.argmin(axis=1)
-            h = total[np.arange(self.n + 1), d]
+            h = total[rows, d]
             back.append(d)
         if not np.isfinite(h[self.n]):
             return math.inf, None

@@ -1,7 +1,8 @@
 """The allocator's cost model: how long a training step takes when the network is cut into stages.
 
-Per micro-batch, the stage on PNode p is busy computing (its FLOPs over p's FLOP/s) and moving its
-traffic over p's link to the bus (the larger of what it sends and what it receives, over p's
+Per micro-batch, the stage on PNode p is busy computing (its FLOPs over p's FLOP/s, plus a fixed
+cost per VNode: Python, an autograd call, bookkeeping, which dominates small networks) and moving
+its traffic over p's link to the bus (the larger of what it sends and what it receives, over p's
 bandwidth); the two add up, since one PNode process both computes and sends. With M micro-batches
 a pipeline of stages then takes about
 
@@ -36,6 +37,9 @@ GRAD_BUFFER_BYTES = 4  # the fused optimizer's flat fp32 gradient buffer
 NOMINAL_FLOPS_PER_S = 10e9
 NOMINAL_BANDWIDTH_BYTES_PER_S = 125e6
 NOMINAL_RTT_S = 1e-3
+# a VNode's forward and backward of one micro-batch cost about this much beyond their FLOPs
+# (micro-gpt with 8-token micro-batches on one core of the development machine: 0.5 to 1.4 ms)
+VNODE_OVERHEAD_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class StageCosts:
         self.max_len = max_len
         self._flops = [0.0, *accumulate(sum(vnode_flops_per_token(graph, v) for v in u) * tokens for u in units)]
         self._memory = [0, *accumulate(sum(vnode_memory_bytes(graph, v, micro_batch_size) for v in u) for u in units)]
+        self._vnodes = [0, *accumulate(len(u) for u in units)]
         edges = _UnitEdges(graph, units, batch_size)
         self._traffic = [self._sweep(edges, a) for a in range(n)]
         # band arrays: row b (0..n), column d: the stage [b - d - 1, b)
@@ -91,8 +96,9 @@ class StageCosts:
         self.start = b - np.arange(max_len)[None, :] - 1
         self.valid = self.start >= 0
         start = np.where(self.valid, self.start, 0)
-        flops, memory = np.array(self._flops), np.array(self._memory, dtype=np.float64)
+        flops, memory, vnodes = np.array(self._flops), np.array(self._memory, dtype=np.float64), np.array(self._vnodes)
         self.band_flops = np.where(self.valid, flops[b] - flops[start], np.inf)
+        self.band_vnodes = np.where(self.valid, vnodes[b] - vnodes[start], 0)
         self.band_memory = np.where(self.valid, memory[b] - memory[start], np.inf)
         self.band_traffic = np.zeros((n + 1, max_len))
         for a, row in enumerate(self._traffic):
@@ -103,6 +109,9 @@ class StageCosts:
 
     def memory(self, a: int, b: int) -> int:
         return self._memory[b] - self._memory[a]
+
+    def vnodes(self, a: int, b: int) -> int:
+        return self._vnodes[b] - self._vnodes[a]
 
     def traffic(self, a: int, b: int) -> int:
         """Bytes per step over the link of the PNode holding [a, b): the larger of its two directions."""
@@ -161,12 +170,14 @@ class _UnitEdges:
 
 def busy_s(costs: StageCosts, speed: PNodeCapacity, a: int, b: int, micro_batches: int) -> float:
     """Seconds the PNode holding [a, b) is busy per micro-batch: computing, then moving its traffic."""
-    return (costs.flops(a, b) / speed.flops_per_s + costs.traffic(a, b) / speed.bandwidth_bytes_per_s) / micro_batches
+    work = costs.flops(a, b) / speed.flops_per_s + costs.traffic(a, b) / speed.bandwidth_bytes_per_s
+    return work / micro_batches + costs.vnodes(a, b) * VNODE_OVERHEAD_S
 
 
 def band_busy_s(costs: StageCosts, speed: PNodeCapacity, micro_batches: int) -> np.ndarray:
     """busy_s of every stage in the band arrays; inf where the stage does not exist or does not fit."""
-    busy = (costs.band_flops / speed.flops_per_s + costs.band_traffic / speed.bandwidth_bytes_per_s) / micro_batches
+    work = costs.band_flops / speed.flops_per_s + costs.band_traffic / speed.bandwidth_bytes_per_s
+    busy = work / micro_batches + costs.band_vnodes * VNODE_OVERHEAD_S
     return np.where(costs.band_memory <= speed.memory_bytes, busy, np.inf)
 
 

@@ -225,7 +225,7 @@ class PNode:
         if isinstance(request, ApplyStep):
             t0 = time.monotonic()
             reply = await stage.apply(request)
-            if timing := self.clock.applied(request.session_id, request.step, time.monotonic() - t0):
+            if timing := self.clock.applied(request.session_id, request.step, t0, time.monotonic() - t0):
                 await self.nc.publish(self.subjects.tel(self.name, "step"), timing.model_dump_json().encode())
             return reply
         if isinstance(request, RunValidation):

@@ -20,6 +20,7 @@ class _Running:
     step: int
     started: float  # monotonic
     reply: PNodeReply | None = None
+    ran: float = 0.0  # monotonic: when the RunStep replied
 
 
 class StepClock:
@@ -33,12 +34,14 @@ class StepClock:
     def run_done(self, session_id: str, reply: PNodeReply) -> None:
         running = self._steps.get(session_id)
         if running is not None and reply.ok and reply.step == running.step:
-            running.reply = reply
+            running.reply, running.ran = reply, time.monotonic()
         else:
             self._steps.pop(session_id, None)
 
-    def applied(self, session_id: str, step: int, apply_s: float) -> StepTiming | None:
-        """The step's timing, once its ApplyStep took `apply_s`; None for a step not run whole here."""
+    def applied(self, session_id: str, step: int, apply_started: float, apply_s: float) -> StepTiming | None:
+        """The step's timing, once its ApplyStep (arrived at monotonic `apply_started`) took `apply_s`;
+        None for a step not run whole here. Between its RunStep's reply and the ApplyStep this PNode
+        waits for the others to finish their backward: that counts as waiting too."""
         running = self._steps.pop(session_id, None)
         if running is None or running.reply is None or running.step != step:
             return None  # the plan was (re)loaded mid-step, or the RunStep failed
@@ -46,5 +49,5 @@ class StepClock:
         return StepTiming(
             pnode=self.pnode, session_id=session_id, step=step, ts=time.time(),
             step_s=time.monotonic() - running.started, compute_s=r.compute_s + apply_s, send_s=r.send_s,
-            wait_s=r.wait_s, sent_bytes=r.sent_bytes,
+            wait_s=r.wait_s + max(0.0, apply_started - running.ran), sent_bytes=r.sent_bytes,
         )
