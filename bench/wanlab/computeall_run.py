@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import TypeAdapter, ValidationError
 
 from computeall.cli.client import Client, connect
+from computeall.cli.embedded import wait_for_event_log
 from computeall.cli.follow import start_session
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.cli.supervisor import ServiceSpec, Supervisor
@@ -61,12 +62,13 @@ def pnode_name(node: Node) -> str:
     return f"lab-{node.index}"
 
 
-def start_pnode(lab: WanLab, node: Node, nats_port: int, logs: Path) -> subprocess.Popen:
-    """A PNode in `node`'s namespace, with one torch thread per core it is pinned to."""
-    host, port = lab.expose(node, ("127.0.0.1", nats_port))
+def start_pnode(lab: WanLab, node: Node, server: EmbeddedNats, logs: Path) -> subprocess.Popen:
+    """A PNode in `node`'s namespace with its own credential, dialling NATS over its link, with one
+    torch thread per core it is pinned to."""
+    host, port = lab.expose(node, ("127.0.0.1", server.port))
     share = max(1, (os.cpu_count() or 1) // len(node.cores))  # set_cpu_threads divides the machine's cores
-    argv = [sys.executable, "-m", "computeall.pnode", "--nats", f"nats://{host}:{port}", "--name", pnode_name(node),
-            "--processes-on-machine", str(share)]
+    argv = [sys.executable, "-m", "computeall.pnode", "--nats", f"nats://{host}:{port}",
+            "--credential", str(server.credential_file("pnode", pnode_name(node))), "--processes-on-machine", str(share)]
     logs.mkdir(parents=True, exist_ok=True)
     log = open(logs / f"{pnode_name(node)}.log", "ab")
     return lab.popen(node, argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -75,13 +77,14 @@ def start_pnode(lab: WanLab, node: Node, nats_port: int, logs: Path) -> subproce
 async def run_session(lab: WanLab, config: SessionConfig, directory: Path, timeout_s: float = 900.0) -> SessionRun:
     """Start the services, one PNode per lab node, run `config` to completion, stop everything."""
     server = EmbeddedNats(directory / "nats").start()
-    supervisor = Supervisor(directory, server.url, server.process.pid)
+    supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
     supervisor.start([ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")])
     watcher = asyncio.create_task(supervisor.watch())
     pnodes: list[subprocess.Popen] = []
     try:
-        pnodes = [start_pnode(lab, node, server.port, directory / "logs") for node in lab.nodes]
-        async with connect(server.url) as client:
+        pnodes = [start_pnode(lab, node, server, directory / "logs") for node in lab.nodes]
+        async with connect(server.credential("user")) as client:
+            await wait_for_event_log(client)
             timings: list[StepTiming] = []
             await client.nc.subscribe(client.subjects.tel_subjects()[0], cb=functools.partial(_keep_timing, into=timings))
             sid, command_id = await start_session(client, config.model_copy(update={"min_pnodes": len(lab.nodes)}))
