@@ -82,7 +82,7 @@ class PNode:
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
         self.throughput: Throughput | None = None
-        self.clock = StepClock(name)
+        self.clock = StepClock(self.name)
         # sends are awaited inside the stage's work items until the outbox reports them itself:
         # by session, (bytes by destination PNode, seconds sending)
         self._inline_sends: dict[str, tuple[dict[str, int], float]] = {}
