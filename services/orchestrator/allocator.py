@@ -64,9 +64,10 @@ def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_b
     used = min(len(pnodes), len(units))
     costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - used + 1)
     micro_batches = max(1, batch_size // micro_batch_size)
+    bands = _bands(costs, pnodes, micro_batches)
     best: tuple[float, list[int], list[PNodeCapacity]] | None = None
     for order in _orders(pnodes, costs, used):
-        found = _Search(costs, order[:used], micro_batches).best()
+        found = _Search(costs, order[:used], micro_batches, bands).best()
         if found is not None and (best is None or found[0] < best[0]):
             best = (found[0], found[1], order)
     if best is None:
@@ -90,17 +91,16 @@ def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_b
 class _Search:
     """The cut of the units over PNodes `order` (stage s on order[s], none empty) that minimises T."""
 
-    def __init__(self, costs: StageCosts, order: list[PNodeCapacity], micro_batches: int) -> None:
+    def __init__(self, costs: StageCosts, order: list[PNodeCapacity], micro_batches: int,
+                 bands: dict[str, np.ndarray]) -> None:
         self.costs, self.order, self.m = costs, order, micro_batches
         self.n, self.k = costs.n, len(order)
-        # each stage's busy band, with the ends it may not have masked out (every later stage
-        # keeps at least one unit)
-        too_late = np.arange(self.n + 1)[:, None] > self.n - self.k + np.arange(self.k)[None, :] + 1
-        self.busy = [np.where(too_late[:, [s]], np.inf, band_busy_s(costs, p, micro_batches)) for s, p in enumerate(order)]
+        self.busy = [bands[p.pnode] for p in order]  # PNodes alike share one array
+        self.last_end = [self.n - self.k + s + 1 for s in range(self.k)]  # every later stage keeps a unit
         # the stage [b - d - 1, b) reads the previous stages' best at its start: an index per band cell
         self.start = np.where(costs.valid, costs.start, 0)
         # the least busy any stage of a given length can be: longer stages than a cap allows are cut off
-        self.shortest = np.min([busy.min(axis=0) for busy in self.busy], axis=0)
+        self.shortest = np.min([busy.min(axis=0) for busy in {id(b): b for b in self.busy}.values()], axis=0)
 
     def best(self) -> tuple[float, list[int]] | None:
         least_total, cuts = self._least_total(math.inf)
@@ -127,8 +127,9 @@ class _Search:
     def _least_bottleneck(self) -> float:
         g = np.full(self.n + 1, np.inf)
         g[0] = 0.0  # g[b]: the least bottleneck of the stages so far, the last ending at b
-        for busy in self.busy:
+        for busy, last in zip(self.busy, self.last_end):
             g = np.maximum(g[self.start], busy).min(axis=1)
+            g[last + 1:] = np.inf
         return float(g[self.n])
 
     def _least_total(self, cap: float) -> tuple[float, list[int] | None]:
@@ -141,11 +142,15 @@ class _Search:
         h[0] = 0.0
         back = []
         rows = np.arange(self.n + 1)
-        for busy in self.busy:
-            band = busy[:, :width]
-            total = h[start] + np.where(band <= cap, band, np.inf)
+        capped: dict[int, np.ndarray] = {}  # one per distinct band: PNodes alike share it
+        for busy, last in zip(self.busy, self.last_end):
+            if id(busy) not in capped:
+                band = busy[:, :width]
+                capped[id(busy)] = np.where(band <= cap, band, np.inf)
+            total = h[start] + capped[id(busy)]
             d = total.argmin(axis=1)
             h = total[rows, d]
+            h[last + 1:] = np.inf
             back.append(d)
         if not np.isfinite(h[self.n]):
             return math.inf, None
@@ -154,6 +159,18 @@ class _Search:
             cuts.append(b)
             b = b - int(d[b]) - 1
         return float(h[self.n]), cuts[::-1]
+
+
+def _bands(costs: StageCosts, pnodes: list[PNodeCapacity], micro_batches: int) -> dict[str, np.ndarray]:
+    """Each PNode's busy band (step_time.band_busy_s); PNodes alike (speed, link, memory) share one."""
+    by_kind: dict[tuple, np.ndarray] = {}
+    out = {}
+    for p in pnodes:
+        kind = (p.flops_per_s, p.bandwidth_bytes_per_s, p.memory_bytes)
+        if kind not in by_kind:
+            by_kind[kind] = band_busy_s(costs, p, micro_batches)
+        out[p.pnode] = by_kind[kind]
+    return out
 
 
 def _orders(pnodes: list[PNodeCapacity], costs: StageCosts, used: int) -> list[list[PNodeCapacity]]:

@@ -74,11 +74,11 @@ def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
 
 
 class StageCosts:
-    """Per-step FLOPs, memory and link traffic of a stage holding units [a, b), for b - a <= max_len.
+    """Per-step FLOPs, memory and link traffic of a stage holding units [a, b).
 
     Besides lookups by (a, b), the figures come as band arrays indexed [b, d] for the stage
-    [b - d - 1, b) (`valid` says which exist), so the allocator's dynamic programmes run over
-    whole arrays at once.
+    [b - d - 1, b), d < max_len (`valid` says which exist), so the allocator's dynamic programmes
+    run over whole arrays at once.
     """
 
     def __init__(self, graph: Graph, units: list[tuple[str, ...]], batch_size: int, micro_batch_size: int,
@@ -89,8 +89,7 @@ class StageCosts:
         self._flops = [0.0, *accumulate(sum(vnode_flops_per_token(graph, v) for v in u) * tokens for u in units)]
         self._memory = [0, *accumulate(sum(vnode_memory_bytes(graph, v, micro_batch_size) for v in u) for u in units)]
         self._vnodes = [0, *accumulate(len(u) for u in units)]
-        edges = _UnitEdges(graph, units, batch_size)
-        self._traffic = [self._sweep(edges, a) for a in range(n)]
+        self._traffic = traffic_grid(graph, units, batch_size)
         # band arrays: row b (0..n), column d: the stage [b - d - 1, b)
         b = np.arange(n + 1)[:, None]
         self.start = b - np.arange(max_len)[None, :] - 1
@@ -100,9 +99,7 @@ class StageCosts:
         self.band_flops = np.where(self.valid, flops[b] - flops[start], np.inf)
         self.band_vnodes = np.where(self.valid, vnodes[b] - vnodes[start], 0)
         self.band_memory = np.where(self.valid, memory[b] - memory[start], np.inf)
-        self.band_traffic = np.zeros((n + 1, max_len))
-        for a, row in enumerate(self._traffic):
-            self.band_traffic[np.arange(a + 1, a + 1 + len(row)), np.arange(len(row))] = row
+        self.band_traffic = np.where(self.valid, self._traffic[start, np.broadcast_to(b, start.shape)], 0.0)
 
     def flops(self, a: int, b: int) -> float:
         return self._flops[b] - self._flops[a]
@@ -113,59 +110,70 @@ class StageCosts:
     def vnodes(self, a: int, b: int) -> int:
         return self._vnodes[b] - self._vnodes[a]
 
-    def traffic(self, a: int, b: int) -> int:
+    def traffic(self, a: int, b: int) -> float:
         """Bytes per step over the link of the PNode holding [a, b): the larger of its two directions."""
-        return self._traffic[a][b - a - 1] if b > a else 0
-
-    def _sweep(self, edges: _UnitEdges, a: int) -> list[int]:
-        """Traffic of [a, b) for b = a+1, a+2, ...: grow the stage one unit at a time.
-
-        An output goes once to the PNode that reads it (however many of its VNodes do); a gradient
-        comes back per consumer (docs/decisions.md). So up = outputs read outside + gradients of
-        inputs read from outside; down = outputs read from outside + gradients of outputs read
-        outside. Counters per VNode keep the "once" exact as edges turn internal.
-        """
-        readers_outside: dict[str, int] = {}  # an inside VNode's consumers outside the stage
-        readers_inside: dict[str, int] = {}  # an outside VNode's consumers inside the stage
-        up = down = 0
-        row = []
-        for j in range(a, min(self.n, a + self.max_len)):
-            for src, dst_pos, nbytes in edges.out[j]:  # j's outputs
-                if a <= dst_pos < j:  # was an input from outside, now internal
-                    readers_inside[src] -= 1
-                    down -= nbytes if readers_inside[src] == 0 else 0
-                    up -= nbytes  # its gradient no longer goes out
-                else:
-                    readers_outside[src] = readers_outside.get(src, 0) + 1
-                    up += nbytes if readers_outside[src] == 1 else 0
-                    down += nbytes  # its gradient comes back
-            for src, src_pos, nbytes in edges.into[j]:  # j's inputs
-                if a <= src_pos < j:  # was an output read outside, now internal
-                    readers_outside[src] -= 1
-                    up -= nbytes if readers_outside[src] == 0 else 0
-                    down -= nbytes
-                else:
-                    readers_inside[src] = readers_inside.get(src, 0) + 1
-                    down += nbytes if readers_inside[src] == 1 else 0
-                    up += nbytes
-            row.append(max(up, down))
-        return row
+        return float(self._traffic[a, b])
 
 
-class _UnitEdges:
-    """Edges between different units, by unit: (src VNode, the other end's unit, bytes one way)."""
+def traffic_grid(graph: Graph, units: list[tuple[str, ...]], batch_size: int) -> np.ndarray:
+    """max(up, down) bytes per step of every stage [a, b) of the units, as a grid indexed [a, b].
 
-    def __init__(self, graph: Graph, units: list[tuple[str, ...]], batch_size: int) -> None:
-        position = {v: i for i, u in enumerate(units) for v in u}
-        self.out: list[list[tuple[str, int, int]]] = [[] for _ in units]
-        self.into: list[list[tuple[str, int, int]]] = [[] for _ in units]
-        for e in graph.edges:
-            if e.src not in position or position[e.src] == position[e.dst]:
-                continue  # from the dataset, or inside one unit
-            one_way = graph.edge_bytes_per_step(e, batch_size) // 2
-            s, d = position[e.src], position[e.dst]
-            self.out[s].append((e.src, d, one_way))
-            self.into[d].append((e.src, s, one_way))
+    An output goes once to the PNode that reads it (however many of its VNodes do); a gradient
+    comes back per consumer (docs/decisions.md). With x a VNode's output bytes:
+        up   = sum over VNodes inside with a reader outside of x  +  x per edge from outside in (its gradient)
+        down = sum over VNodes outside with a reader inside of x  +  x per edge from inside out (its gradient)
+    The per-edge sums come from 2-D prefix sums of the edge matrix; each "has a reader across"
+    term is a union of rectangles in (a, b), added into a 2-D difference array: no loop over stages.
+    """
+    n = len(units)
+    position = {v: i for i, u in enumerate(units) for v in u}
+    readers: dict[str, list[int]] = {}
+    out_bytes: dict[str, int] = {}
+    edge = np.zeros((n, n))  # [src unit, dst unit]: bytes one way, summed over edges
+    for e in graph.edges:
+        if e.src not in position or position[e.src] == position[e.dst]:
+            continue  # from the dataset, or inside one unit
+        one_way = graph.edge_bytes_per_step(e, batch_size) // 2
+        readers.setdefault(e.src, []).append(position[e.dst])
+        out_bytes[e.src] = one_way
+        edge[position[e.src], position[e.dst]] += one_way
+
+    sent_once, got_once = _Rectangles(n), _Rectangles(n)
+    for src, positions in readers.items():
+        p, x, cs = position[src], out_bytes[src], sorted(set(positions))
+        # inside, with a reader outside: inside minus "it and all its readers inside"
+        sent_once.add(0, p, p + 1, x)
+        sent_once.add(0, min(p, cs[0]), max(p, cs[-1]) + 1, -x)
+        # outside, with a reader inside: disjoint pieces {c_prev < a <= c, b > c}, minus where it is inside too
+        lo = 0
+        for c in cs:
+            got_once.add(lo, c, c + 1, x)
+            if lo <= min(c, p):
+                got_once.add(lo, min(c, p), max(c, p) + 1, -x)
+            lo = c + 1
+
+    prefix = np.zeros((n + 1, n + 1))
+    prefix[1:, 1:] = edge.cumsum(axis=0).cumsum(axis=1)
+    rows, cols = prefix[:, n], prefix[n, :]  # bytes leaving units [0, i), entering units [0, j)
+    a, b = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
+    inner = prefix[b, b] - prefix[a, b] - prefix[b, a] + prefix[a, a]
+    up = sent_once.total() + (cols[b] - cols[a] - inner)
+    down = got_once.total() + (rows[b] - rows[a] - inner)
+    return np.where(b > a, np.maximum(up, down), 0.0)
+
+
+class _Rectangles:
+    """Sums of values over rectangles {a0 <= a <= a1, b >= b0} of the (a, b) grid, via a difference array."""
+
+    def __init__(self, n: int) -> None:
+        self.diff = np.zeros((n + 2, n + 2))
+
+    def add(self, a0: int, a1: int, b0: int, value: float) -> None:
+        self.diff[a0, b0] += value
+        self.diff[a1 + 1, b0] -= value
+
+    def total(self) -> np.ndarray:
+        return self.diff.cumsum(axis=0).cumsum(axis=1)[:-1, :-1]
 
 
 def busy_s(costs: StageCosts, speed: PNodeCapacity, a: int, b: int, micro_batches: int) -> float:

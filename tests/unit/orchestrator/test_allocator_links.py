@@ -8,7 +8,8 @@ import pytest
 
 from computeall.network import Graph, load_network, load_network_file
 from computeall.orchestrator.allocator import PNodeCapacity, allocate
-from computeall.orchestrator.step_time import StageCosts, step_time_s
+from computeall.orchestrator.allocator import _units
+from computeall.orchestrator.step_time import StageCosts, step_time_s, traffic_grid
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "networks"
 GiB = 1 << 30
@@ -106,8 +107,6 @@ def test_the_estimate_is_the_documented_model(tiny) -> None:
 
 
 def test_traffic_counts_an_output_once_and_each_gradient(tiny) -> None:
-    from computeall.orchestrator.allocator import _units
-
     units = _units(tiny)
     costs = StageCosts(tiny, units, 8, 8, max_len=len(units))
     one = 8 * tiny.spec.context * 256 * 4  # a residual-stream tensor per step, fp32
@@ -116,6 +115,39 @@ def test_traffic_counts_an_output_once_and_each_gradient(tiny) -> None:
     # receives norm_f's output and the two gradients of b1.res2
     assert costs.traffic(0, after_b1) == 3 * one
     assert costs.traffic(0, len(units)) == 0  # everything in one stage: nothing moves
+
+
+def brute_force_traffic(readers: dict[str, tuple[int, int, list[int]]], a: int, b: int) -> int:
+    """The definition, stage by stage: an output once to the PNode that reads it, a gradient per consumer."""
+    up = down = 0
+    for x, src, dsts in readers.values():
+        inside = a <= src < b
+        across = [d for d in dsts if (a <= d < b) != inside]
+        if across:
+            up += x if inside else x * len(across)
+            down += x * len(across) if inside else x
+    return max(up, down)
+
+
+def readers_of(graph: Graph, position: dict[str, int], batch_size: int) -> dict[str, tuple[int, int, list[int]]]:
+    """Each VNode's output bytes, its unit, and its consumers' units (one per edge) outside its unit."""
+    out: dict[str, tuple[int, int, list[int]]] = {}
+    for e in graph.edges:
+        if e.src in position and position[e.src] != position[e.dst]:
+            x = graph.edge_bytes_per_step(e, batch_size) // 2
+            out.setdefault(e.src, (x, position[e.src], []))[2].append(position[e.dst])
+    return out
+
+
+@pytest.mark.parametrize("name", ["micro-gpt.yaml", "tiny-gpt-heads.yaml"])
+def test_the_traffic_grid_is_the_definition(name) -> None:
+    graph = Graph(load_network_file(EXAMPLES / name))  # the per-head network: nine readers of each norm
+    units = _units(graph)
+    position = {v: i for i, u in enumerate(units) for v in u}
+    grid, readers = traffic_grid(graph, units, 4), readers_of(graph, position, 4)
+    for a in range(len(units)):
+        for b in range(a + 1, len(units) + 1):
+            assert grid[a, b] == brute_force_traffic(readers, a, b), (a, b)
 
 
 def test_same_inputs_same_allocation_in_any_order(tiny) -> None:
