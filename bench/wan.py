@@ -67,15 +67,19 @@ def computeall(lab: WanLab, steps: int, warmup: int) -> Measured:
         run = asyncio.run(run_session(lab, config, Path(directory)))
     # interval i runs from step i's record to step i+1's: the first `warmup` are warmup
     intervals = run.step_intervals_s[warmup:]
-    step_s = statistics.median(intervals)
-    steps_after = run.steps[warmup + 1:]
-    pnodes = len(lab.nodes)
-    # PNode-seconds not spent computing, over all PNode-seconds of the steps
-    bubble = 1 - sum(s.compute_s for s in steps_after) / (pnodes * sum(intervals))
+    timed = [t for t in run.timings if t.step > warmup]
+    counted = {t.step for t in timed}
+    # PNode-seconds not spent computing, over all PNode-seconds of the steps: waiting for inputs,
+    # for the others' backward, for the orchestrator's next request
+    bubble = 1 - sum(t.compute_s for t in timed) / (len(lab.nodes) * sum(intervals))
     hosted = {p: sorted(v for v, q in run.assignment.items() if q == p) for p in sorted(set(run.assignment.values()))}
-    return Measured(step_s, {"wire": "fp32", "bubble_share": bubble, "estimated_step_s": run.estimated_step_s,
-                             "hosted": hosted,
-                             "throughput": {p: t.model_dump() if t else None for p, t in run.throughput.items()}})
+    return Measured(statistics.median(intervals), {
+        "wire": "fp32", "bubble_share": bubble,
+        "bytes_per_step": sum(sum(t.sent_bytes.values()) for t in timed) / max(1, len(counted)),
+        "wait_share": sum(t.wait_s for t in timed) / max(1e-9, sum(t.step_s for t in timed)),
+        "estimated_step_s": run.estimated_step_s, "hosted": hosted,
+        "throughput": {p: t.model_dump() if t else None for p, t in run.throughput.items()},
+    })
 
 
 @system("torch-gpipe")
@@ -106,10 +110,13 @@ def main() -> int:
     profiles = args.profiles or (["loopback", "city"] if args.quick else list(PROFILES))
     tokens_per_step = BATCH * CONTEXT
 
-    anchor = plain(steps + warmup, BATCH)
-    plain_tps = tokens_per_step / _median_after_warmup(anchor["step_s"], warmup)
-    rows = []
+    rows, anchors = [], []
     for name in profiles:
+        # the anchor again before each profile, so a machine that got busier or quieter meanwhile
+        # moves the anchor with the systems measured next to it
+        anchor = plain(steps + warmup, BATCH)
+        anchors.append(tokens_per_step / _median_after_warmup(anchor["step_s"], warmup))
+        plain_tps = anchors[-1]
         for sys_name in args.systems or SYSTEMS:
             with WanLab(name, nodes=2, peers=True) as lab:
                 measured = SYSTEMS[sys_name](lab, steps, warmup)
@@ -120,7 +127,13 @@ def main() -> int:
                          "plain_tokens_per_s": plain_tps, "steps": steps, **measured.extra})
             print(f"{name:<10}{sys_name:<14}{rows[-1]['tokens_per_s']:>9.0f} tokens/s  {step_s:6.2f} s/step"
                   f"  ratio vs plain {rows[-1]['ratio_vs_plain']:.2f}", flush=True)
-    print(f"plain torch, 1 process, 2 threads: {plain_tps:.0f} tokens/s")
+    print(f"plain torch, 1 process, 2 threads: {', '.join(f'{a:.0f}' for a in anchors)} tokens/s (before each profile)")
+    for row in rows:  # computeall against the torch peers on the same profile
+        if row["system"] != "computeall":
+            continue
+        for peer in (r for r in rows if r["profile"] == row["profile"] and r["system"] != "computeall"):
+            ratio = row[f"ratio_vs_{peer['system']}"] = row["tokens_per_s"] / peer["tokens_per_s"]
+            print(f"{row['profile']:<10}computeall / {peer['system']}: {ratio:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
