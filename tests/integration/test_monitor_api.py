@@ -203,6 +203,14 @@ def test_future_event_types_are_stored_and_projected(system, keys, sessions):
     assert got["events"] == [{"type": "SomethingNew", "payload": {"type": "SomethingNew", "x": 1}}]
 
 
+async def beat(system: MonitorProcess, heartbeat: Heartbeat) -> None:
+    """One heartbeat, sent as the PNode it is from."""
+    nc = await connect_as(system.server, "pnode", heartbeat.pnode)
+    await nc.publish(Subjects().heartbeat(heartbeat.pnode), heartbeat.model_dump_json().encode())
+    await nc.flush()
+    await nc.close()
+
+
 def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, sessions):
     s = Subjects()
     now = time.time()
@@ -222,14 +230,8 @@ def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, 
         (s.tel("p1", "request"), request.model_dump_json().encode()),
     ]))
 
-    async def heartbeat():
-        nc = await connect_as(system.server, "pnode", "p2")
-        hb = Heartbeat(pnode="p2", host="h2", os_pid=2, device="cuda", memory_bytes=1 << 33, ts=time.time())
-        await nc.publish(s.heartbeat("p2"), hb.model_dump_json().encode())
-        await nc.flush()
-        await nc.close()
-
-    asyncio.run(heartbeat())
+    asyncio.run(beat(system, Heartbeat(pnode="p2", host="h2", os_pid=2, device="cuda", memory_bytes=1 << 33,
+                                       ts=time.time())))
     wait_until(lambda: caught_up(system, keys["alice"], seq))
     query = ('{ topology(sessionId: "sa") { vnodes { id op params precision pnode } edges { src dst bytesPerStep } '
              'bytesAcrossPerStep pnodes { id } } pnodes { id state rssBytes pendingRequests hostedVNodes bytesByCategory '
@@ -277,15 +279,9 @@ def test_time_shares_links_and_measured_bandwidth(system, keys, sessions):
         (s.tel("q2", "step"), timing("q2", 1, {"q1": 500}, 0.3, 0.6)),
     ]))
 
-    async def heartbeat():  # q2 reports its measurement only in heartbeats
-        nc = await nats.connect(system.nats_url)
-        hb = Heartbeat(pnode="q2", host="h2", os_pid=2, device="cpu", memory_bytes=1 << 30, ts=time.time(),
-                       throughput=slow)
-        await nc.publish(s.heartbeat("q2"), hb.model_dump_json().encode())
-        await nc.flush()
-        await nc.close()
-
-    asyncio.run(heartbeat())
+    # q2 reports its measurement only in heartbeats
+    asyncio.run(beat(system, Heartbeat(pnode="q2", host="h2", os_pid=2, device="cpu", memory_bytes=1 << 30,
+                                       ts=time.time(), throughput=slow)))
     wait_until(lambda: caught_up(system, keys["alice"], seq))
     query = ('{ topology(sessionId: "sa") { edges { src dst crosses linkBandwidthBytesPerS } '
              'links { src dst bytesPerStep bandwidthBytesPerS latencyS } } '

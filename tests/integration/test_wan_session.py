@@ -9,22 +9,15 @@ measured its link for what it is.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from .wan import REPO, require_lab
 
-from bench.wanlab import PROFILES, LabUnavailable, WanLab  # noqa: E402
-from bench.wanlab.netns import check_available  # noqa: E402
+require_lab()
 
-try:
-    check_available()
-except LabUnavailable as e:
-    pytest.skip(f"WAN lab unavailable: {e}", allow_module_level=True)
-
+from bench.wanlab import PROFILES, WanLab  # noqa: E402
 from bench.wanlab.computeall_run import run_session  # noqa: E402
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
 
