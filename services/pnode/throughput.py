@@ -2,7 +2,8 @@
 
 Compute: the forward and backward of a small two-layer MLP, whose FLOPs count the way the op
 registry counts them (6 per weight per token), so the figure is in the allocator's units; best of
-a few tries, since a try that was interrupted by another process says nothing about the device.
+a few tries, timed in CPU time on a CPU (a busy machine must not make the device look slower than
+it is, nor make two alike PNodes measure differently) and scaled by the PNode's torch threads.
 
 Link: the round trip of a PING to the NATS server, and the rate at which bytes published to this
 PNode's own probe subject come back (they cross the link both ways at once, so the rate is the
@@ -32,15 +33,36 @@ def compute_flops_per_s(device: torch.device, tokens: int = 256, dim: int = 256,
     first, second = torch.nn.Linear(dim, hidden), torch.nn.Linear(hidden, dim)
     mlp = torch.nn.Sequential(first, torch.nn.ReLU(), second).to(device)
     x = torch.randn(tokens, dim, generator=generator).to(device)
-    weights = first.weight.numel() + second.weight.numel()
-    best = float("inf")
-    for _ in range(tries):
-        t0 = time.perf_counter()
-        mlp(x).sum().backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - t0)
-    return 6.0 * weights * tokens / best
+    flops = 6.0 * (first.weight.numel() + second.weight.numel()) * tokens
+
+    def best_seconds() -> float:
+        mlp(x).sum().backward()  # the first run pays for allocations and lazy set-up
+        return min(_seconds(device, lambda: mlp(x).sum().backward()) for _ in range(tries))
+
+    if device.type != "cpu":
+        return flops / best_seconds()
+    # On a CPU: one thread's rate in CPU time, times the threads. Wall time would count other
+    # processes of a busy machine against the device (two alike PNodes would measure apart), and
+    # several threads' CPU time counts their spin-waits as work.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return threads * flops / best_seconds()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _seconds(device: torch.device, work) -> float:
+    """How long `work` takes: CPU time of this process on a CPU, wall time (synchronised) elsewhere."""
+    if device.type == "cpu":
+        t0 = time.process_time()
+        work()
+        return time.process_time() - t0
+    t0 = time.perf_counter()
+    work()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
 
 
 async def round_trip_s(nc: NATS, tries: int = 5) -> float:
