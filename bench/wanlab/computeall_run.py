@@ -1,13 +1,17 @@
-"""computeall in the WAN lab: one whole session with each PNode behind its own shaped link.
+"""computeall in the WAN lab: whole sessions with each PNode behind its own shaped link.
 
-NATS, the orchestrator and the dataset service run in the root namespace (the "cloud"); each lab
-node runs one PNode (`python -m computeall.pnode`) in its namespace, on its cores, dialling NATS
-through its link, so every tensor between PNodes crosses two links, as on the internet:
+NATS, the orchestrator and the dataset service run in the root namespace (the `Cloud`); for a
+session, each lab node runs one PNode (`python -m computeall.pnode`, its own credential) in its
+namespace, on its cores, dialling NATS through its link, so every tensor between PNodes crosses
+two links, as on the internet:
 
-    result = asyncio.run(run_session(lab, config, directory))
+    async with running_cluster(directory, pnodes=0) as cloud:     # computeall.cli.embedded
+        with WanLab("city", nodes=2) as lab:
+            run = await run_session(cloud, lab, config)
 
-The session must complete; a failure or a refusal raises with the orchestrator's reason and the
-directory's logs. Nothing is reused between runs: a fresh NATS store and services each time.
+The session must complete; a failure or a refusal raises with the orchestrator's reason and where
+the logs are. A cloud serves one session after another (the dataset is prepared once); each
+session's PNodes are new ones, named after their namespaces, and leave when it ends.
 """
 
 from __future__ import annotations
@@ -20,15 +24,12 @@ import subprocess
 import sys
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from computeall.cli.client import Client, connect
-from computeall.cli.embedded import wait_for_event_log
+from computeall.cli.client import Client
 from computeall.cli.follow import start_session
-from computeall.cli.nats_server import EmbeddedNats
-from computeall.cli.supervisor import ServiceSpec, Supervisor
+from computeall.cli.supervisor import Supervisor
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import (Allocated, CommandRejected, EventEnvelope, PNodeJoined, SessionCompleted,
                                         SessionFailed, StepCompleted)
@@ -59,50 +60,44 @@ class SessionRun:
 
 
 def pnode_name(node: Node) -> str:
-    return f"lab-{node.index}"
+    return node.netns  # unique on this machine: a cloud never mistakes an earlier lab's PNode for this one
 
 
-def start_pnode(lab: WanLab, node: Node, server: EmbeddedNats, logs: Path) -> subprocess.Popen:
+Cloud = tuple[Client, Supervisor]  # what `running_cluster(directory, pnodes=0)` yields
+
+
+def start_pnode(lab: WanLab, node: Node, supervisor: Supervisor) -> subprocess.Popen:
     """A PNode in `node`'s namespace with its own credential, dialling NATS over its link, with one
     torch thread per core it is pinned to."""
-    host, port = lab.expose(node, ("127.0.0.1", server.port))
+    host, port = lab.expose(node, ("127.0.0.1", int(supervisor.nats_url.rsplit(":", 1)[1])))
     share = max(1, (os.cpu_count() or 1) // len(node.cores))  # set_cpu_threads divides the machine's cores
     argv = [sys.executable, "-m", "computeall.pnode", "--nats", f"nats://{host}:{port}",
-            "--credential", str(server.credential_file("pnode", pnode_name(node))), "--processes-on-machine", str(share)]
-    logs.mkdir(parents=True, exist_ok=True)
-    log = open(logs / f"{pnode_name(node)}.log", "ab")
+            *supervisor.credential_args("pnode", pnode_name(node)), "--processes-on-machine", str(share)]
+    log = open(supervisor.logs / f"{pnode_name(node)}.log", "ab")
     return lab.popen(node, argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-async def run_session(lab: WanLab, config: SessionConfig, directory: Path, timeout_s: float = 900.0) -> SessionRun:
-    """Start the services, one PNode per lab node, run `config` to completion, stop everything."""
-    server = EmbeddedNats(directory / "nats").start()
-    supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
-    supervisor.start([ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")])
-    watcher = asyncio.create_task(supervisor.watch())
-    pnodes: list[subprocess.Popen] = []
+async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_s: float = 900.0) -> SessionRun:
+    """One PNode per lab node, `config` run to completion on them, the PNodes stopped."""
+    client, supervisor = cloud
+    pnodes = [start_pnode(lab, node, supervisor) for node in lab.nodes]
     try:
-        pnodes = [start_pnode(lab, node, server, directory / "logs") for node in lab.nodes]
-        async with connect(server.credential("user")) as client:
-            await wait_for_event_log(client)
-            timings: list[StepTiming] = []
-            await client.nc.subscribe(client.subjects.tel_subjects()[0], cb=functools.partial(_keep_timing, into=timings))
-            sid, command_id = await start_session(client, config.model_copy(update={"min_pnodes": len(lab.nodes)}))
-            try:
-                run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
-            except asyncio.TimeoutError:
-                raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {directory / 'logs'}")
-            await client.nc.flush()
-            run.timings = sorted((t for t in timings if t.session_id == sid), key=lambda t: (t.step, t.pnode))
-            for node in lab.nodes:
-                run.throughput[pnode_name(node)] = await _joined(client, pnode_name(node))
-            return run
+        timings: list[StepTiming] = []
+        sub = await client.nc.subscribe(client.subjects.tel_subjects()[0], cb=functools.partial(_keep_timing, into=timings))
+        sid, command_id = await start_session(client, config.model_copy(update={"min_pnodes": len(lab.nodes)}))
+        try:
+            run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
+        except asyncio.TimeoutError:
+            raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {supervisor.logs}") from None
+        await client.nc.flush()
+        await sub.unsubscribe()
+        run.timings = sorted((t for t in timings if t.session_id == sid), key=lambda t: (t.step, t.pnode))
+        for node in lab.nodes:
+            run.throughput[pnode_name(node)] = await _joined(client, pnode_name(node))
+        return run
     finally:
-        watcher.cancel()
-        supervisor.stop()  # the orchestrator first: PNodes going away now are no failure
-        for proc in pnodes:
+        for proc in pnodes:  # SIGTERM: each leaves once the orchestrator unloaded the finished session
             _stop(proc)
-        server.stop()
 
 
 async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:

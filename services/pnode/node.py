@@ -111,6 +111,8 @@ class PNode:
         await self._stop.wait()
         for t in tasks:
             t.cancel()
+        self.leaving = True
+        await self._beat()  # a last word, so that no one places work here in the heartbeat timeout to come
         try:
             await self.log.append_event(
                 self.subjects.pnode_evt(self.name, "PNodeLeft"),
@@ -275,16 +277,19 @@ class PNode:
     # -- liveness and telemetry ----------------------------------------------------
     async def _heartbeat(self) -> None:
         while True:
-            beat = Heartbeat(
-                pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
-                memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving,
-                incarnation=self.incarnation, throughput=self.throughput,
-            )
-            try:
-                await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())
-            except Exception as exc:  # a broken connection must not end the heartbeat loop
-                log.warning("heartbeat failed: %s", exc)
+            await self._beat()
             await asyncio.sleep(self.heartbeat_s)
+
+    async def _beat(self) -> None:
+        beat = Heartbeat(
+            pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
+            memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving,
+            incarnation=self.incarnation, throughput=self.throughput,
+        )
+        try:
+            await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())
+        except Exception as exc:  # a broken connection must not end the heartbeat loop
+            log.warning("heartbeat failed: %s", exc)
 
     async def _telemetry(self) -> None:
         process = psutil.Process()

@@ -21,7 +21,7 @@ from bench.wanlab import PROFILES, WanLab  # noqa: E402
 from bench.wanlab.computeall_run import run_session  # noqa: E402
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
 
-from .cluster import stdlib_corpus  # noqa: E402
+from .cluster import running_cluster, stdlib_corpus  # noqa: E402
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -36,14 +36,18 @@ def config() -> SessionConfig:
     )
 
 
-def train(profile: str, directory: Path):
-    with WanLab(profile, nodes=2) as lab:
-        return asyncio.run(run_session(lab, config(), directory, timeout_s=300))
+async def train(tmp_path: Path, profiles: list[str]) -> list:
+    """The same session over each profile's links, one after the other, with the same services."""
+    runs = []
+    async with running_cluster(tmp_path, pnodes=0) as cloud:
+        for profile in profiles:
+            with WanLab(profile, nodes=2) as lab:
+                runs.append(await run_session(cloud, lab, config(), timeout_s=300))
+    return runs
 
 
 def test_five_steps_over_city_links_train_the_loopback_losses(tmp_path) -> None:
-    city = train("city", tmp_path / "city")
-    loopback = train("loopback", tmp_path / "loopback")
+    city, loopback = asyncio.run(train(tmp_path, ["city", "loopback"]))
 
     assert [s.step for s in city.steps] == list(range(STEPS))
     assert city.losses == loopback.losses  # bit for bit: placement and links never change the math
