@@ -31,6 +31,7 @@ from bench.wanlab.netns import check_available  # noqa: E402
 from bench.wanlab.computeall_run import run_session  # noqa: E402
 from bench.wanlab.torch_peers import NETWORK, pipeline, plain  # noqa: E402
 from computeall.cli.default_corpus import stdlib_files  # noqa: E402
+from computeall.cli.embedded import running_cluster  # noqa: E402
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
 
 BATCH, CONTEXT, MICRO_BATCHES = 8, 256, 4
@@ -38,8 +39,12 @@ BATCH, CONTEXT, MICRO_BATCHES = 8, 256, 4
 
 @dataclass
 class Measured:
-    step_s: float  # median seconds per step after the warmup
+    samples: list[float]  # seconds of each step after the warmup
     extra: dict = field(default_factory=dict)  # what else a system reports (computeall: wire, bytes, bubble)
+
+    @property
+    def step_s(self) -> float:
+        return statistics.median(self.samples)
 
 
 System = Callable[[WanLab, int, int], Measured]
@@ -63,8 +68,12 @@ def computeall(lab: WanLab, steps: int, warmup: int) -> Measured:
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=steps + warmup + 1,
         batch_size=BATCH, micro_batches=MICRO_BATCHES, lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
     )
+    async def session(directory: Path):
+        async with running_cluster(directory, pnodes=0) as cloud:  # NATS and the services, no PNodes
+            return await run_session(cloud, lab, config)
+
     with tempfile.TemporaryDirectory(prefix="wan-computeall-") as directory:
-        run = asyncio.run(run_session(lab, config, Path(directory)))
+        run = asyncio.run(session(Path(directory)))
     # interval i runs from step i's record to step i+1's: the first `warmup` are warmup
     intervals = run.step_intervals_s[warmup:]
     timed = [t for t in run.timings if t.step > warmup]
@@ -73,7 +82,7 @@ def computeall(lab: WanLab, steps: int, warmup: int) -> Measured:
     # for the others' backward, for the orchestrator's next request
     bubble = 1 - sum(t.compute_s for t in timed) / (len(lab.nodes) * sum(intervals))
     hosted = {p: sorted(v for v, q in run.assignment.items() if q == p) for p in sorted(set(run.assignment.values()))}
-    return Measured(statistics.median(intervals), {
+    return Measured(intervals, {
         "wire": "fp32", "bubble_share": bubble,
         "bytes_per_step": sum(sum(t.sent_bytes.values()) for t in timed) / max(1, len(counted)),
         "wait_share": sum(t.wait_s for t in timed) / max(1e-9, sum(t.step_s for t in timed)),
@@ -84,14 +93,17 @@ def computeall(lab: WanLab, steps: int, warmup: int) -> Measured:
 
 @system("torch-gpipe")
 def torch_gpipe(lab: WanLab, steps: int, warmup: int) -> Measured:
-    ranks = pipeline(lab, "gpipe", steps + warmup, BATCH)
-    return Measured(max(_median_after_warmup(r["step_s"], warmup) for r in ranks))
+    return _slowest_rank(pipeline(lab, "gpipe", steps + warmup, BATCH), warmup)
 
 
 @system("torch-1f1b")
 def torch_1f1b(lab: WanLab, steps: int, warmup: int) -> Measured:
-    ranks = pipeline(lab, "1f1b", steps + warmup, BATCH)
-    return Measured(max(_median_after_warmup(r["step_s"], warmup) for r in ranks))
+    return _slowest_rank(pipeline(lab, "1f1b", steps + warmup, BATCH), warmup)
+
+
+def _slowest_rank(ranks: list[dict], warmup: int) -> Measured:
+    """A pipeline steps as fast as its slowest rank."""
+    return Measured(max((r["step_s"][warmup:] for r in ranks), key=statistics.median))
 
 
 def main() -> int:
@@ -124,7 +136,8 @@ def main() -> int:
             rows.append({"profile": name, "system": sys_name, "rate_mbit": link.rate_mbit,
                          "one_way_delay_ms": link.delay_ms, "median_step_s": step_s,
                          "tokens_per_s": tokens_per_step / step_s, "ratio_vs_plain": tokens_per_step / step_s / plain_tps,
-                         "plain_tokens_per_s": plain_tps, "steps": steps, **measured.extra})
+                         "plain_tokens_per_s": plain_tps, "steps": steps, "step_s_samples": measured.samples,
+                         **measured.extra})
             print(f"{name:<10}{sys_name:<14}{rows[-1]['tokens_per_s']:>9.0f} tokens/s  {step_s:6.2f} s/step"
                   f"  ratio vs plain {rows[-1]['ratio_vs_plain']:.2f}", flush=True)
     print(f"plain torch, 1 process, 2 threads: {', '.join(f'{a:.0f}' for a in anchors)} tokens/s (before each profile)")
