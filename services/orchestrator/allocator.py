@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from computeall.network import Graph
-
 import numpy as np
+
+from computeall.network import Graph
 
 from .step_time import PNodeCapacity, StageCosts, band_busy_s, busy_s, step_time_s
 
