@@ -23,7 +23,7 @@ async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = Fal
     """Everything started, a client connected as the local user once the services have set up the
     event log; stopped in order (and NATS last) on the way out."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
-    supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
+    supervisor = Supervisor(directory, server.url, server.process.pid, server)
     supervisor.start(default_services(pnodes, with_monitor=with_monitor))
     watcher = asyncio.create_task(supervisor.watch())
     try:

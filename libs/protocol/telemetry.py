@@ -28,6 +28,7 @@ class Heartbeat(BaseModel):
     leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
     incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state
     throughput: Throughput | None = None  # what it measured of its compute and its link to the bus
+    left: bool = False  # the last heartbeat of a process that is exiting (the orchestrator records PNodeLeft)
 
 
 class RequestStatus(BaseModel):

@@ -32,7 +32,6 @@ def pnode_credential(args: argparse.Namespace) -> Credential:
     """The PNode's identity: its credential's name (a `--name` must agree), else `--name`/host-pid."""
     try:
         default = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
-        # a credential file names its servers; only without one does a PNode try the local default
         url = args.nats or (None if args.credential else "nats://127.0.0.1:4222")
         credential = process_credential(args.credential, url, "pnode", default)
     except (CredentialError, ValueError) as exc:
