@@ -17,7 +17,6 @@ session's PNodes are new ones, named after their namespaces, and leave when it e
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import signal
 import subprocess
@@ -27,12 +26,13 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter, ValidationError
 
-from computeall.cli.client import Client
+from computeall.cli.client import Client, connect
 from computeall.cli.follow import start_session
 from computeall.cli.supervisor import Supervisor
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import (Allocated, CommandRejected, EventEnvelope, PNodeJoined, SessionCompleted,
                                         SessionFailed, StepCompleted)
+from computeall.protocol.subjects import TEL_STREAM
 from computeall.protocol.telemetry import StepTiming, Telemetry
 from computeall.protocol.throughput import Throughput
 
@@ -82,16 +82,12 @@ async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_
     client, supervisor = cloud
     pnodes = [start_pnode(lab, node, supervisor) for node in lab.nodes]
     try:
-        timings: list[StepTiming] = []
-        sub = await client.nc.subscribe(client.subjects.tel_subjects()[0], cb=functools.partial(_keep_timing, into=timings))
         sid, command_id = await start_session(client, config.model_copy(update={"min_pnodes": len(lab.nodes)}))
         try:
             run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
         except asyncio.TimeoutError:
             raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {supervisor.logs}") from None
-        await client.nc.flush()
-        await sub.unsubscribe()
-        run.timings = sorted((t for t in timings if t.session_id == sid), key=lambda t: (t.step, t.pnode))
+        run.timings = await _timings(supervisor, run, [pnode_name(node) for node in lab.nodes])
         for node in lab.nodes:
             run.throughput[pnode_name(node)] = await _joined(client, pnode_name(node))
         return run
@@ -128,10 +124,19 @@ async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
 _TELEMETRY = TypeAdapter(Telemetry)
 
 
-async def _keep_timing(msg, into: list[StepTiming]) -> None:
-    sample = _TELEMETRY.validate_json(msg.data)
-    if isinstance(sample, StepTiming):
-        into.append(sample)
+async def _timings(supervisor: Supervisor, run: SessionRun, pnodes: list[str], wait_s: float = 10.0) -> list[StepTiming]:
+    """The session's step timings, read from the telemetry stream as the monitor reads them (a
+    user may not), once every PNode's timing of the last step is stored."""
+    last = run.steps[-1].step if run.steps else -1
+    async with connect(supervisor.credentials.credential("monitor")) as observer:
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            records = await observer.eventlog.read(observer.subjects.tel_all("step"), stream=TEL_STREAM)
+            samples = (_TELEMETRY.validate_json(r.data) for r in records)
+            timings = [t for t in samples if isinstance(t, StepTiming) and t.session_id == run.session_id]
+            if {t.pnode for t in timings if t.step == last} >= set(pnodes) or asyncio.get_running_loop().time() > deadline:
+                return sorted(timings, key=lambda t: (t.step, t.pnode))
+            await asyncio.sleep(0.2)
 
 
 async def _joined(client: Client, pnode: str) -> Throughput | None:

@@ -59,6 +59,9 @@ class Subjects:
     def tel(self, pid: str, kind: str) -> str:
         return f"{self.prefix}.tel.{check_token(pid, 'pnode id')}.{kind}"
 
+    def tel_all(self, kind: str) -> str:
+        return f"{self.prefix}.tel.*.{check_token(kind, 'telemetry kind')}"
+
     def tel_subjects(self) -> list[str]:
         return [f"{self.prefix}.tel.>"]
 
