@@ -19,12 +19,15 @@ from .supervisor import Supervisor, default_services
 
 
 @asynccontextmanager
-async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False) -> AsyncIterator[tuple[Client, Supervisor]]:
+async def running_cluster(
+    directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None
+) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
-    event log; stopped in order (and NATS last) on the way out."""
+    event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
+    PNodes' worth of threads to divide the cores by (default `pnodes`)."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
     supervisor = Supervisor(directory, server.url, server.process.pid, server)
-    supervisor.start(default_services(pnodes, with_monitor=with_monitor))
+    supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
     watcher = asyncio.create_task(supervisor.watch())
     try:
         async with connect(server.credential("user")) as client:

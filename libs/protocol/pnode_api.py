@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import OptimizerConfig
+from .config import OptimizerConfig, PipelineConfig
 from .object_store import CheckpointObject
 from .sampling import SamplingConfig
 
@@ -46,6 +46,7 @@ class LoadPlan(_Request):
     batches: BatchSource
     micro_batches: int
     optimizer: OptimizerConfig
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
 
 
 class RunStep(_Request):

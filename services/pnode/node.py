@@ -37,11 +37,12 @@ from computeall.protocol.throughput import Throughput
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
-from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
+from computeall.tensorcore.wire import tensor_from_wire
 
 from . import checkpoints, sampling, throughput
 from .batches import BatchFeed
 from .memory import bytes_by_category
+from .outbox import Link
 from .routing import TensorRoute
 from .stage import SessionStage, StepAborted
 from .step_timing import StepClock
@@ -72,6 +73,9 @@ class PNode:
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
+        # frames in and out (digests, copies, decoding) on their own thread: off the event loop and
+        # off the compute thread, so sending and receiving overlap compute
+        self.wire = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-wire")
         self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
@@ -83,9 +87,6 @@ class PNode:
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
         self.throughput: Throughput | None = None
         self.clock = StepClock(self.name)
-        # sends are awaited inside the stage's work items until the outbox reports them itself:
-        # by session, (bytes by destination PNode, seconds sending)
-        self._inline_sends: dict[str, tuple[dict[str, int], float]] = {}
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -112,6 +113,7 @@ class PNode:
         except (nats.errors.Error, TimeoutError):
             pass  # the server went away first
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.wire.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
@@ -196,7 +198,7 @@ class PNode:
 
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._send_tensor),
+                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link()),
             )
             old = self.stages.get(request.session_id)
             if old is not None:
@@ -212,11 +214,7 @@ class PNode:
             return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
         if isinstance(request, RunStep):
             self.clock.run_started(request.session_id, request.step)
-            self._inline_sends[request.session_id] = ({}, 0.0)
             reply = await stage.run_step(request, self.step_deadline_s)
-            sent, send_s = self._inline_sends.pop(request.session_id)
-            reply = reply.model_copy(update={"compute_s": max(0.0, reply.compute_s - send_s), "send_s": send_s,
-                                             "sent_bytes": sent})
             self.clock.run_done(request.session_id, reply)
             return reply
         if isinstance(request, ApplyStep):
@@ -244,30 +242,35 @@ class PNode:
             await self.nc.publish(msg.reply, reply.model_dump_json().encode())
 
     # -- tensors --------------------------------------------------------------------
-    async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute) -> None:
+    def _link(self) -> Link:
+        return Link(self._publish_frames, lambda: self.nc.max_payload, self.wire)
+
+    async def _publish_frames(self, pnode: str, frames: list[bytes]) -> None:
         subject = self.subjects.pnode_tensor(pnode)
-        t0, nbytes = time.monotonic(), 0
-        for frame in tensor_frames(route.wire_key, tensor, self.nc.max_payload, route.wire_meta()):
+        for frame in frames:
             await self.nc.publish(subject, frame)
-            nbytes += len(frame)
-        if route.phase == "train" and route.session in self._inline_sends:
-            sent, send_s = self._inline_sends[route.session]
-            sent[pnode] = sent.get(pnode, 0) + nbytes
-            self._inline_sends[route.session] = (sent, send_s + time.monotonic() - t0)
 
     async def _on_tensor(self, msg) -> None:
         try:
-            received = self.reassembler.feed(msg.data)
+            received = await asyncio.get_running_loop().run_in_executor(self.wire, self._reassemble, msg.data)
             if received is None:
                 return
-            stage = self.stages.get(str(received.meta.get("session")))
-            if stage is None:
-                raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-            route = TensorRoute.from_wire(received.key, received.meta)
-            stage.receive(route, tensor_from_wire(received, self.device))
+            stage, route, tensor = received
+            stage.receive(route, tensor)
         except WireError as exc:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
+
+    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute, torch.Tensor] | None:
+        """On the wire thread: one frame in; the decoded tensor, its stage and route once all its frames are."""
+        received = self.reassembler.feed(frame)
+        if received is None:
+            return None
+        stage = self.stages.get(str(received.meta.get("session")))
+        if stage is None:
+            raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
+        route = TensorRoute.from_wire(received.key, received.meta)
+        return stage, route, tensor_from_wire(received, self.device)
 
     # -- liveness and telemetry ----------------------------------------------------
     async def _heartbeat(self) -> None:
