@@ -16,7 +16,7 @@ from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNodePlacement
 from computeall.protocol.pnode_api import BatchSource, LoadPlan, ReplicaPlan
 
-from .allocator import AllocationError, PNodeCapacity
+from .allocator import AllocationError
 from .errors import DriverDone
 from .network_jobs import NetworkJobs
 from .pnodes import PNodeRegistry
@@ -133,10 +133,9 @@ class Placement:
         raise DriverDone("paused until there is capacity again")
 
     async def _allocate(self, exclude: set[str]) -> ReplicatedAllocation:
-        live = [hb for hb in self.registry.live() if hb.pnode not in exclude]
         return await self.jobs.allocate(  # off the event loop
-            self.graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live],
-            self.config.replicas, self.config.batch_size, self.config.micro_batches,
+            self.graph, self.registry.capacities(exclude), self.config.replicas, self.config.batch_size,
+            self.config.micro_batches,
         )
 
     def _event_fields(self, allocation: ReplicatedAllocation) -> dict:
@@ -157,6 +156,7 @@ class Placement:
         return dict(
             placements=placements, edges=edges, pnodes=allocation.pnodes,
             bytes_across_per_step=allocation.bytes_across_per_step, replicas=allocation.count,
+            estimated_step_s=allocation.step_time_s,
         )
 
 

@@ -2,10 +2,11 @@
 
 One test walks the whole path a user takes (the system takes a while to start, so it starts
 once): a wrong key is refused, the right key logs in, the running session is listed, its loss
-chart gains points while it trains (two data-parallel replicas: the bytes they send each other
-are charted too), the text its model writes appears by step, newest first, the topology shows a
-VNode's memory in each replica, the PNodes view lists
-both PNodes, and pausing from the UI changes the session's state. Screenshots of every page go
+chart gains points while it trains, the text its model writes appears by step, newest first, the
+topology shows a VNode's memory, where each PNode's time goes and the links' measured bandwidth, the
+PNodes view lists both PNodes with what they measured, a second session with two data-parallel
+replicas shows the bytes they send each other and each replica's topology, and pausing from the
+UI changes the first session's state. Screenshots of every page go
 to test-artifacts/e2e/.
 """
 
@@ -34,14 +35,22 @@ PNODES = ["pnode-0", "pnode-1"]
 STEPS = 20_000
 UI_TIMEOUT_MS = 30_000
 SAMPLE_PROMPT = "def "
+REPLICATED_STEPS = 6
 
 
 def session_config() -> SessionConfig:
     return SessionConfig(
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
-        micro_batches=2, replicas=2,
         lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
         sample_every=10, sample_prompts=[SAMPLE_PROMPT], sampling=SamplingConfig(max_new_tokens=16, temperature=0.8, seed=1),
+    )
+
+
+def replicated_config() -> SessionConfig:
+    """A short session of two replicas, one on each PNode, beside the first (a PNode hosts both)."""
+    return SessionConfig(
+        network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=REPLICATED_STEPS,
+        batch_size=4, micro_batches=2, replicas=2, min_pnodes=len(PNODES),
     )
 
 
@@ -75,19 +84,20 @@ async def test_dashboard_end_to_end(tmp_path):
         await wait_for_pnodes(supervisor, PNODES)
         key = await default_key(client)
         sid, _ = await start_session(client, session_config())
+        replicated, _ = await start_session(client, replicated_config())
 
         async with playwright_api.async_playwright() as p:
             browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(UI_TIMEOUT_MS)
             try:
-                await run_user_path(page, url, key, sid)
+                await run_user_path(page, url, key, sid, replicated)
             finally:
                 await page.screenshot(path=str(ARTIFACTS / "last.png"), full_page=True)
                 await browser.close()
 
 
-async def run_user_path(page, url: str, key: str, sid: str) -> None:
+async def run_user_path(page, url: str, key: str, sid: str, replicated: str) -> None:
     # a wrong key is refused with a message, not a blank page
     await page.goto(url)
     await page.fill('input[name="apiKey"]', "ca_not-a-key")
@@ -109,8 +119,6 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     await page.wait_for_selector('[data-chart="Train loss"][data-rendered="yes"]')
     first = await wait_for(lambda: chart_points(page, "Train loss"), 120, "the first steps on the loss chart")
     await wait_for(lambda: _more(page, first + 3), 60, "the loss chart to gain points")
-    assert await page.locator('[data-field="replicas"]').inner_text() == "2"
-    assert await chart_points(page, "Gradient reduction") > 0
     await page.screenshot(path=str(ARTIFACTS / "session.png"), full_page=True)
 
     # dragging across the chart zooms: the range is asked of the server again, in full detail
@@ -147,9 +155,33 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     assert await panel.locator('[data-field="precision"]').inner_text() == "fp32"
     memory = await panel.locator('[data-table="vnode-memory"]').inner_text()
     assert "weights" in memory and "KiB" in memory, memory
+    # where the time goes: each PNode's shares of its last steps, the links between them with the
+    # bandwidth the PNodes measured, and that bandwidth on the edges that cross (the page polls)
+    for name in PNODES:
+        await page.wait_for_selector(f'[data-host="{name}"] [data-share="compute"]', timeout=60_000)
+    shares = {k: float(await page.get_attribute(f'[data-host="{PNODES[0]}"] [data-share="{k}"]', "data-value"))
+              for k in ("compute", "send", "wait")}
+    assert 0 < shares["compute"] <= 1 and 0 <= shares["wait"] < 1 and shares["send"] >= 0, shares
+    link = page.locator(f'[data-link="{PNODES[0]}->{PNODES[1]}"]')
+    await link.wait_for()
+    assert "bit/s" in await link.locator('[data-field="bandwidth"]').inner_text()
+    labels = await page.evaluate(
+        """() => document.querySelector('[data-topology-graph]')._cyreg.cy.edges('[?cross]').map(e => e.data('label'))"""
+    )
+    assert labels and all("/step · " in label and "bit/s" in label for label in labels), labels
     await page.screenshot(path=str(ARTIFACTS / "topology.png"), full_page=True)
 
-    # each replica is a whole copy of the network on its own PNode
+    # the replicated session: the bytes replicas send each other per step, and each replica is a
+    # whole copy of the network on its own PNode
+    await page.click('[data-nav="sessions"]')
+    await page.locator(f'[data-session="{replicated}"] a').click()
+    await page.wait_for_selector('[data-session-status][data-status="completed"]', timeout=120_000)
+    assert await page.locator('[data-field="replicas"]').inner_text() == "2"
+    await wait_for(lambda: chart_points(page, "Gradient reduction"), 30, "the replicas' sums on their chart")
+    await page.screenshot(path=str(ARTIFACTS / "session-replicas.png"), full_page=True)
+    await page.click('[data-nav="topology"]')
+    await page.wait_for_selector("[data-topology-graph] canvas")
+    box = await page.locator("[data-topology-graph]").bounding_box()
     hosts = {}
     for replica in ("0", "1"):
         await page.click(f'[data-replicas] [data-replica="{replica}"]')
@@ -168,6 +200,10 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
         await page.wait_for_selector(f'[data-pnode="{name}"][data-state="live"]')
     hosted = await page.locator("[data-pnode] .hosted code").count()
     assert hosted >= 2, "the PNodes should list the VNodes they host"
+    for name in PNODES:  # what each measured of itself, and its time shares
+        card = page.locator(f'[data-pnode="{name}"]')
+        assert "bit/s" in await card.locator('[data-field="throughput"]').inner_text()
+        await card.locator('[data-share="wait"]').wait_for()
     await page.screenshot(path=str(ARTIFACTS / "pnodes.png"), full_page=True)
 
     # pause from the UI: the status follows the session's real state

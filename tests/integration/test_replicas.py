@@ -79,7 +79,8 @@ async def test_any_replica_count_gives_the_same_bits_and_a_join_adds_a_replica(t
     assert [(a.replicas, len(a.pnodes)) for a in (allocations(r[2])[0] for r in (one, two, four, two_wide, one_int8,
                                                                                   two_wide_int8))] == [
         (1, 2), (2, 2), (4, 4), (2, 4), (1, 4), (2, 4)]
-    assert {pl.pnode for pl in allocations(two_wide[2])[0].placements if pl.replica == 0} == {"pnode-0", "pnode-2"}
+    wide = [{pl.pnode for pl in allocations(two_wide[2])[0].placements if pl.replica == r} for r in (0, 1)]
+    assert len(wide[0]) == len(wide[1]) == 2 and not wide[0] & wide[1]  # which two: the PNodes' measured speeds
     reduced = [p.reduce_bytes for p in two[2] if isinstance(p, StepCompleted)]
     assert all(b > 0 for b in reduced) and not any(p.reduce_bytes for p in one[2] if isinstance(p, StepCompleted))
 

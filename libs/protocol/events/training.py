@@ -34,6 +34,7 @@ class Allocated(DomainEvent):
     pnodes: list[str]
     bytes_across_per_step: int
     replicas: int = 1  # data-parallel replicas of the pipeline
+    estimated_step_s: float | None = None  # the allocator's estimate of a step on these PNodes and links
 
 
 @recorded_as("session")
