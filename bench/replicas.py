@@ -3,10 +3,11 @@
 The anchor is R = 1 on one PNode pinned to one core, measured in the same run, interleaved with
 the R = 2 runs on the same cluster: the scaling ratio is tokens/s(R=2) / (2 x tokens/s(R=1)),
 target >= 0.9. Also: the bytes the replicas send each other per step (summed gradients), and
-diloco against summed gradients (bytes per step and tokens/s). Loopback only: the WAN lab's
-`lan` and `home` profiles need computeall inside the lab (bench/wanlab), not on main yet.
+diloco against summed gradients (bytes per step and tokens/s). Then the same over shaped links
+in the WAN lab when this machine can run it (root: `bench/wanlab/replica_runs.py`): the scaling
+at the `lan` profile, and diloco against summed gradients at `home`.
 
-    python bench/replicas.py [--quick] [--json PATH]
+    python bench/replicas.py [--quick] [--json PATH] [--no-lab]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # bench.wanlab
 sys.path.insert(0, str(REPO / "tests"))  # the integration tests' cluster helpers
 
 from computeall.cli.data_upload import with_sent_data  # noqa: E402
@@ -31,6 +33,7 @@ from computeall.cli.supervisor import ServiceSpec  # noqa: E402
 from computeall.protocol.config import DataConfig, SessionConfig  # noqa: E402
 from computeall.protocol.events import StepCompleted  # noqa: E402
 from computeall.protocol.replica_sync import ReplicaSync  # noqa: E402
+from bench.wanlab.replica_runs import lab_rows  # noqa: E402
 from integration.cluster import running_cluster, wait_for_pnodes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -60,9 +63,13 @@ async def add_pnode(client, supervisor, name: str, core: int) -> None:
     pin(supervisor.services[name].process.pid, core % cores)
 
 
+def base_config(steps: int) -> SessionConfig:
+    return SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=corpus()), steps=steps,
+                         batch_size=8, micro_batches=2, seed=1)
+
+
 async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaSync) -> dict:
-    config = SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=corpus()), steps=steps + warmup,
-                           batch_size=8, micro_batches=2, replicas=replicas, sync=sync, seed=1)
+    config = base_config(steps + warmup).model_copy(update={"replicas": replicas, "sync": sync})
     config = await with_sent_data(client.nc, client.subjects, config, progress=False)  # uploaded once, then found
     sid, command_id = await start_session(client, config)
     outcome = await follow_session(client.eventlog, sid, config.steps, None, False, command_id)
@@ -121,18 +128,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "replicas.json")
+    parser.add_argument("--no-lab", action="store_true", help="loopback only")
     args = parser.parse_args()
     steps, warmup, inner, rounds = (8, 2, 4, 1) if args.quick else (16, 2, 8, 3)
     rows = asyncio.run(bench(steps, warmup, inner, rounds))
     print(f"{NETWORK.name}, batch 8 in 2 micro-batches, loopback, {os.cpu_count()} cores, "
           f"medians of {rounds} x {steps} steps")
+    show(rows)
+    result: dict = {"loopback": rows}
+    if not args.no_lab:
+        lab_steps, lab_warmup = (2 * inner, 1) if args.quick else (4 * inner, 2)
+        lab = lab_rows(base_config(lab_steps), lab_steps, lab_warmup, inner)
+        if isinstance(lab, str):
+            print(f"WAN lab skipped: {lab}")
+            result["lab_skipped"] = lab
+        else:
+            print(f"WAN lab, one PNode per node on its own core, means of {lab_steps} steps")
+            show(lab)
+            result["lab"] = lab
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def show(rows: list[dict]) -> None:
     print(f"{'run':<38}{'tokens/s':>10}{'step':>9}{'sent/step':>12}{'ratio':>8}")
     for r in rows:
-        print(f"{r['name']:<38}{r['tokens_per_s']:>10.0f}{r['median_step_s']:>8.3f}s"
+        step_s = r.get("median_step_s", r.get("mean_step_s"))
+        print(f"{r['name']:<38}{r['tokens_per_s']:>10.0f}{step_s:>8.3f}s"
               f"{r['reduce_bytes_per_step'] / 2**20:>9.2f} MiB{r['ratio']:>8.3f}  {r.get('ratio_is', '')}")
-    print(f"diloco sends {rows[2]['bytes_ratio']:.3f} of summed gradients' bytes per step")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        if "bytes_ratio" in r:
+            print(f"  diloco sends {r['bytes_ratio']:.3f} of summed gradients' bytes per step")
 
 
 if __name__ == "__main__":

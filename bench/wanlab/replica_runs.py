@@ -1,0 +1,71 @@
+"""Replicas over shaped links, for bench/replicas.py: sessions in the WAN lab (docs/wan-lab.md).
+
+- `lan` (1 Gbit/s, 1 ms): R = 1 on one lab node against R = 2 on two, each PNode on its own core
+  behind its own link, so the replicas' sums cross two shaped links: the scaling ratio as on a LAN.
+- `home` (20 Mbit/s, 50 ms): R = 2 summing gradients every step against R = 2 diloco, on two nodes:
+  tokens/s and the bytes the replicas send each other per step.
+
+Every session runs whole: NATS and the services in the root namespace, one PNode per lab node
+(`computeall_run.run_session`). A step's time is the interval between two recorded steps, every
+overhead included; the figures are means over the measured steps (a diloco outer step comes once
+per round, a median would hide it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+from pathlib import Path
+
+from computeall.cli.data_upload import with_sent_data
+from computeall.cli.embedded import running_cluster
+from computeall.protocol.config import SessionConfig
+from computeall.protocol.replica_sync import ReplicaSync
+
+from .computeall_run import Cloud, run_session
+from .lab import WanLab
+from .netns import LabUnavailable, check_available
+
+
+def lab_rows(config: SessionConfig, steps: int, warmup: int, inner_steps: int) -> list[dict] | str:
+    """The lab's rows, or why the lab cannot run here."""
+    try:
+        check_available()
+    except LabUnavailable as exc:
+        return str(exc)
+    with tempfile.TemporaryDirectory(prefix="bench-replicas-lab-") as directory:
+        return asyncio.run(_rows(Path(directory), config, steps, warmup, inner_steps))
+
+
+async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int, inner_steps: int) -> list[dict]:
+    diloco = ReplicaSync(mode="diloco", inner_steps=inner_steps)
+    async with running_cluster(directory, pnodes=0) as cloud:  # NATS and the services, no PNodes
+        client, _ = cloud
+        config = await with_sent_data(client.nc, client.subjects, config.model_copy(update={"steps": steps + warmup + 1}),
+                                      progress=False)
+        one = await _measure(cloud, "lan", 1, config, warmup)
+        two = await _measure(cloud, "lan", 2, config.model_copy(update={"replicas": 2}), warmup)
+        summed = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2}), warmup)
+        averaged = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2, "sync": diloco}), warmup)
+    return [
+        {"name": "lan: R=1, 1 PNode (anchor)", **one, "ratio": 1.0},
+        {"name": "lan: R=2, 1 PNode per replica", **two, "ratio": two["tokens_per_s"] / (2 * one["tokens_per_s"]),
+         "ratio_is": "scaling: tokens/s / (2 x R=1)"},
+        {"name": "home: R=2 summed gradients", **summed, "ratio": 1.0},
+        {"name": f"home: R=2 diloco H={inner_steps}", **averaged,
+         "ratio": averaged["tokens_per_s"] / summed["tokens_per_s"], "ratio_is": "tokens/s / home summed gradients",
+         "bytes_ratio": averaged["reduce_bytes_per_step"] / summed["reduce_bytes_per_step"]},
+    ]
+
+
+async def _measure(cloud: Cloud, profile: str, nodes: int, config: SessionConfig, warmup: int) -> dict:
+    with WanLab(profile, nodes=nodes) as lab:
+        run = await run_session(cloud, lab, config)
+    intervals = run.step_intervals_s[warmup:]  # interval i: from step i's record to step i+1's
+    measured = run.steps[warmup + 1:]
+    step_s = statistics.mean(intervals)
+    return {"profile": profile, "replicas": config.replicas, "sync": config.sync.mode, "step_times_s": intervals,
+            "mean_step_s": step_s, "tokens_per_s": measured[0].tokens / step_s,
+            "reduce_bytes_per_step": statistics.mean(s.reduce_bytes for s in measured),
+            "estimated_step_s": run.estimated_step_s, "final_loss": run.steps[-1].loss}
