@@ -7,7 +7,6 @@ import sys
 from contextlib import aclosing
 from pathlib import Path
 
-from pydantic import ValidationError
 from tqdm import tqdm
 
 from .client import Client
@@ -15,15 +14,14 @@ from .client import Client
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.envelope import new_id
-from computeall.protocol.eventlog import EventLog
-from computeall.protocol.events import CommandRejected, EventEnvelope, SessionCompleted, SessionFailed, StepCompleted
+from computeall.protocol.events import CommandRejected, SessionCompleted, SessionFailed, StepCompleted
 
 
-async def start_session(client: Client, config: SessionConfig, actor: str = "local", start: bool = True) -> tuple[str, str]:
-    """Publish `CreateSession` for a new session id; (session id, command id)."""
+async def start_session(client: Client, config: SessionConfig, start: bool = True) -> tuple[str, str]:
+    """Publish `CreateSession` for a new session id, as the client's user; (session id, command id)."""
     sid = new_id()[:12]
-    command = CommandEnvelope(actor=actor, session_id=sid, payload=CreateSession(config=config, start=start))
-    await client.eventlog.publish_command(command)
+    command = CommandEnvelope(actor=client.user, session_id=sid, payload=CreateSession(config=config, start=start))
+    await client.publish_command(command)
     return sid, command.id
 
 
@@ -34,7 +32,7 @@ class Outcome:
 
 
 async def follow_session(
-    eventlog: EventLog,
+    client: Client,
     session_id: str,
     total_steps: int,
     metrics_out: Path | None = None,
@@ -45,13 +43,9 @@ async def follow_session(
     out = open(metrics_out, "w") if metrics_out else None
     bar = tqdm(total=total_steps, desc=f"session {session_id}", unit="step", disable=not progress, file=sys.stderr)
     try:
-        events = eventlog.follow(eventlog.subjects.session_evt_all(session_id))
+        events = client.follow(session_id)
         async with aclosing(events):
-            async for record in events:
-                try:
-                    event = EventEnvelope.model_validate_json(record.data)
-                except ValidationError:
-                    continue  # an event type this client does not know yet
+            async for _, event in events:
                 p = event.payload
                 if isinstance(p, StepCompleted):
                     if out:

@@ -86,7 +86,7 @@ async def run(args: argparse.Namespace) -> int:
         async with running_cluster(data_dir, args.pnodes) as (client, _):
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
-                client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command_id
+                client, sid, config.steps, args.metrics_out, not args.no_progress, command_id
             )
         ok = outcome.ok
         print(outcome.message, file=sys.stdout if ok else sys.stderr)

@@ -37,16 +37,18 @@ from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_stre
 from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
 from computeall.protocol.session_state import Rejected, SessionLog, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
-from computeall.protocol.subjects import LOG_STREAM, Subjects, pnode_of
+from computeall.protocol.subjects import LOG_STREAM, Subjects, command_sender, pnode_of
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
 from .allocator import AllocationError, PNodeCapacity, allocate
+from .authorization import authorize
 from .driver import SessionDriver
 from .membership import MembershipRecorder
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
+from .reads import SessionReads
 from .session_graph import session_graph
 
 log = logging.getLogger("computeall.orchestrator")
@@ -81,6 +83,8 @@ class Orchestrator:
         await open_bucket(self.js, checkpoint_bucket(self.subjects))  # the PNodes write into it
         self.eventlog = EventLog(self.js, self.subjects)
         self.membership = MembershipRecorder(self.eventlog, actor=f"orchestrator:{self.id}")
+        self.reads = SessionReads(self.nc, self.eventlog, self.subjects)
+        await self.reads.start()
         self.calls = PNodeCalls(self.nc, self.subjects, self.registry)
         await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_pnode_heartbeat)
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_peer_heartbeat)
@@ -225,7 +229,11 @@ class Orchestrator:
 
     # -- commands -------------------------------------------------------------------------
     async def _handle_command(self, msg) -> None:
-        sid = msg.subject.rsplit(".", 1)[-1]
+        try:
+            user, sid = command_sender(self.subjects, msg.subject)
+        except ValueError as exc:  # a subject of CA_LOG's `cmd` space no user publishes on
+            log.warning("ignored a command: %s", exc)
+            return
         try:
             command = CommandEnvelope.model_validate_json(msg.data)
         except ValidationError as exc:
@@ -240,6 +248,7 @@ class Orchestrator:
         for _ in range(5):  # optimistic concurrency: on a conflict, fold what others wrote and decide again
             try:
                 await session.refresh()
+                await authorize(user, command, session.state, self.reads.owner)
                 await self._decide(session, command)
                 return
             except Rejected as exc:

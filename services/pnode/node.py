@@ -77,9 +77,11 @@ class PNode:
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
         self._stop = asyncio.Event()
+        self.refused: str | None = None  # why the bus stopped accepting this PNode (revoked, expired)
 
     async def run(self) -> None:
-        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
+        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1,
+                                    error_cb=self._on_bus_error)
         self.js = self.nc.jetstream()
         await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
         await self.nc.subscribe(
@@ -98,6 +100,14 @@ class PNode:
         except (nats.errors.Error, TimeoutError):
             pass  # the server went away first
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _on_bus_error(self, exc: Exception) -> None:
+        if "authorization violation" in str(exc).lower():  # revoked or expired: no reconnect will help
+            self.refused = "the server no longer accepts this PNode's credential (revoked or expired); exiting"
+            log.error("%s", self.refused)
+            self._stop.set()
+        else:
+            log.warning("nats: %s", exc)
 
     def stop(self) -> None:
         """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's

@@ -28,7 +28,7 @@ def final_digests(events) -> dict[str, str]:
 
 
 async def outcome(client, sid):
-    events = await session_events(client.eventlog, sid)
+    events = await session_events(client, sid)
     return await losses(client, sid), final_digests(events), [e.payload for _, e in events]
 
 
