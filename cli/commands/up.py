@@ -14,6 +14,7 @@ import sys
 from computeall.protocol.credentials import Credential
 
 from ..client import Client, connect
+from ..data_upload import with_sent_data
 from ..cluster_file import data_dir, read
 from ..embedded import wait_for_event_log
 from ..errors import UserError
@@ -39,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="let other machines join through this address (TLS); default: 127.0.0.1 only")
     p.add_argument("--monitor-port", type=int, default=0, help="dashboard/GraphQL port (default: a free one)")
     p.add_argument("--train", metavar="NETWORK", default=None, help="also create a session for this network YAML")
+    p.add_argument("--data-root", action="append", default=[], metavar="DIR",
+                   help="let the dataset service read files under DIR as they are (repeatable; others are uploaded)")
     add_training_args(p)
     p.set_defaults(func=lambda args: asyncio.run(up(args)))
 
@@ -66,7 +69,7 @@ async def up(args: argparse.Namespace) -> int:
         supervisor = Supervisor(directory, url, nats_server.process.pid, nats_server)
         supervisor.public_urls = nats_server.public_urls()
         local_user = nats_server.credential("user")
-    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port))
+    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -104,6 +107,7 @@ async def up(args: argparse.Namespace) -> int:
 
 
 async def _train(client: Client, config, stop: asyncio.Event) -> None:
+    config = await with_sent_data(client.nc, client.subjects, config)
     sid, command_id = await start_session(client, config)
     follow = asyncio.create_task(follow_session(client, sid, config.steps, command_id=command_id))
     stopped = asyncio.create_task(stop.wait())

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from computeall.protocol.credentials import Role
-from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket
+from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
 
@@ -90,7 +90,8 @@ def orchestrator(name: str, s: Subjects) -> Permissions:
 def dataset(name: str, s: Subjects) -> Permissions:
     p = s.prefix
     return Permissions(
-        publish=(f"{p}.evt.dataset.>", f"{p}.ds.progress.*", ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s))),
+        publish=(f"{p}.evt.dataset.>", f"{p}.ds.progress.*", ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s)),
+                 *manage_bucket(uploads_bucket(s))),
         subscribe=(f"{p}.ds.*", _inbox("dataset", name)),
     )
 
@@ -114,6 +115,7 @@ def pnode(name: str, s: Subjects) -> Permissions:
             s.dataset_api("batch"),
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
             *use_bucket(checkpoint_bucket(s)),
+            *use_bucket(uploads_bucket(s)),  # the weights of `session create --init-from DIR`
         ),
         subscribe=(f"{p}.pn.{name}.>", f"{p}.orch.hb.*", _inbox("pnode", name)),
         notes=(
@@ -121,6 +123,8 @@ def pnode(name: str, s: Subjects) -> Permissions:
             "NATS permissions are fixed per connection; the receiver accepts only frames its plan expects",
             "reads and writes any object of the checkpoint bucket: the Object Store names chunks by random ids, "
             "so a subject cannot say whose they are; objects are checked against the digests in the log",
+            f"reads `{uploads_bucket(s)}` too, for weights a user uploaded to start a session from: the same "
+            "chunks cannot be told apart by subject, so the uploaded data files are readable to it as well",
         ),
     )
 
@@ -132,12 +136,16 @@ def user(name: str, s: Subjects) -> Permissions:
             f"{p}.cmd.{name}.session.*",  # its own commands, recorded (the JetStream ack comes to its inbox)
             f"{p}.api.{name}.*",  # reads of its own sessions, answered by the orchestrator
             s.dataset_api("*"), f"{p}.mon.auth",
+            *use_bucket(uploads_bucket(s)),  # the files of `dataset create --files` / `session create --data`
         ),
         subscribe=(f"{p}.ds.progress.*", _inbox("user", name)),
         notes=(
             "reads no stream itself: NATS cannot filter the event log or the Object Store by owner, so a "
             "user's reads go through the orchestrator, which checks ownership",
             "datasets are shared: any user may create, list and sample them",
+            f"may read and replace any object of `{uploads_bucket(s)}`, others' uploads too: the Object Store names "
+            "chunks by random ids, so a subject cannot say whose they are. Parts are named by their digest and the "
+            "dataset service checks every one, so a replaced part is refused (and removed), never used",
         ),
     )
 
