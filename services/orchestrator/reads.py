@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from computeall.network import NetworkError, load_network
 from computeall.protocol import session_reads as api
-from computeall.protocol.dataset_api import files_dataset_name
+from computeall.protocol.dataset_api import MANIFEST_FILE, session_dataset
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import CheckpointCommitted, DatasetCreated, EventEnvelope, SessionCreated
 from computeall.protocol.subjects import Subjects, command_sender, is_inbox
@@ -31,7 +31,6 @@ from computeall.protocol.wire import digest, encode
 
 log = logging.getLogger("computeall.orchestrator.reads")
 
-MANIFEST_FILE = "manifest.json"  # the dataset service publishes `<dataset>/manifest.json` last
 QUEUE = "session-reads"
 
 
@@ -192,11 +191,8 @@ def _payload(data: bytes):
 def _dataset_name(created: SessionCreated | None) -> str:
     if created is None:
         raise Refused("the session has no SessionCreated")
-    data = created.config.data
-    if data.dataset:
-        return data.dataset
     try:
         vocab = load_network(created.config.network_yaml).vocab_size
     except NetworkError as exc:
         raise Refused(f"the session's network does not load: {exc}") from None
-    return files_dataset_name(data.files, vocab)
+    return session_dataset(created.config.data, vocab)
