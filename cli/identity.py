@@ -28,6 +28,13 @@ def add_credential_argument(parser: argparse.ArgumentParser) -> None:
                         help=f"the credential file to connect with (default: ${CREDENTIAL_ENV}, else the data dir's)")
 
 
+def add_user_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a user command says who it acts as: `--api-key`, else `--credential`, else the local user."""
+    parser.add_argument("--api-key", default=None,
+                        help=f"act as this key's user (default: ${API_KEY_ENV}, else the local user)")
+    add_credential_argument(parser)
+
+
 def user_credential(args: argparse.Namespace) -> Credential:
     return _credential(args, "user", LOCAL_USER)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from computeall.protocol.credentials import Credential, Role
 
 from .security.deployment import LOCAL_USER, OPERATOR, Security
-from .security.server_config import MAX_PAYLOAD, ServerSettings, member_users, server_config
+from .security.server_config import MAX_PAYLOAD, ConfigSection, ServerSettings, member_users, server_config
 from .security.tls import DeploymentTls
 
 __all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "nats_binary", "url_reachable", "env_url"]
@@ -70,9 +70,11 @@ class EmbeddedNats:
     `security` (by default `<store dir>/security`) says who may connect."""
 
     def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None,
-                 security: Security | None = None, listen: str | None = None) -> None:
+                 security: Security | None = None, listen: str | None = None,
+                 sections: tuple[ConfigSection, ...] = ()) -> None:
         """`listen` ("HOST:PORT", HOST may be 0.0.0.0) opens the server beyond loopback, with TLS;
-        without it the server listens on 127.0.0.1 only, in plain text."""
+        without it the server listens on 127.0.0.1 only, in plain text. `sections` add blocks to its
+        generated config (a cluster's routes, leaf nodes: `security.server_config.ConfigSection`)."""
         self.store_dir = Path(store_dir)
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats.log"
         self.security = security or Security(self.store_dir / "security")
@@ -82,6 +84,7 @@ class EmbeddedNats:
             host, _, listen_port = listen.rpartition(":")
             self.host, self.port = host or "0.0.0.0", int(listen_port) if listen_port else (port or 4222)
             self.tls = DeploymentTls(self.security.directory / "tls")
+        self.sections = sections
         self.process: subprocess.Popen | None = None
 
     def credential(self, role: Role, name: str | None = None) -> Credential:
@@ -125,7 +128,7 @@ class EmbeddedNats:
 
     def config(self) -> str:
         settings = ServerSettings(host=self.host, port=self.port, store_dir=str(self.store_dir / "jetstream"),
-                                  tls=self.tls.ensure() if self.tls else None)
+                                  tls=self.tls.ensure() if self.tls else None, sections=self.sections)
         return server_config(settings, member_users(self.security.members.read().active(), self.security.subjects))
 
     def command(self) -> list[str]:

@@ -19,7 +19,7 @@ from computeall.protocol.wire import digest
 
 from .client import Client, connect
 from .errors import UserError
-from .identity import add_credential_argument, user_credential
+from .identity import add_user_arguments, user_credential
 from .session_view import session_events
 
 
@@ -37,7 +37,7 @@ def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats", default=None, help="NATS URL (default: NATS_URL, else the running cluster's)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--prefix", default=None)
-    add_credential_argument(p)
+    add_user_arguments(p)
 
 
 async def checkpoint_from_args(args: argparse.Namespace) -> SessionCheckpoint:

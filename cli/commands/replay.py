@@ -13,7 +13,7 @@ from computeall.protocol.events import StepCompleted
 from computeall.protocol.session_state import fold
 
 from ..client import connect
-from ..identity import add_credential_argument, user_credential
+from ..identity import add_user_arguments, user_credential
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..session_view import session_events
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         v.add_argument("--nats", default=None)
         v.add_argument("--data-dir", default=None)
         v.add_argument("--prefix", default=None)
-        add_credential_argument(v)
+        add_user_arguments(v)
         v.set_defaults(func=lambda a, f=func: asyncio.run(f(a)))
     verbs.add_parser("rebuild", help=REBUILD_HELP, load=_load_rebuild)
 

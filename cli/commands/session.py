@@ -38,7 +38,7 @@ from ..client import Client, connect
 from ..data_upload import with_sent_data
 from ..errors import UserError
 from ..follow import new_session_id, start_session
-from ..identity import add_credential_argument, user_credential
+from ..identity import add_user_arguments, user_credential
 from ..init_from import init_from
 from ..session_view import find_session, report, session_events, summary
 from .run import add_training_args, session_config
@@ -95,8 +95,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats", default=None)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--prefix", default=None)
-    p.add_argument("--api-key", default=None, help="act as this key's user (default: $COMPUTEALL_API_KEY, else the local user)")
-    add_credential_argument(p)
+    add_user_arguments(p)
 
 
 async def _create(args: argparse.Namespace) -> int:

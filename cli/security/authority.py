@@ -84,16 +84,17 @@ class Authority:
 
     async def _watch(self) -> None:
         """Apply edits made by other processes (`computeall invite`) and expiries as they come."""
-        seen = None
+        seen, due = None, None  # the file's last applied version; when the next active member expires
         while True:
             stamp = self.members.path.stat().st_mtime_ns if self.members.path.exists() else None
-            expiry = self.members.read().next_expiry()
-            if stamp != seen or (expiry is not None and expiry <= time.time()):
+            if stamp != seen or (due is not None and due <= time.time()):
                 try:
                     await self._apply()
                     seen = stamp
                 except RuntimeError as exc:  # the server did not reload: try again next round
                     log.warning("%s", exc)
+            # read after applying: a member that expires is no longer active, so it must be awaited from before
+            due = self.members.read().next_expiry()
             await asyncio.sleep(self.poll_s)
 
 
