@@ -72,10 +72,10 @@ async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaS
     config = base_config(steps + warmup).model_copy(update={"replicas": replicas, "sync": sync})
     config = await with_sent_data(client.nc, client.subjects, config, progress=False)  # uploaded once, then found
     sid, command_id = await start_session(client, config)
-    outcome = await follow_session(client.eventlog, sid, config.steps, None, False, command_id)
+    outcome = await follow_session(client, sid, config.steps, None, False, command_id)
     if not outcome.ok:
         raise SystemExit(outcome.message)
-    done = [e.payload for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, StepCompleted)]
+    done = [e.payload for _, e in await session_events(client, sid) if isinstance(e.payload, StepCompleted)]
     measured = done[warmup:]
     step_s = statistics.median(p.step_time_s for p in measured)
     return {"replicas": replicas, "sync": sync.mode, "inner_steps": sync.inner_steps if sync.mode == "diloco" else None,

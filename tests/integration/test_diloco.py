@@ -24,7 +24,7 @@ def on_shakespeare(data: DataConfig, sync: ReplicaSync, steps: int = STEPS, **ex
 
 
 async def payloads(client, sid):
-    return [e.payload for _, e in await session_events(client.eventlog, sid)]
+    return [e.payload for _, e in await session_events(client, sid)]
 
 
 async def test_diloco_is_within_3_percent_of_synchronous_and_deterministic(tmp_path, shakespeare):

@@ -30,7 +30,7 @@ def cfg(steps: int, replicas: int | str = 1, **extra):
 
 async def history(client, sid: str):
     """Losses in log order, each checkpoint's VNode digests by step, and every payload."""
-    payloads = [e.payload for _, e in await session_events(client.eventlog, sid)]
+    payloads = [e.payload for _, e in await session_events(client, sid)]
     losses = [(p.step, p.loss) for p in payloads if isinstance(p, StepCompleted)]
     digests = {p.step: {o.vnode: o.digest for o in p.objects} for p in payloads if isinstance(p, CheckpointCommitted)}
     return losses, digests, payloads
