@@ -15,7 +15,7 @@ re-bound (`p.data = ...`): the optimizer keeps them as views into its flat buffe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import torch
 from torch import nn
@@ -36,6 +36,16 @@ class _Saved:
     output: torch.Tensor
 
 
+class RuntimeObserver(Protocol):
+    """Sees each VNode result as it is handed on, and hands on what it returns (spot-check ledgers,
+    fault injection: `computeall.pnode.audit`). It must not change a tensor in place."""
+
+    def forward_done(self, vid: str, micro: int, inputs: list[torch.Tensor], output: torch.Tensor) -> torch.Tensor: ...
+
+    def backward_done(self, vid: str, micro: int, input_grads: list[torch.Tensor | None],
+                      param_grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]: ...
+
+
 class VNodeRuntime:
     """The VNodes one PNode hosts, for one session."""
 
@@ -53,6 +63,7 @@ class VNodeRuntime:
         self._param_names = {id(p): name for name, p in params.items()}
         owners = {f"{vid}.{name}": vid for vid in self.order for name, _ in self.modules[vid].named_parameters()}
         self.gradients = MicroGradients(params, owners)
+        self.observer: RuntimeObserver | None = None
 
     def parameters(self) -> dict[str, nn.Parameter]:
         """Every parameter once, named `<vnode>.<param>` (a tied weight under its owner)."""
@@ -78,7 +89,8 @@ class VNodeRuntime:
         with torch.enable_grad():
             out = self.modules[vid](*(cast_input(a, self.dtypes[vid]) for a in args))
         self._saved[(micro, vid)] = _Saved(leaves, out)
-        return out.detach()
+        out = out.detach()
+        return out if self.observer is None else self.observer.forward_done(vid, micro, inputs, out)
 
     def start_step(self, block: range, micro_batches: int) -> None:
         """Gradients from zero for a step of `micro_batches`, of which this runtime runs `block`."""
@@ -103,7 +115,10 @@ class VNodeRuntime:
                 self.gradients.add(micro, self._param_names[id(p)], g)
         self.gradients.close(micro, vid)
         it = iter(grads[: len(leaves)])
-        return [None if leaf is None else next(it) for leaf in saved.leaves]
+        input_grads = [None if leaf is None else next(it) for leaf in saved.leaves]
+        if self.observer is None:
+            return input_grads
+        return self.observer.backward_done(vid, micro, input_grads, grads[len(leaves):])
 
     def finish_backward(self) -> None:
         """Once a step's backwards are all done: every `p.grad` holds its sum over this runtime's block

@@ -115,6 +115,7 @@ class Placement:
                 micro_batches=config.micro_batches,
                 optimizer=config.optimizer,
                 pipeline=config.pipeline,
+                verify=config.verify.on and config.replay_of is None,
                 replicas=ReplicaPlan(index=r, assignments=allocation.assignments, sync=config.sync)
                 if allocation.count > 1 or config.sync.mode == "diloco" else None,
             )
@@ -133,6 +134,7 @@ class Placement:
         raise DriverDone("paused until there is capacity again")
 
     async def _allocate(self, exclude: set[str]) -> ReplicatedAllocation:
+        exclude = set(exclude) | set(self.recorder.state.quarantined)  # caught computing wrong results
         return await self.jobs.allocate(  # off the event loop
             self.graph, self.registry.capacities(exclude), self.config.replicas, self.config.batch_size,
             self.config.micro_batches,

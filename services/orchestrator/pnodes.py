@@ -17,6 +17,7 @@ class PNodeRegistry:
         self._restarted: list[str] = []
         self._generation: dict[str, int] = {}
         self._dead: dict[str, tuple[str, float]] = {}  # pnode -> (incarnation that stopped listening, when)
+        self._quarantined: set[str] = set()
 
     def beat(self, heartbeat: Heartbeat) -> bool:
         """Record a heartbeat; True when its state is stale: it was declared lost, or it restarted
@@ -44,13 +45,24 @@ class PNodeRegistry:
         if seen is not None:
             self._dead[pnode] = (seen[1].incarnation, time.monotonic())
 
+    def heartbeat(self, pnode: str) -> Heartbeat | None:
+        """Its latest heartbeat, if any."""
+        seen = self._last.get(pnode)
+        return seen[1] if seen else None
+
     def generation(self, pnode: str) -> int:
         """Changes whenever the PNode restarts: work sent to an older generation is lost."""
         return self._generation.get(pnode, 0)
 
+    def quarantine(self, pnode: str) -> None:
+        """Caught computing wrong results: never offered for work again (it may still heartbeat)."""
+        self._quarantined.add(pnode)
+
     def live(self, include_leaving: bool = False) -> list[Heartbeat]:
+        """The PNodes that may be given work: heartbeating, not quarantined (and not leaving)."""
         return sorted(
-            (hb for _, hb in self._last.values() if self.is_live(hb.pnode) and (include_leaving or not hb.leaving)),
+            (hb for _, hb in self._last.values()
+             if self.is_live(hb.pnode) and (include_leaving or not hb.leaving) and hb.pnode not in self._quarantined),
             key=lambda hb: hb.pnode,
         )
 

@@ -36,10 +36,14 @@ from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
+from computeall.tensorcore.recompute import Recomputer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 from computeall.tensorcore.wire_formats import Encoded, wire_format
 
+from .audit import StepAudit
 from .batches import BatchFeed
+from .checks import CheckInbox
+from .faults import Faults
 from .outbox import Link, Outbox
 from .replica_sum import ReplicaSum
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
@@ -84,6 +88,7 @@ class SessionStage:
         executor: Executor,
         feeds: Callable[[str, int], BatchFeed],
         link: Link,
+        faults: Faults | None = None,
     ):
         self.plan = plan
         self.pnode = pnode
@@ -110,6 +115,10 @@ class SessionStage:
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
         self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
         self.replica_sum = ReplicaSum(plan, self.runtime, self.optimizer, link, self._compute)
+        # spot checks: a ledger of each step and material kept for checks; the checks this PNode runs
+        self.audit = StepAudit(pnode, self.graph, self.runtime, self._wire, plan.verify, faults) if plan.verify or faults else None
+        self.runtime.observer = self.audit
+        self.check_inbox = CheckInbox(Recomputer(self.graph, plan.seed, device)) if plan.verify else None
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
@@ -118,11 +127,15 @@ class SessionStage:
         self.train_feed.forget()
         self.outbox.close()
         self.replica_sum.abort()
+        if self.audit:
+            self.audit.drop()
 
     def rolled_back(self) -> None:
         """The state went back to a checkpoint: the batches prefetched for what were the next steps
         are not what comes next, and would otherwise stay held until those steps come round again."""
         self.train_feed.forget()
+        if self.audit:
+            self.audit.drop()
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
@@ -140,9 +153,12 @@ class SessionStage:
         block = self.plan.block
         self.runtime.start_step(block, self.plan.micro_batches)
         self.replica_sum.begin(request.step, deadline_s)
+        if self.audit:
+            self.audit.begin(request.step)
         # diloco's replicas each train on their own loss; with summed gradients the loss is the step's
         loss_over = len(block) if self.replica_sum.outer is not None else self.plan.micro_batches
-        return await self._run(self._pass("train", request.step, loss_over, block, self.train_feed), deadline_s)
+        reply = await self._run(self._pass("train", request.step, loss_over, block, self.train_feed), deadline_s)
+        return reply.model_copy(update={"ledger": self.audit.end()}) if self.audit else reply
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
         feed = self.feeds(self.plan.batches.validation_split, request.batches)
@@ -156,6 +172,9 @@ class SessionStage:
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
         def work() -> None:
+            if self.audit:  # before the update: a check recomputes with the parameters the step used
+                self.audit.keep(request.keep)
+                self.audit.release(request.release)
             if not request.skip:
                 self.optimizer.step(request.lr, self.loss_scale)
             self.runtime.zero_grad()
@@ -313,6 +332,8 @@ class SessionStage:
             for consumer in self._consumers[vid]:
                 if consumer not in self.runtime.modules:
                     parts[consumer] = self.inbox.pop(GradientKey(p.phase, p.step, m, vid, consumer))
+            if self.audit:
+                self.audit.grads_received(m, vid, parts)
             grad_out = summed_in_order([parts[c] for c in self._consumers[vid]], self.runtime.dtypes[vid])
             if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
