@@ -8,17 +8,23 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
+from computeall.protocol.faults import FaultSpec
+
 from .client import Client, connect
 from .nats_server import EmbeddedNats
 from .supervisor import Supervisor, default_services
 
 
 @asynccontextmanager
-async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False) -> AsyncIterator[tuple[Client, Supervisor]]:
-    """Everything started, a client connected; stopped in order (and NATS last) on the way out."""
+async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False,
+                          faults: dict[str, FaultSpec] | None = None) -> AsyncIterator[tuple[Client, Supervisor]]:
+    """Everything started, a client connected; stopped in order (and NATS last) on the way out.
+    `faults` (PNode name -> fault) makes those PNodes return wrong results: a testing option."""
     server = EmbeddedNats(directory / "nats").start()
     supervisor = Supervisor(directory, server.url, server.process.pid)
-    supervisor.start(default_services(pnodes, with_monitor=with_monitor))
+    services = default_services(pnodes, with_monitor=with_monitor)
+    faults = faults or {}
+    supervisor.start([s.with_arg("--fault", str(faults[s.name])) if s.name in faults else s for s in services])
     watcher = asyncio.create_task(supervisor.watch())
     try:
         async with connect(server.url) as client:

@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 
 from computeall.network import NetworkError, load_network_file
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
+from computeall.protocol.faults import FaultSpec, parse_assignment
 
 from ..default_corpus import stdlib_files
 from ..embedded import running_cluster
@@ -26,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-out", type=Path, default=None, help="write one JSON object per step here")
     p.add_argument("--data-dir", default=None, help="where the embedded cluster keeps its files (default: a temp dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--fault", action="append", default=[], metavar="PNODE=corrupt:P",
+                   help="TESTING ONLY: make PNode PNODE (pnode-0, pnode-1, ...) perturb a share P of its results, "
+                        "to watch spot checks catch it (with --verify-rate)")
     p.set_defaults(func=lambda args: asyncio.run(run(args)))
 
 
@@ -42,6 +46,9 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
+    p.add_argument("--verify-rate", type=float, default=0.0, metavar="R",
+                   help="spot checks: another PNode recomputes this share of (step, micro-batch, VNode) items "
+                        "and a PNode caught computing wrong results is quarantined (default 0: off)")
 
 
 def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
@@ -70,6 +77,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             precision=args.precision,
             fuse_heads=args.fuse_heads,
             min_pnodes=min_pnodes,
+            verify=VerifyConfig(rate=args.verify_rate),
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -79,11 +87,12 @@ async def run(args: argparse.Namespace) -> int:
     if args.pnodes < 1:
         raise UserError("--pnodes must be at least 1")
     config = session_config(args, min_pnodes=args.pnodes)
+    faults = run_faults(args.fault, args.pnodes)
     owned_dir = args.data_dir is None
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="computeall-run-"))
     ok = False
     try:
-        async with running_cluster(data_dir, args.pnodes) as (client, _):
+        async with running_cluster(data_dir, args.pnodes, faults=faults) as (client, _):
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
                 client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command_id
@@ -96,3 +105,18 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         if owned_dir and ok:  # a failed run keeps its logs for the user to read
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def run_faults(assignments: list[str], pnodes: int) -> dict[str, FaultSpec]:
+    """`--fault PNODE=corrupt:P` options, by PNode name; a name the run does not start is a user error."""
+    names = [f"pnode-{i}" for i in range(pnodes)]
+    faults = {}
+    for text in assignments:
+        try:
+            pnode, spec = parse_assignment(text)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if pnode not in names:
+            raise UserError(f"--fault names {pnode}, but this run starts {', '.join(names)}")
+        faults[pnode] = spec
+    return faults

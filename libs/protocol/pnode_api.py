@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .config import OptimizerConfig
 from .events import CheckpointObject
+from .verification import CheckItem, CheckReport, ItemDigests, KeepMaterial
 
 
 class _Request(BaseModel):
@@ -44,6 +45,7 @@ class LoadPlan(_Request):
     batches: BatchSource
     micro_batches: int
     optimizer: OptimizerConfig
+    verify: bool = False  # commit to a ledger of each step's results (spot checks are on)
 
 
 class RunStep(_Request):
@@ -63,6 +65,8 @@ class ApplyStep(_Request):
     step: int
     lr: float
     skip: bool = False
+    keep: list[KeepMaterial] = Field(default_factory=list)  # items picked for a check: keep what recomputing them needs
+    release: list[str] = Field(default_factory=list)  # check ids settled: their material can go
 
 
 class Unload(_Request):
@@ -98,6 +102,24 @@ class LoadCheckpoint(_Request):
     objects: list[CheckpointObject]
 
 
+class SendCheckMaterial(_Request):
+    """To a host: send the material kept for `check_id` (parameters, inputs, gradients) to the checker `to`."""
+
+    type: Literal["SendCheckMaterial"] = "SendCheckMaterial"
+    session_id: str
+    check_id: str
+    to: str
+
+
+class Recompute(_Request):
+    """To a checker: recompute `item` from the material its host sends; reply with a `CheckReport`."""
+
+    type: Literal["Recompute"] = "Recompute"
+    session_id: str
+    item: CheckItem
+    loss_scale: float = 1.0
+
+
 class Reset(_Request):
     """Drop every session: this PNode was declared lost, its state is stale; it joins again as new."""
 
@@ -106,7 +128,8 @@ class Reset(_Request):
 
 
 PNodeRequest = Annotated[
-    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint, Reset],
+    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint, SendCheckMaterial,
+          Recompute, Reset],
     Field(discriminator="type"),
 ]
 
@@ -124,3 +147,5 @@ class PNodeReply(BaseModel):
     compute_s: float = 0.0
     wait_s: float = 0.0
     checkpoint: list[CheckpointObject] | None = None
+    ledger: list[ItemDigests] | None = None  # RunStep in a verified session: what this PNode committed to
+    check: CheckReport | None = None  # Recompute

@@ -27,6 +27,8 @@ from .recovery import Recovery
 from .session_pnodes import SessionPNodes
 from .step import TrainingStep
 from .training import Trainer
+from .verification.checks import SessionChecks
+from .verification.quarantine import QuarantineRecovery
 
 __all__ = ["SessionDriver"]
 
@@ -78,7 +80,10 @@ class SessionDriver:
         placement = Placement(self.recorder, self.registry, self.pnodes, prepared.graph, prepared.dataset)
         checkpoints = Checkpoints(self.recorder, self.pnodes, placement)
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)
+        checks = SessionChecks(self.recorder, self.pnodes, placement, self.registry, prepared.graph)
+        quarantine = QuarantineRecovery(self.recorder, self.registry, placement, checkpoints, checks)
         precisions = [v.precision for v in prepared.graph.spec.vnodes]
-        training_step = TrainingStep(self.recorder, self.pnodes, uses_dynamic_scaling(self.state.config.loss_scale, precisions))
+        training_step = TrainingStep(self.recorder, self.pnodes, uses_dynamic_scaling(self.state.config.loss_scale, precisions),
+                                     checks)
         await wait_for_pnodes(self.state, self.registry, self.pnode_wait_s)
-        await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step).train()
+        await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step, checks, quarantine).train()

@@ -106,6 +106,7 @@ class Placement:
             ),
             micro_batches=config.micro_batches,
             optimizer=config.optimizer,
+            verify=config.verify.on and config.replay_of is None,
         )
         await self.load_plan()
 
@@ -119,6 +120,7 @@ class Placement:
         raise DriverDone("paused until there is capacity again")
 
     def _allocate(self, exclude: set[str]) -> Allocation:
+        exclude = set(exclude) | set(self.recorder.state.quarantined)  # caught computing wrong results
         live = [hb for hb in self.registry.live() if hb.pnode not in exclude]
         return allocate(
             self.graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live],

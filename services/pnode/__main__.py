@@ -32,8 +32,12 @@ def run(args: argparse.Namespace) -> None:
     name = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
     share = max(1, args.processes_on_machine)
     memory = parse_size(args.memory) if args.memory else psutil.virtual_memory().total // share
+    fault = args.fault
     set_cpu_threads(share)
-    node = PNode(args.nats or "nats://127.0.0.1:4222", name, memory, select_device(args.device), Subjects(args.prefix), args.step_deadline)
+    node = PNode(args.nats or "nats://127.0.0.1:4222", name, memory, select_device(args.device), Subjects(args.prefix),
+                 args.step_deadline, fault=fault)
+    if fault:
+        logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode returns wrong results", fault)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -25,12 +25,15 @@ from computeall.protocol.pnode_api import (
     LoadPlan,
     PNodeReply,
     PNodeRequest,
+    Recompute,
     RunStep,
     Reset,
     RunValidation,
     SaveCheckpoint,
+    SendCheckMaterial,
     Unload,
 )
+from computeall.protocol.faults import FaultSpec
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
 from computeall.protocol.wire import Reassembler, WireError
@@ -38,10 +41,11 @@ from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
-from . import checkpoints
+from . import checkpoints, checks
 from .batches import BatchFeed
+from .faults import Faults
 from .memory import bytes_by_category
-from .routing import TensorRoute
+from .routing import CheckPartRoute, TensorRoute
 from .stage import SessionStage, StepAborted
 
 log = logging.getLogger("computeall.pnode")
@@ -60,6 +64,7 @@ class PNode:
         step_deadline_s: float = 600.0,
         heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         telemetry_s: float = 2.0,
+        fault: FaultSpec | None = None,
     ) -> None:
         self.nats_url = nats_url
         self.name = name
@@ -69,6 +74,7 @@ class PNode:
         self.step_deadline_s = step_deadline_s
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
+        self.faults = Faults(fault, name) if fault else None  # a testing option: wrong results on purpose
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-compute")
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
@@ -176,7 +182,7 @@ class PNode:
 
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._send_tensor),
+                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._send_tensor, self.faults),
             )
             old = self.stages.get(request.session_id)
             if old is not None:
@@ -200,6 +206,10 @@ class PNode:
             await checkpoints.load(self.js, stage, request)
             stage.rolled_back()
             return PNodeReply(ok=True, pnode=self.name, step=request.step)
+        if isinstance(request, SendCheckMaterial):
+            return await checks.send_material(stage, request, self._send_tensor)
+        if isinstance(request, Recompute):
+            return await checks.run_check(stage, request, self.step_deadline_s)
         if isinstance(request, Unload):
             self.stages.pop(request.session_id).abort()
             return PNodeReply(ok=True, pnode=self.name)
@@ -210,7 +220,7 @@ class PNode:
             await self.nc.publish(msg.reply, reply.model_dump_json().encode())
 
     # -- tensors --------------------------------------------------------------------
-    async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute) -> None:
+    async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute | CheckPartRoute) -> None:
         subject = self.subjects.pnode_tensor(pnode)
         for frame in tensor_frames(route.wire_key, tensor, self.nc.max_payload, route.wire_meta()):
             await self.nc.publish(subject, frame)
@@ -223,6 +233,12 @@ class PNode:
             stage = self.stages.get(str(received.meta.get("session")))
             if stage is None:
                 raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
+            if received.meta.get("kind") == "check":
+                part = CheckPartRoute.from_wire(received.key, received.meta)
+                if stage.check_inbox is None:
+                    raise WireError(f"check material {received.key!r} for a session not verified here")
+                stage.check_inbox.receive(part, tensor_from_wire(received, self.device))
+                return
             route = TensorRoute.from_wire(received.key, received.meta)
             stage.receive(route, tensor_from_wire(received, self.device))
         except WireError as exc:

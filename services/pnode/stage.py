@@ -29,7 +29,10 @@ from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunSt
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 
+from .audit import StepAudit
 from .batches import BatchFeed
+from .checks import CheckInbox
+from .faults import Faults
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 
 log = logging.getLogger("computeall.pnode.stage")
@@ -64,6 +67,7 @@ class SessionStage:
         executor: Executor,
         feeds: Callable[[str, int], BatchFeed],
         send: Send,
+        faults: Faults | None = None,
     ):
         self.plan = plan
         self.pnode = pnode
@@ -82,17 +86,25 @@ class SessionStage:
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
         self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
+        # spot checks: a ledger of each step and material kept for checks; the checks this PNode runs
+        self.audit = StepAudit(pnode, self.graph, self.runtime, plan.verify, faults) if plan.verify or faults else None
+        self.runtime.observer = self.audit
+        self.check_inbox = CheckInbox() if plan.verify else None
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
         self.current = PassId("aborted", -1)
         self.arrived.set()
         self.train_feed.forget()
+        if self.audit:
+            self.audit.drop()
 
     def rolled_back(self) -> None:
         """The state went back to a checkpoint: the batches prefetched for what were the next steps
         are not what comes next, and would otherwise stay held until those steps come round again."""
         self.train_feed.forget()
+        if self.audit:
+            self.audit.drop()
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
@@ -106,7 +118,10 @@ class SessionStage:
         self.loss_scale = request.loss_scale
         self.runtime.zero_grad()
         p = _Pass("train", request.step, self.plan.micro_batches, self.train_feed, backward=True)
-        return await self._run(p, deadline_s)
+        if self.audit:
+            self.audit.begin(request.step)
+        reply = await self._run(p, deadline_s)
+        return reply.model_copy(update={"ledger": self.audit.end()}) if self.audit else reply
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
         feed = self.feeds(self.plan.batches.validation_split, request.batches)
@@ -115,6 +130,9 @@ class SessionStage:
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
         def work() -> None:
+            if self.audit:  # before the update: a check recomputes with the parameters the step used
+                self.audit.keep(request.keep)
+                self.audit.release(request.release)
             if not request.skip:
                 self.optimizer.step(request.lr, self.loss_scale)
             self.runtime.zero_grad()
@@ -244,6 +262,8 @@ class SessionStage:
             for consumer in self._consumers[vid]:
                 if consumer not in self.runtime.modules:
                     parts[consumer] = self.inbox.pop(GradientKey(p.phase, p.step, m, vid, consumer))
+            if self.audit:
+                self.audit.grads_received(m, vid, parts)
             grad_out = summed_in_order([parts[c] for c in self._consumers[vid]])
             if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
