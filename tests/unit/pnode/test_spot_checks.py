@@ -12,6 +12,7 @@ import torch
 from computeall.network import Graph, NetworkSpec
 from computeall.pnode import batches
 from computeall.pnode.node import PNode
+from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
 from computeall.protocol.pnode_api import ApplyStep, Recompute, RunStep, SendCheckMaterial
 from computeall.protocol.verification import CheckItem, KeepMaterial
@@ -45,7 +46,7 @@ async def pnodes(monkeypatch):
     bus = Bus()
 
     def make(name: str, fault: FaultSpec | None = None) -> PNode:
-        node = PNode("nats://unused", name, 1 << 30, torch.device("cpu"), Subjects("ca"), fault=fault)
+        node = PNode(Credential(role="pnode", name=name), 1 << 30, torch.device("cpu"), Subjects("ca"), fault=fault)
         node.nc, node.js = bus, None
         bus.pnodes[name] = node
         return node
