@@ -60,7 +60,9 @@ class QuarantineRecovery:
         ))
         await self.checkpoints.delete_objects(discarded)
         log.warning("session %s: quarantined %s; going back to step %d", state.id, ", ".join(verdict.pnodes), clean)
+        held = set(self.placement.pnodes) & set(verdict.pnodes)
         await self.placement.place(f"quarantined {', '.join(verdict.pnodes)}", exclude=bad)
+        await self.placement.session_pnodes.unload(sorted(held))  # their copy of the session is of no use
         restored = await self.checkpoints.restore(clean_of=bad)
         await self.recorder.record(RolledBack(to_step=restored, from_step=step))
         return restored

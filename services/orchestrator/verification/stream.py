@@ -64,3 +64,31 @@ def tiebreaker(seed: int, item: CheckItem, devices: dict[str, str]) -> str | Non
     others = [p for p in sorted(devices) if p not in (item.pnode, item.checker)
               and device_kind(devices[p]) == device_kind(devices.get(item.pnode, ""))]
     return others[int(uniform(f"tiebreak/{seed}/{item.check_id}") * len(others))] if others else None
+
+
+def checks_in_log(payloads: list, graph: Graph, devices: dict[str, str]) -> list[tuple[int, list[CheckItem], list[CheckItem]]]:
+    """An audit of the stream: for each `ChecksCompleted` of a session's events (in log order), the
+    step, the items it records and the items the stream derives from the log for that step.
+    `devices`: every PNode's device, as its `PNodeJoined` said."""
+    from computeall.protocol.events import (
+        Allocated, ChecksCompleted, PNodeQuarantined, SessionCreated, VerificationSeeded,
+    )
+
+    config, seed, assignment, pnodes, quarantined = None, None, {}, [], set()
+    out = []
+    for p in payloads:
+        if isinstance(p, SessionCreated):
+            config = p.config
+        elif isinstance(p, VerificationSeeded):
+            seed = p.seed
+        elif isinstance(p, Allocated):  # and Reallocated
+            assignment, pnodes = {pl.vnode: pl.pnode for pl in p.placements}, p.pnodes
+        elif isinstance(p, PNodeQuarantined):
+            quarantined.add(p.pnode)
+        elif isinstance(p, ChecksCompleted):
+            recorded = [CheckItem(step=p.step, micro=c.micro, vnode=c.vnode, pnode=c.pnode, checker=c.checker,
+                                  backward=c.backward) for c in p.checks]
+            eligible = {q: devices[q] for q in pnodes if q not in quarantined}
+            derived = checks_of_step(seed, p.step, config.verify, graph, config.micro_batches, assignment, eligible)
+            out.append((p.step, recorded, derived))
+    return out

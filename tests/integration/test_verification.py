@@ -1,0 +1,74 @@
+"""Spot checks with real PNodes on a real NATS: a PNode that corrupts a tenth of its results is caught
+and quarantined, and the session ends with the bits of a clean run; an honest run records no failure;
+the checks recorded are the ones the stream derives from the log."""
+
+from __future__ import annotations
+
+from computeall.cli.session_view import session_events
+from computeall.orchestrator.session_graph import session_graph
+from computeall.orchestrator.verification.stream import checks_in_log
+from computeall.protocol.config import VerifyConfig
+from computeall.protocol.events import (
+    ChecksCompleted, EventEnvelope, PNodeJoined, PNodeQuarantined, ResultsDiscarded, RolledBack, StepCompleted, VerificationFailed,
+)
+from computeall.protocol.faults import FaultSpec
+from computeall.protocol.session_state import fold
+
+from .cluster import running_cluster
+from .sessions import config, run_to_end
+from .test_failover import final_digests
+
+STEPS = 24
+FAULTY = "pnode-2"
+
+
+async def story(client, sid):
+    events = await session_events(client.eventlog, sid)
+    payloads = [e.payload for _, e in events]
+    last_loss = {p.step: p.loss for p in payloads if isinstance(p, StepCompleted)}  # a re-run step supersedes
+    return payloads, last_loss, final_digests(events), fold(sid, events)
+
+
+async def pnode_devices(client) -> dict[str, str]:
+    """Every PNode's device, as its PNodeJoined recorded it."""
+    records = await client.eventlog.read(client.subjects.pnode_evt_of_type("PNodeJoined"))
+    joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
+    return {p.pnode: p.device for p in joined if isinstance(p, PNodeJoined)}
+
+
+async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(tmp_path):
+    # 4 micro-batches: with rate 0.1 and 10% corruption, detection within 20 steps is all but certain
+    # (bench/verify.py measures the distribution; the stream's seed is drawn by the orchestrator)
+    faulty_cfg = config(steps=STEPS, micro_batches=4, min_pnodes=3, verify=VerifyConfig(rate=0.1))
+    honest_cfg = config(steps=STEPS, micro_batches=4, min_pnodes=2, verify=VerifyConfig(rate=0.2))
+    async with running_cluster(tmp_path, pnodes=3, faults={FAULTY: FaultSpec.parse("corrupt:0.1")}) as (client, _):
+        faulty_sid = await run_to_end(client, faulty_cfg)
+        honest_sid = await run_to_end(client, honest_cfg)  # FAULTY is quarantined: it runs on the other two
+        faulty, honest = await story(client, faulty_sid), await story(client, honest_sid)
+        devices = await pnode_devices(client)
+
+    payloads, losses, digests, state = faulty
+    failures = [p for p in payloads if isinstance(p, VerificationFailed)]
+    assert failures and all(FAULTY in f.quarantined for f in failures)
+    first = failures[0]
+    assert first.claimed != first.recomputed, "both digests are recorded, and they differ"
+    (quarantined,) = [p for p in payloads if isinstance(p, PNodeQuarantined)]
+    assert quarantined.pnode == FAULTY and quarantined.step <= 20
+    discarded = next(p for p in payloads if isinstance(p, ResultsDiscarded))
+    assert discarded.from_step == 0, f"{FAULTY} worked from the start: nothing it touched is kept"
+    assert any(isinstance(p, RolledBack) and p.to_step == 0 for p in payloads)
+    assert state.quarantined == [FAULTY] and FAULTY not in state.allocation.values()
+
+    honest_payloads, honest_losses, honest_digests, honest_state = honest
+    assert not any(isinstance(p, (VerificationFailed, PNodeQuarantined)) for p in honest_payloads)
+    outcomes = [c.outcome for p in honest_payloads if isinstance(p, ChecksCompleted) for c in p.checks]
+    assert outcomes and set(outcomes) == {"passed"}
+    assert FAULTY not in honest_state.allocation.values()
+
+    assert sorted(losses) == list(range(STEPS))
+    assert losses == honest_losses and digests == honest_digests, "bit-identical to a run without the fault"
+
+    for sid, (events, *_rest, folded) in ((faulty_sid, faulty), (honest_sid, honest)):
+        graph, _ = session_graph(folded)
+        audit = checks_in_log(events, graph, devices)
+        assert audit and all(recorded == derived for _, recorded, derived in audit), f"{sid}: the stream is the log's"
