@@ -119,6 +119,10 @@ class Recompute(_Request):
     item: CheckItem
     loss_scale: float = 1.0
 
+    @property
+    def step(self) -> int:
+        return self.item.step
+
 
 class Reset(_Request):
     """Drop every session: this PNode was declared lost, its state is stale; it joins again as new."""

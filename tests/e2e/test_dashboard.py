@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from computeall.cli.follow import start_session
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
 
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
 from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, chromium_path, default_key, ensure_dashboard_built
@@ -36,6 +36,7 @@ def session_config() -> SessionConfig:
     return SessionConfig(
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
         lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
+        verify=VerifyConfig(rate=0.2),
     )
 
 
@@ -138,6 +139,9 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
         await page.wait_for_selector(f'[data-pnode="{name}"][data-state="live"]')
     hosted = await page.locator("[data-pnode] .hosted code").count()
     assert hosted >= 2, "the PNodes should list the VNodes they host"
+    for name in PNODES:  # each one's results are recomputed by the other, and agree
+        await page.wait_for_selector(f'[data-pnode="{name}"] [data-field="checks-passed"]')
+        assert await page.locator(f'[data-pnode="{name}"] [data-field="checks-failed"]').inner_text() == "0"
     await page.screenshot(path=str(ARTIFACTS / "pnodes.png"), full_page=True)
 
     # pause from the UI: the status follows the session's real state

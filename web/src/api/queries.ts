@@ -6,7 +6,8 @@ import { STEP_FIELDS } from "./protocol";
 const SESSION_SUMMARY = "id status step lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
 const STEP_COLUMNS = STEP_FIELDS.join(" ");
 const PNODE_SUMMARY =
-  "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes";
+  "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes " +
+  "quarantinedAt quarantineReason checks { passed failed abandoned }";
 
 export const ME = "query Me { me { name } }";
 
@@ -22,9 +23,11 @@ export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: In
 
 export const VALIDATIONS = `query Validations($id: ID!) { session(id: $id) { validations { step ts loss } } }`;
 
-// StepCompleted is in the step charts already; hundreds of thousands of them would drown the timeline
+// StepCompleted is in the step charts already, and ChecksCompleted in the PNodes' check counts; hundreds of
+// thousands of them would drown the timeline (a failed check and a quarantine are events of their own)
+export const TIMELINE_HIDDEN = ["StepCompleted", "ChecksCompleted"];
 export const TIMELINE = `query Timeline($id: ID!) {
-  session(id: $id) { events(limit: 500, excludeTypes: ["StepCompleted"]) { seq id type ts actor payload } }
+  session(id: $id) { events(limit: 500, excludeTypes: ${JSON.stringify(TIMELINE_HIDDEN)}) { seq id type ts actor payload } }
 }`;
 
 export const STEPS_LIVE = `subscription StepsLive($id: ID!) { steps(sessionId: $id) { ${STEP_COLUMNS} } }`;
