@@ -9,9 +9,11 @@ from pydantic import ValidationError
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import (
     CheckpointCommitted,
+    ChecksCompleted,
     CommandRejected,
     EventEnvelope,
     PNodeLost,
+    PNodeQuarantined,
     Reallocated,
     RolledBack,
     StepCompleted,
@@ -84,7 +86,20 @@ def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict
             {"reason": p.reason, "moves": p.moves, "pnodes": p.pnodes}
             for p in payloads if isinstance(p, Reallocated) and not p.reason.startswith("lost ")
         ],
+        "checks": check_counts(payloads),
+        "quarantined": [p.model_dump(exclude={"type"}) for p in payloads if isinstance(p, PNodeQuarantined)],
     }
+
+
+def check_counts(payloads: list) -> dict[str, dict[str, int]]:
+    """Spot checks of each PNode's results: passed, failed, abandoned."""
+    counts: dict[str, dict[str, int]] = {}
+    for p in payloads:
+        if isinstance(p, ChecksCompleted):
+            for c in p.checks:
+                row = counts.setdefault(c.pnode, {"passed": 0, "failed": 0, "abandoned": 0})
+                row[c.outcome] += 1
+    return counts
 
 
 def failovers(payloads: list) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ the checks recorded are the ones the stream derives from the log."""
 
 from __future__ import annotations
 
-from computeall.cli.session_view import session_events
+from computeall.cli.session_view import report, session_events
 from computeall.orchestrator.session_graph import session_graph
 from computeall.orchestrator.verification.stream import checks_in_log
 from computeall.protocol.config import VerifyConfig
@@ -26,7 +26,8 @@ async def story(client, sid):
     events = await session_events(client.eventlog, sid)
     payloads = [e.payload for _, e in events]
     last_loss = {p.step: p.loss for p in payloads if isinstance(p, StepCompleted)}  # a re-run step supersedes
-    return payloads, last_loss, final_digests(events), fold(sid, events)
+    state = fold(sid, events)
+    return payloads, last_loss, final_digests(events), state, report(state, events)
 
 
 async def pnode_devices(client) -> dict[str, str]:
@@ -47,7 +48,7 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
         faulty, honest = await story(client, faulty_sid), await story(client, honest_sid)
         devices = await pnode_devices(client)
 
-    payloads, losses, digests, state = faulty
+    payloads, losses, digests, state, shown = faulty
     failures = [p for p in payloads if isinstance(p, VerificationFailed)]
     assert failures and all(FAULTY in f.quarantined for f in failures)
     first = failures[0]
@@ -58,8 +59,10 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
     assert discarded.from_step == 0, f"{FAULTY} worked from the start: nothing it touched is kept"
     assert any(isinstance(p, RolledBack) and p.to_step == 0 for p in payloads)
     assert state.quarantined == [FAULTY] and FAULTY not in state.allocation.values()
+    assert [q["pnode"] for q in shown["quarantined"]] == [FAULTY]  # what `computeall session show` prints
+    assert sum(c["failed"] for c in shown["checks"].values()) == len(failures)
 
-    honest_payloads, honest_losses, honest_digests, honest_state = honest
+    honest_payloads, honest_losses, honest_digests, honest_state, _ = honest
     assert not any(isinstance(p, (VerificationFailed, PNodeQuarantined)) for p in honest_payloads)
     outcomes = [c.outcome for p in honest_payloads if isinstance(p, ChecksCompleted) for c in p.checks]
     assert outcomes and set(outcomes) == {"passed"}
@@ -68,7 +71,7 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
     assert sorted(losses) == list(range(STEPS))
     assert losses == honest_losses and digests == honest_digests, "bit-identical to a run without the fault"
 
-    for sid, (events, *_rest, folded) in ((faulty_sid, faulty), (honest_sid, honest)):
+    for sid, (events, _, _, folded, _) in ((faulty_sid, faulty), (honest_sid, honest)):
         graph, _ = session_graph(folded)
         audit = checks_in_log(events, graph, devices)
         assert audit and all(recorded == derived for _, recorded, derived in audit), f"{sid}: the stream is the log's"
