@@ -18,6 +18,7 @@ from computeall.protocol.events import (
     RolledBack,
     StepCompleted,
     ValidationCompleted,
+    standing,
 )
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.session_status import SessionStatus
@@ -65,7 +66,7 @@ def summary(state: SessionState) -> dict[str, Any]:
 
 def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict[str, Any]:
     """Everything `session show` prints: status, config, metrics, validations, checkpoints, rejections."""
-    payloads = [e.payload for _, e in events]
+    payloads = standing([e.payload for _, e in events])  # a step re-run after a quarantine, once
     return {
         **summary(state),
         "config": state.config.model_dump(exclude={"network_yaml"}) if state.config else None,

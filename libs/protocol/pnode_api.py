@@ -118,6 +118,7 @@ class Recompute(_Request):
     session_id: str
     item: CheckItem
     loss_scale: float = 1.0
+    threads: int | None = None  # the host's torch threads: the same count gives the same bits
 
     @property
     def step(self) -> int:

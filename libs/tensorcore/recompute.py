@@ -34,28 +34,42 @@ class Recomputed:
     param_grads: list[torch.Tensor | None] | None = None  # in `check_parameters` order
 
 
-def recompute(
-    graph: Graph,
-    vid: str,
-    session_seed: int,
-    device: torch.device,
-    params: dict[str, torch.Tensor],
-    inputs: list[torch.Tensor],
-    grad_output: torch.Tensor | None = None,
-) -> Recomputed:
-    spec = graph.vnodes[vid]
-    runtime = VNodeRuntime(graph, [vid, *([spec.tie] if spec.tie else [])], session_seed, device)
-    module = runtime.modules[vid]
-    expected = check_parameters(module)
-    if set(params) != set(expected):
-        raise ValueError(f"parameters for {vid} are {sorted(params)}, its module has {sorted(expected)}")
-    with torch.no_grad():
-        for name, p in expected.items():
-            if params[name].shape != p.shape:
-                raise ValueError(f"parameter {name} of {vid} has shape {list(params[name].shape)}, not {list(p.shape)}")
-            p.copy_(params[name].to(device=p.device, dtype=p.dtype))
-    output = runtime.forward(vid, 0, inputs)
-    if grad_output is None:
-        return Recomputed(output)
-    input_grads = runtime.backward(vid, 0, grad_output)
-    return Recomputed(output, input_grads, [p.grad for p in expected.values()])
+class Recomputer:
+    """Recomputes VNodes of one session; the last few VNodes' modules are kept to be loaded again
+    (building one costs about a third of recomputing it)."""
+
+    def __init__(self, graph: Graph, session_seed: int, device: torch.device, keep: int = 8) -> None:
+        self.graph = graph
+        self.session_seed = session_seed
+        self.device = device
+        self.keep = keep
+        self._runtimes: dict[str, VNodeRuntime] = {}  # least recently used first
+
+    def run(self, vid: str, params: dict[str, torch.Tensor], inputs: list[torch.Tensor],
+            grad_output: torch.Tensor | None = None) -> Recomputed:
+        runtime = self._runtime(vid)
+        expected = check_parameters(runtime.modules[vid])
+        if set(params) != set(expected):
+            raise ValueError(f"parameters for {vid} are {sorted(params)}, its module has {sorted(expected)}")
+        with torch.no_grad():
+            for name, p in expected.items():
+                if params[name].shape != p.shape:
+                    raise ValueError(f"parameter {name} of {vid} has shape {list(params[name].shape)}, not {list(p.shape)}")
+                p.copy_(params[name].to(device=p.device, dtype=p.dtype))
+        runtime.zero_grad()
+        output = runtime.forward(vid, 0, inputs)
+        if grad_output is None:
+            runtime.drop()
+            return Recomputed(output)
+        input_grads = runtime.backward(vid, 0, grad_output)
+        return Recomputed(output, input_grads, [p.grad for p in expected.values()])
+
+    def _runtime(self, vid: str) -> VNodeRuntime:
+        runtime = self._runtimes.pop(vid, None)
+        if runtime is None:
+            tie = self.graph.vnodes[vid].tie
+            runtime = VNodeRuntime(self.graph, [vid, *([tie] if tie else [])], self.session_seed, self.device)
+        self._runtimes[vid] = runtime
+        while len(self._runtimes) > self.keep:
+            del self._runtimes[next(iter(self._runtimes))]
+        return runtime

@@ -31,6 +31,11 @@ class PNodeRegistry:
         self._last[pnode] = (time.monotonic(), heartbeat)
         return returned
 
+    def heartbeat(self, pnode: str) -> Heartbeat | None:
+        """Its latest heartbeat, if any."""
+        seen = self._last.get(pnode)
+        return seen[1] if seen else None
+
     def generation(self, pnode: str) -> int:
         """Changes whenever the PNode restarts: work sent to an older generation is lost."""
         return self._generation.get(pnode, 0)

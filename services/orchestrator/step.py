@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped
+from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped, standing
 from computeall.protocol.pnode_api import ApplyStep, RunStep
 
 from .loss_scale import LossScaler, replay
@@ -67,6 +67,6 @@ class TrainingStep:
         """The loss scaler as it stands before `step`."""
         if self.scaler is None or self.scaler_step != step:
             config = self.recorder.state.config.loss_scale
-            events = await self.recorder.events()
+            events = standing(await self.recorder.events())  # without what a quarantine superseded
             self.scaler, self.scaler_step = replay(config, self.dynamic_scaling, events, before_step=step), step
         return self.scaler

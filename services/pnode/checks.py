@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterator
 
 import torch
 
@@ -20,7 +21,7 @@ from computeall.protocol.pnode_api import PNodeReply, Recompute, SendCheckMateri
 from computeall.protocol.verification import CheckReport, ItemDigests
 from computeall.protocol.wire import WireError
 from computeall.tensorcore.digest import tensor_digest, tensors_digest
-from computeall.tensorcore.recompute import recompute
+from computeall.tensorcore.recompute import Recomputer
 from computeall.tensorcore.vnode_runtime import gradients_by_input, loss_gradient, summed_in_order
 
 from .routing import CheckPartRoute
@@ -32,10 +33,11 @@ SendPart = Callable[[str, torch.Tensor, CheckPartRoute], Awaitable[None]]
 
 
 class CheckInbox:
-    """Material arriving for the checks this PNode runs. Bounded: at most `max_checks` at once, and
-    material nobody asked for within `ttl_s` is dropped."""
+    """Material arriving for the checks this PNode runs, and what recomputes them. Bounded: at most
+    `max_checks` at once, and material nobody asked for within `ttl_s` is dropped."""
 
-    def __init__(self, max_checks: int = 64, ttl_s: float = 300.0) -> None:
+    def __init__(self, recomputer: Recomputer, max_checks: int = 64, ttl_s: float = 300.0) -> None:
+        self.recomputer = recomputer
         self.max_checks = max_checks
         self.ttl_s = ttl_s
         self._parts: dict[str, dict[str, torch.Tensor]] = {}
@@ -76,6 +78,21 @@ class CheckInbox:
             self._parts.pop(check_id, None)
             self._expected.pop(check_id, None)
             self._started.pop(check_id, None)
+
+
+@contextmanager
+def host_threads(threads: int | None) -> Iterator[None]:
+    """Compute with the host's thread count (the same count gives the same bits). Safe to switch:
+    every torch call of a PNode runs on its one compute thread, this one."""
+    mine = torch.get_num_threads()
+    if not threads or threads == mine:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(mine)
 
 
 async def send_material(stage: SessionStage, request: SendCheckMaterial, send: SendPart) -> PNodeReply:
@@ -130,7 +147,8 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float) 
             grad_output = summed_in_order([grads[c] for c in stage.graph.consumers(item.vnode)])
 
     def work() -> CheckReport:
-        done = recompute(stage.graph, item.vnode, stage.plan.seed, stage.runtime.device, params, inputs, grad_output)
+        with host_threads(request.threads):
+            done = stage.check_inbox.recomputer.run(item.vnode, params, inputs, grad_output)
         output = done.output
         if stage.audit and stage.audit.faults:
             output = stage.audit.faults.apply(output, item.step, item.micro, item.vnode, "check")

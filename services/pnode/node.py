@@ -251,7 +251,7 @@ class PNode:
             beat = Heartbeat(
                 pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
                 memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving,
-                incarnation=self.incarnation,
+                incarnation=self.incarnation, threads=torch.get_num_threads(),
             )
             try:
                 await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())

@@ -27,6 +27,7 @@ from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
+from computeall.tensorcore.recompute import Recomputer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 
 from .audit import StepAudit
@@ -89,7 +90,7 @@ class SessionStage:
         # spot checks: a ledger of each step and material kept for checks; the checks this PNode runs
         self.audit = StepAudit(pnode, self.graph, self.runtime, plan.verify, faults) if plan.verify or faults else None
         self.runtime.observer = self.audit
-        self.check_inbox = CheckInbox() if plan.verify else None
+        self.check_inbox = CheckInbox(Recomputer(self.graph, plan.seed, device)) if plan.verify else None
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""

@@ -1,6 +1,6 @@
 """Spot checks with real PNodes on a real NATS: a PNode that corrupts a tenth of its results is caught
-and quarantined, and the session ends with the bits of a clean run; an honest run records no failure;
-the checks recorded are the ones the stream derives from the log."""
+and quarantined, and the session ends with the bits of a clean run; an honest run records no failure
+and has the bits of a run without checks; the checks recorded are the ones the stream derives from the log."""
 
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
     async with running_cluster(tmp_path, pnodes=3, faults={FAULTY: FaultSpec.parse("corrupt:0.1")}) as (client, _):
         faulty_sid = await run_to_end(client, faulty_cfg)
         honest_sid = await run_to_end(client, honest_cfg)  # FAULTY is quarantined: it runs on the other two
+        unchecked_sid = await run_to_end(client, honest_cfg.model_copy(update={"verify": VerifyConfig()}))
         faulty, honest = await story(client, faulty_sid), await story(client, honest_sid)
+        unchecked = await story(client, unchecked_sid)
         devices = await pnode_devices(client)
 
     payloads, losses, digests, state, shown = faulty
@@ -70,6 +72,8 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
 
     assert sorted(losses) == list(range(STEPS))
     assert losses == honest_losses and digests == honest_digests, "bit-identical to a run without the fault"
+    assert (unchecked[1], unchecked[2]) == (honest_losses, honest_digests), "checking changes no bit"
+    assert not any(isinstance(p, ChecksCompleted) for p in unchecked[0])
 
     for sid, (events, _, _, folded, _) in ((faulty_sid, faulty), (honest_sid, honest)):
         graph, _ = session_graph(folded)

@@ -45,6 +45,7 @@ from .verification import (
     ResultsDiscarded,
     VerificationFailed,
     VerificationSeeded,
+    standing,
 )
 
 SessionEvent = union_of("session")
@@ -61,5 +62,5 @@ __all__ = [
     "SessionCreated", "SessionEvent", "SessionFailed", "SessionPaused", "SessionResumed",
     "SessionStarted", "SessionStopped", "SplitCreated", "StepAborted", "StepCompleted",
     "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "ValidationCompleted",
-    "ValidationRequested", "VerificationFailed", "VerificationSeeded", "VNodePlacement", "recorded_as",
+    "ValidationRequested", "VerificationFailed", "VerificationSeeded", "VNodePlacement", "recorded_as", "standing",
 ]

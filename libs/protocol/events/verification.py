@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from ..verification import ItemDigests
 from .base import DomainEvent, recorded_as
+from .training import LossScaleChanged, StepCompleted, StepSkipped, ValidationCompleted
 
 
 @recorded_as("session")
@@ -81,3 +82,20 @@ class ResultsDiscarded(DomainEvent):
     from_step: int
     pnodes: list[str]
     reason: str
+
+
+def standing(payloads: list) -> list:
+    """A session's event payloads without the records a later `ResultsDiscarded` superseded: those of
+    the steps from `from_step` on (and validations after it), which the re-run records again."""
+    out: list = []
+    for p in payloads:
+        if isinstance(p, ResultsDiscarded):
+            out = [q for q in out if not _superseded(q, p.from_step)]
+        out.append(p)
+    return out
+
+
+def _superseded(payload, from_step: int) -> bool:
+    if isinstance(payload, (StepCompleted, StepSkipped, LossScaleChanged)):
+        return payload.step >= from_step
+    return isinstance(payload, ValidationCompleted) and payload.step > from_step

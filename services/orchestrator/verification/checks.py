@@ -166,8 +166,10 @@ class SessionChecks:
         calls = self.pnodes.calls
         send = calls.one(item.pnode, SendCheckMaterial(session_id=sid, check_id=item.check_id, to=checker),
                          timeout=CHECK_TIMEOUT_S)
+        host = self.registry.heartbeat(item.pnode)
         run = calls.one(checker, Recompute(session_id=sid, item=item.model_copy(update={"checker": checker}),
-                                           loss_scale=loss_scale), timeout=CHECK_TIMEOUT_S)
+                                           loss_scale=loss_scale, threads=host.threads if host else None),
+                        timeout=CHECK_TIMEOUT_S)
         _, reply = await asyncio.gather(send, run)
         if reply.check is None:
             raise SessionError(f"pnode {checker} answered a Recompute without a report")

@@ -10,7 +10,8 @@ from computeall.orchestrator.verification.stream import checks_of_step, tiebreak
 from computeall.protocol.config import DataConfig, SessionConfig, VerifyConfig
 from computeall.protocol.events import (
     Allocated, CheckpointCommitted, CheckpointObject, EventEnvelope, PNodeQuarantined, Reallocated, ResultsDiscarded,
-    RolledBack, SessionClaimed, SessionCreated, SessionStarted, StepCompleted, VNodePlacement,
+    RolledBack, SessionClaimed, SessionCreated, SessionStarted, StepCompleted, ValidationCompleted, VNodePlacement,
+    standing,
 )
 from computeall.protocol.session_state import SessionState
 from computeall.protocol.verification import CheckReport, ItemDigests
@@ -127,3 +128,15 @@ def test_a_discard_supersedes_the_steps_and_drops_the_checkpoints_after_it():
                  *[StepCompleted(step=s, loss=1.0, tokens=1, step_time_s=0.1, lr=0.1) for s in range(12)],
                  PNodeQuarantined(pnode="b", step=11, reason="wrong"), ResultsDiscarded(from_step=0, pnodes=["b"], reason="r"))
     assert state.quarantined == ["b"] and state.next_step == 0 and state.checkpoints == []
+
+
+def test_a_discard_supersedes_the_records_of_the_steps_run_again():
+    def done(s, loss):
+        return StepCompleted(step=s, loss=loss, tokens=1, step_time_s=0.1, lr=0.1)
+
+    validations = [ValidationCompleted(step=s, loss=1.0, perplexity=2.7, tokens=1) for s in (2, 3)]
+    payloads = [*(done(s, 1.0) for s in range(4)), *validations, ResultsDiscarded(from_step=2, pnodes=["b"], reason="r"),
+                done(2, 2.0), done(3, 2.0)]
+    kept = standing(payloads)
+    assert [(p.step, p.loss) for p in kept if isinstance(p, StepCompleted)] == [(0, 1.0), (1, 1.0), (2, 2.0), (3, 2.0)]
+    assert [p.step for p in kept if isinstance(p, ValidationCompleted)] == [2], "the state after 2 steps was clean"

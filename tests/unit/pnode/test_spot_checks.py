@@ -77,7 +77,8 @@ async def run_step_and_check(host: PNode, checker: PNode, items: list[tuple[int,
     return ledger, reports
 
 
-ITEMS = [(0, "embed", True), (1, "b0.attn", True), (0, "b1.res1", True), (1, "b1.mlp", False), (1, "head", True)]
+ITEMS = [(0, "embed", True), (1, "b0.attn", True), (0, "b1.res1", True), (1, "b1.mlp", False), (1, "head", True),
+         (0, "b0.attn", True), (0, "head", False)]  # the last two reuse a module the checker built before
 
 
 async def test_a_checker_recomputes_exactly_what_the_host_committed_to(pnodes):
