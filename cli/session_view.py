@@ -15,6 +15,7 @@ from computeall.protocol.events import (
     PNodeLost,
     PNodeQuarantined,
     Reallocated,
+    ResultsDiscarded,
     RolledBack,
     StepCompleted,
     ValidationCompleted,
@@ -85,11 +86,23 @@ def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict
         "failovers": failovers(payloads),
         "rebalances": [
             {"reason": p.reason, "moves": p.moves, "pnodes": p.pnodes}
-            for p in payloads if isinstance(p, Reallocated) and not p.reason.startswith("lost ")
+            for p in payloads if isinstance(p, Reallocated) and not p.reason.startswith(("lost ", "quarantined "))
         ],
         "checks": check_counts(payloads),
-        "quarantined": [p.model_dump(exclude={"type"}) for p in payloads if isinstance(p, PNodeQuarantined)],
+        "quarantined": quarantines(payloads),
     }
+
+
+def quarantines(payloads: list) -> list[dict[str, Any]]:
+    """Each PNode caught computing wrong results, and the step the session went back to."""
+    out: list[dict[str, Any]] = []
+    for p in payloads:
+        if isinstance(p, PNodeQuarantined):
+            out.append(p.model_dump(exclude={"type"}))
+        elif isinstance(p, ResultsDiscarded):
+            for entry in out:
+                entry.setdefault("back_to_step", p.from_step)
+    return out
 
 
 def check_counts(payloads: list) -> dict[str, dict[str, int]]:
@@ -118,4 +131,6 @@ def failovers(payloads: list) -> list[dict[str, Any]]:
             current["pnodes_after"] = p.pnodes
         elif isinstance(p, RolledBack) and current is not None:
             current.update(rolled_back_to=p.to_step, steps_rerun=max(0, p.from_step - p.to_step))
+        elif isinstance(p, PNodeQuarantined):
+            current = None  # what follows is the quarantine's recovery (listed under "quarantined"), not a failover's
     return out

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .stage import SessionStage
 
 SendPart = Callable[[str, torch.Tensor, CheckPartRoute], Awaitable[None]]
+MATERIAL_WAIT_S = 120.0  # the host sends at once when asked; longer means it is not coming
 
 
 class CheckInbox:
@@ -116,7 +117,7 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float) 
     item = request.item
     if stage.check_inbox is None:
         raise ValueError(f"session {request.session_id} is not verified here (its plan did not ask for a ledger)")
-    material = await stage.check_inbox.take(item.check_id, deadline_s)
+    material = await stage.check_inbox.take(item.check_id, min(deadline_s, MATERIAL_WAIT_S))
     spec = stage.graph.vnodes[item.vnode]
     batch = None
     if any(name in DATA_INPUTS for name in spec.inputs):

@@ -61,7 +61,8 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
     assert discarded.from_step == 0, f"{FAULTY} worked from the start: nothing it touched is kept"
     assert any(isinstance(p, RolledBack) and p.to_step == 0 for p in payloads)
     assert state.quarantined == [FAULTY] and FAULTY not in state.allocation.values()
-    assert [q["pnode"] for q in shown["quarantined"]] == [FAULTY]  # what `computeall session show` prints
+    assert [(q["pnode"], q["back_to_step"]) for q in shown["quarantined"]] == [(FAULTY, 0)]  # `session show` prints it
+    assert not shown["failovers"] and not shown["rebalances"], "a quarantine is neither"
     assert sum(c["failed"] for c in shown["checks"].values()) == len(failures)
 
     honest_payloads, honest_losses, honest_digests, honest_state, _ = honest

@@ -170,7 +170,12 @@ class SessionChecks:
         run = calls.one(checker, Recompute(session_id=sid, item=item.model_copy(update={"checker": checker}),
                                            loss_scale=loss_scale, threads=host.threads if host else None),
                         timeout=CHECK_TIMEOUT_S)
-        _, reply = await asyncio.gather(send, run)
+        tasks = [asyncio.ensure_future(send), asyncio.ensure_future(run)]
+        try:
+            _, reply = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:  # one failed: the other waits for nothing
+                task.cancel()
         if reply.check is None:
             raise SessionError(f"pnode {checker} answered a Recompute without a report")
         return reply.check
