@@ -26,7 +26,7 @@ async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = Fal
     event log; stopped in order (and NATS last) on the way out. `faults` (PNode name -> fault) makes
     those PNodes return wrong results: a testing option."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
-    supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
+    supervisor = Supervisor(directory, server.url, server.process.pid, server)
     services = default_services(pnodes, with_monitor=with_monitor)
     faults = faults or {}
     supervisor.start([s.with_arg("--fault", str(faults[s.name])) if s.name in faults else s for s in services])
