@@ -49,6 +49,8 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
         faulty, honest = await story(client, faulty_sid), await story(client, honest_sid)
         unchecked = await story(client, unchecked_sid)
         devices = await pnode_devices(client)
+        on_its_subject = await client.eventlog.read(client.subjects.pnode_evt_of_type("PNodeQuarantined"))
+    assert [r.subject.split(".")[-2] for r in on_its_subject] == [FAULTY], "every orchestrator learns of it"
 
     payloads, losses, digests, state, shown = faulty
     failures = [p for p in payloads if isinstance(p, VerificationFailed)]
