@@ -46,9 +46,20 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
-    p.add_argument("--verify-rate", type=float, default=0.0, metavar="R",
+    p.add_argument("--verify-rate", type=share, default=0.0, metavar="R",
                    help="spot checks: another PNode recomputes this share of (step, micro-batch, VNode) items "
                         "and a PNode caught computing wrong results is quarantined (default 0: off)")
+
+
+def share(text: str) -> float:
+    """A number between 0 and 1, or the user's error saying so."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share: give a number between 0 and 1, e.g. 0.05")
+    return value
 
 
 def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
