@@ -61,9 +61,12 @@ class ServiceSpec:
         return ServiceSpec(self.name, self.kind, args)
 
 
-def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0) -> list[ServiceSpec]:
-    """What `computeall up` runs; docker-compose.yml mirrors this list."""
-    services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")]
+def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0,
+                     data_roots: list[str] = ()) -> list[ServiceSpec]:
+    """What `computeall up` runs; docker-compose.yml mirrors this list. The dataset service reads files
+    under `data_roots` besides the stdlib (and the uploads a request names)."""
+    roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
+    services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset", roots)]
     services += [
         ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", str(pnodes)])
         for i in range(pnodes)

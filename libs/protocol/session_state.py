@@ -25,6 +25,7 @@ from .events import (
     Reallocated,
     ResultsDiscarded,
     RolledBack,
+    SamplesGenerated,
     SessionClaimed,
     SessionCompleted,
     SessionCreated,
@@ -88,6 +89,7 @@ class SessionState(BaseModel):
     # whose results the parameters may hold: now, and in each committed checkpoint (by step)
     pnodes_in_state: list[str] = []
     checkpoint_pnodes: dict[int, list[str]] = {}
+    last_sampled_step: int = -1  # the newest step whose samples are recorded: a re-run never samples it again
 
     @property
     def last_checkpoint(self) -> CheckpointCommitted | None:
@@ -233,6 +235,10 @@ class SessionState(BaseModel):
         self.checkpoints.append(e)
         self.checkpoint_pnodes[e.step] = self.pnodes_in_state
 
+    @applies(SamplesGenerated)
+    def _on_samples(self, e: SamplesGenerated) -> None:
+        self.last_sampled_step = max(self.last_sampled_step, e.step)
+
     @applies(CheckpointPruned)
     def _on_pruned(self, e: CheckpointPruned) -> None:
         self.checkpoints = [c for c in self.checkpoints if c.step != e.step]
@@ -252,6 +258,7 @@ class SessionState(BaseModel):
         self.next_step = min(self.next_step, e.from_step)
         self.checkpoints = [c for c in self.checkpoints if c.step <= e.from_step]
         self.checkpoint_pnodes = {s: p for s, p in self.checkpoint_pnodes.items() if s <= e.from_step}
+        self.last_sampled_step = min(self.last_sampled_step, e.from_step)  # samples of discarded states are taken again
 
     @applies(SessionStopped)
     def _on_stopped(self, e: SessionStopped) -> None:

@@ -16,6 +16,7 @@ from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
 from computeall.protocol.session_state import SessionLog
 
 from .errors import SessionError
+from .initial_weights import InitialWeights
 from .placement import Placement
 from .recorder import SessionRecorder
 from .session_pnodes import SessionPNodes
@@ -24,10 +25,13 @@ log = logging.getLogger("computeall.orchestrator.checkpoints")
 
 
 class Checkpoints:
-    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement) -> None:
+    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement,
+                 initial: InitialWeights | None = None) -> None:
         self.recorder = recorder
         self.pnodes = pnodes
         self.placement = placement
+        self.initial = initial  # where a session that starts from another model's weights gets them
+        self.pinned: set[int] = set()  # steps still being read (for samples): pruned at a later save
         self.subjects = pnodes.calls.subjects
 
     async def save(self, step: int) -> None:
@@ -49,7 +53,7 @@ class Checkpoints:
         of its results can have reached (where catching it would roll back to); the log says pruned
         before any object is deleted."""
         state = self.recorder.state
-        keep = {c.step for c in state.checkpoints[-state.config.keep_checkpoints:]}
+        keep = {c.step for c in state.checkpoints[-state.config.keep_checkpoints:]} | self.pinned
         if state.config.verify.on:
             keep |= {state.clean_checkpoint({p}) for p in state.pnodes_in_state}
         excess = [c for c in state.checkpoints if c.step not in keep]
@@ -69,7 +73,8 @@ class Checkpoints:
 
     async def restore(self, clean_of: set[str] = frozenset()) -> int:
         """Load the newest checkpoint whose objects are intact (and that no result of `clean_of` can
-        have reached); the step to continue from (0: none)."""
+        have reached); the step to continue from (0: none, and then the initial weights, when the
+        session starts from another model's)."""
         state = self.recorder.state
         candidates = [c for c in await self._candidates() if not clean_of & set(state.checkpoint_pnodes.get(c.step, []))]
         for checkpoint in reversed(candidates):
@@ -83,6 +88,9 @@ class Checkpoints:
                 log.warning("session %s: checkpoint at step %d unusable (%s); trying an older one",
                             state.id, checkpoint.step, exc)
                 await self.placement.load_plan()  # back to a clean, freshly initialised stage
+        if self.initial:
+            await self.initial.load()
+            await self.save(0)  # from now on the session's own checkpoints are all it needs
         return 0
 
     async def _candidates(self) -> list[CheckpointCommitted]:

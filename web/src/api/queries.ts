@@ -23,6 +23,10 @@ export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: In
 
 export const VALIDATIONS = `query Validations($id: ID!) { session(id: $id) { validations { step ts loss } } }`;
 
+export const SAMPLES = `query Samples($id: ID!) {
+  session(id: $id) { samples(limit: 20) { step ts texts { prompt text tokens } } }
+}`;
+
 // StepCompleted is in the step charts already, and ChecksCompleted in the PNodes' check counts; hundreds of
 // thousands of them would drown the timeline (a failed check and a quarantine are events of their own)
 export const TIMELINE_HIDDEN = ["StepCompleted", "ChecksCompleted"];
