@@ -96,8 +96,9 @@ class StepAudit:
                 input_grads[first] = self.faults.apply(input_grads[first], self.step, micro, vid, "gradient")
         if self.record:
             handed_back = gradients_by_input(self.graph.vnodes[vid].inputs, input_grads)  # as the stage sends them
+            once: dict[int, str] = {}  # an add hands the very same tensor to both producers: hash it once
             self._digests[(micro, vid)].update(
-                input_grads={name: tensor_digest(g) for name, g in handed_back.items()},
+                input_grads={name: once.get(id(g)) or once.setdefault(id(g), tensor_digest(g)) for name, g in handed_back.items()},
                 param_grads=tensors_digest(param_grads),
             )
         return input_grads
