@@ -1,8 +1,9 @@
 """Digests of tensors for spot checks: blake3 over dtype, shape and raw bytes, 128 bits as hex.
 
 A check compares these, never the tensors, so two PNodes agree exactly when they computed the
-same bits. blake3 runs at several GB/s on one core (blake2b, the wire codec's, at about one), which
-keeps a ledger of every output and gradient of a step cheap next to the step itself.
+same bits. blake3 is the fastest cryptographic hash at hand (about 8 GB/s on one core with a warm
+cache, 4-6 within a step; blake2b about 1), which keeps a ledger of every output and gradient of a
+step cheap next to the step itself. The wire codec's frame digests are blake3 too.
 """
 
 from __future__ import annotations
