@@ -20,14 +20,17 @@ from .supervisor import Supervisor, default_services
 
 
 @asynccontextmanager
-async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False,
-                          faults: dict[str, FaultSpec] | None = None) -> AsyncIterator[tuple[Client, Supervisor]]:
+async def running_cluster(
+    directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
+    faults: dict[str, FaultSpec] | None = None,
+) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
-    event log; stopped in order (and NATS last) on the way out. `faults` (PNode name -> fault) makes
-    those PNodes return wrong results: a testing option."""
+    event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
+    PNodes' worth of threads to divide the cores by (default `pnodes`). `faults` (PNode name ->
+    fault) makes those PNodes return wrong results: a testing option."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
     supervisor = Supervisor(directory, server.url, server.process.pid, server)
-    services = default_services(pnodes, with_monitor=with_monitor)
+    services = default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine)
     faults = faults or {}
     supervisor.start([s.with_arg("--fault", str(faults[s.name])) if s.name in faults else s for s in services])
     watcher = asyncio.create_task(supervisor.watch())

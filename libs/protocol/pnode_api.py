@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import OptimizerConfig
+from .config import OptimizerConfig, PipelineConfig
 from .object_store import CheckpointObject
 from .sampling import SamplingConfig
 from .verification import CheckItem, CheckReport, ItemDigests, KeepMaterial
@@ -47,6 +47,7 @@ class LoadPlan(_Request):
     batches: BatchSource
     micro_batches: int
     optimizer: OptimizerConfig
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     verify: bool = False  # commit to a ledger of each step's results (spot checks are on)
 
 
@@ -165,8 +166,10 @@ class PNodeReply(BaseModel):
     loss_sum: float | None = None  # summed over the tokens of the loss VNodes this PNode hosts
     tokens: int = 0
     grads_finite: bool = True
-    compute_s: float = 0.0
-    wait_s: float = 0.0
+    compute_s: float = 0.0  # running work items on the compute thread
+    wait_s: float = 0.0  # waiting for inputs from other PNodes or the dataset (the bubble)
+    send_s: float = 0.0  # the outbox sending, overlapped with compute
+    sent_bytes: dict[str, int] = Field(default_factory=dict)  # tensor frames sent this pass, by destination PNode
     checkpoint: list[CheckpointObject] | None = None
     ledger: list[ItemDigests] | None = None  # RunStep in a verified session: what this PNode committed to
     check: CheckReport | None = None  # Recompute

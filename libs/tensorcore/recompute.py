@@ -62,6 +62,7 @@ class Recomputer:
             runtime.drop()
             return Recomputed(output)
         input_grads = runtime.backward(vid, 0, grad_output)
+        runtime.finish_backward()  # a borrowed (tied) weight's gradient, as the host's step adds it
         return Recomputed(output, input_grads, [p.grad for p in expected.values()])
 
     def _runtime(self, vid: str) -> VNodeRuntime:

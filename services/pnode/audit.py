@@ -18,15 +18,22 @@ from typing import Sequence
 import torch
 
 from computeall.network import Graph
-from computeall.network.ops import DATA_INPUTS
+from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.verification import ItemDigests, KeepMaterial
 from computeall.tensorcore.digest import tensor_digest, tensors_digest
 from computeall.tensorcore.recompute import check_parameters
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input
+from computeall.tensorcore.wire_formats import WireFormat
 
 from .faults import Faults
 
 Item = tuple[int, str]  # (micro, vnode)
+
+
+def as_read(wire: dict[str, WireFormat], graph: Graph, vid: str, t: torch.Tensor) -> torch.Tensor:
+    """`vid`'s output (or a gradient of it) as its reader gets it: through `vid`'s wire format (the
+    same tensor when that is fp32); a loss is read by nobody."""
+    return t if OPS[graph.vnodes[vid].op].is_loss else wire[vid].encode(t).decode()
 
 
 @dataclass
@@ -43,10 +50,12 @@ class Material:
 
 
 class StepAudit:
-    def __init__(self, pnode: str, graph: Graph, runtime: VNodeRuntime, record: bool, faults: Faults | None) -> None:
+    def __init__(self, pnode: str, graph: Graph, runtime: VNodeRuntime, wire: dict[str, WireFormat], record: bool,
+                 faults: Faults | None) -> None:
         self.pnode = pnode
         self.graph = graph
         self.runtime = runtime
+        self.wire = wire  # each VNode's wire format: a digest is of the tensor its consumers (or it) read
         self.record = record
         self.faults = faults
         self.step: int | None = None  # the training step being run; None outside one (validation)
@@ -82,7 +91,7 @@ class StepAudit:
         if self.record:
             names = self.graph.vnodes[vid].inputs
             self._inputs[(micro, vid)] = {i: x for i, (n, x) in enumerate(zip(names, inputs)) if n not in DATA_INPUTS}
-            self._digests[(micro, vid)] = {"output": tensor_digest(output)}
+            self._digests[(micro, vid)] = {"output": tensor_digest(as_read(self.wire, self.graph, vid, output))}
         return output
 
     def backward_done(self, vid: str, micro: int, input_grads: list[torch.Tensor | None],
@@ -98,7 +107,8 @@ class StepAudit:
             handed_back = gradients_by_input(self.graph.vnodes[vid].inputs, input_grads)  # as the stage sends them
             once: dict[int, str] = {}  # an add hands the very same tensor to both producers: hash it once
             self._digests[(micro, vid)].update(
-                input_grads={name: once.get(id(g)) or once.setdefault(id(g), tensor_digest(g)) for name, g in handed_back.items()},
+                input_grads={name: once.get(id(g)) or once.setdefault(id(g), tensor_digest(as_read(self.wire, self.graph, name, g)))
+                             for name, g in handed_back.items()},
                 param_grads=tensors_digest(param_grads),
             )
         return input_grads

@@ -21,9 +21,11 @@ from computeall.protocol.pnode_api import PNodeReply, Recompute, SendCheckMateri
 from computeall.protocol.verification import CheckReport, ItemDigests
 from computeall.protocol.wire import WireError
 from computeall.tensorcore.digest import tensor_digest, tensors_digest
+from computeall.tensorcore.precision import dtype_of
 from computeall.tensorcore.recompute import Recomputer
 from computeall.tensorcore.vnode_runtime import gradients_by_input, loss_gradient, summed_in_order
 
+from .audit import as_read
 from .routing import CheckPartRoute
 
 if TYPE_CHECKING:
@@ -145,7 +147,7 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float) 
             missing = [c for c in stage.graph.consumers(item.vnode) if c not in grads]
             if missing:
                 raise ValueError(f"the material for check {item.check_id} lacks the gradients of {', '.join(missing)}")
-            grad_output = summed_in_order([grads[c] for c in stage.graph.consumers(item.vnode)])
+            grad_output = summed_in_order([grads[c] for c in stage.graph.consumers(item.vnode)], dtype_of(spec.precision))
 
     def work() -> CheckReport:
         with host_threads(request.threads):
@@ -153,11 +155,12 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float) 
         output = done.output
         if stage.audit and stage.audit.faults:
             output = stage.audit.faults.apply(output, item.step, item.micro, item.vnode, "check")
-        result = ItemDigests(micro=item.micro, vnode=item.vnode, output=tensor_digest(output))
+        # digests of what the readers get, as the host's ledger has them
+        result = ItemDigests(micro=item.micro, vnode=item.vnode, output=tensor_digest(as_read(stage._wire, stage.graph, item.vnode, output)))
         if done.input_grads is not None:
             handed_back = gradients_by_input(spec.inputs, done.input_grads)
             result = result.model_copy(update={
-                "input_grads": {name: tensor_digest(g) for name, g in handed_back.items()},
+                "input_grads": {name: tensor_digest(as_read(stage._wire, stage.graph, name, g)) for name, g in handed_back.items()},
                 "param_grads": tensors_digest(done.param_grads),
             })
         received = {name: tensor_digest(inputs[slot]) for slot, name in enumerate(spec.inputs) if name not in DATA_INPUTS}

@@ -45,6 +45,7 @@ from . import checkpoints, checks, sampling
 from .batches import BatchFeed
 from .faults import Faults
 from .memory import bytes_by_category
+from .outbox import Link
 from .routing import CheckPartRoute, TensorRoute
 from .stage import SessionStage, StepAborted
 
@@ -75,6 +76,9 @@ class PNode:
         self.telemetry_s = telemetry_s
         self.faults = Faults(fault, self.name) if fault else None  # a testing option: wrong results on purpose
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
+        # frames in and out (digests, copies, decoding) on their own thread: off the event loop and
+        # off the compute thread, so sending and receiving overlap compute
+        self.wire = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-wire")
         self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
@@ -106,6 +110,7 @@ class PNode:
         except (nats.errors.Error, TimeoutError):
             pass  # the server went away first
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.wire.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
@@ -176,7 +181,7 @@ class PNode:
 
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._send_tensor, self.faults),
+                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link(), self.faults),
             )
             old = self.stages.get(request.session_id)
             if old is not None:
@@ -204,7 +209,7 @@ class PNode:
             stage.rolled_back()
             return PNodeReply(ok=True, pnode=self.name, step=request.step)
         if isinstance(request, SendCheckMaterial):
-            return await checks.send_material(stage, request, self._send_tensor)
+            return await checks.send_material(stage, request, self._send_check_part)
         if isinstance(request, Recompute):
             return await checks.run_check(stage, request, self.step_deadline_s)
         if isinstance(request, Unload):
@@ -217,30 +222,48 @@ class PNode:
             await self.nc.publish(msg.reply, reply.model_dump_json().encode())
 
     # -- tensors --------------------------------------------------------------------
-    async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute | CheckPartRoute) -> None:
+    def _link(self) -> Link:
+        return Link(self._publish_frames, lambda: self.nc.max_payload, self.wire)
+
+    async def _send_check_part(self, pnode: str, tensor: torch.Tensor, route: CheckPartRoute) -> None:
+        """Check material, to the checker: framed on the wire thread, as the outbox frames a step's tensors."""
+        frames = await asyncio.get_running_loop().run_in_executor(
+            self.wire, tensor_frames, route.wire_key, tensor, self.nc.max_payload, route.wire_meta()
+        )
+        await self._publish_frames(pnode, frames)
+
+    async def _publish_frames(self, pnode: str, frames: list[bytes]) -> None:
         subject = self.subjects.pnode_tensor(pnode)
-        for frame in tensor_frames(route.wire_key, tensor, self.nc.max_payload, route.wire_meta()):
+        for frame in frames:
             await self.nc.publish(subject, frame)
 
     async def _on_tensor(self, msg) -> None:
         try:
-            received = self.reassembler.feed(msg.data)
+            received = await asyncio.get_running_loop().run_in_executor(self.wire, self._reassemble, msg.data)
             if received is None:
                 return
-            stage = self.stages.get(str(received.meta.get("session")))
-            if stage is None:
-                raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-            if received.meta.get("kind") == "check":
-                part = CheckPartRoute.from_wire(received.key, received.meta)
-                if stage.check_inbox is None:
-                    raise WireError(f"check material {received.key!r} for a session not verified here")
-                stage.check_inbox.receive(part, tensor_from_wire(received, self.device))
-                return
-            route = TensorRoute.from_wire(received.key, received.meta)
-            stage.receive(route, tensor_from_wire(received, self.device))
+            stage, route, tensor = received
+            if isinstance(route, CheckPartRoute):
+                stage.check_inbox.receive(route, tensor)
+            else:
+                stage.receive(route, tensor)
         except WireError as exc:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
+
+    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute | CheckPartRoute, torch.Tensor] | None:
+        """On the wire thread: one frame in; the decoded tensor, its stage and route once all its frames are."""
+        received = self.reassembler.feed(frame)
+        if received is None:
+            return None
+        stage = self.stages.get(str(received.meta.get("session")))
+        if stage is None:
+            raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
+        if received.meta.get("kind") != "check":
+            return stage, TensorRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
+        if stage.check_inbox is None:
+            raise WireError(f"check material {received.key!r} for a session not verified here")
+        return stage, CheckPartRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
 
     # -- liveness and telemetry ----------------------------------------------------
     async def _heartbeat(self) -> None:

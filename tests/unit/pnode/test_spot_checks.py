@@ -56,13 +56,14 @@ async def pnodes(monkeypatch):
         node.executor.shutdown(wait=True)
 
 
-def verified_plan(micro_batches: int = 2):
-    return plan().model_copy(update={"verify": True, "micro_batches": micro_batches})
+def verified_plan(micro_batches: int = 2, wire: str = "fp32"):
+    p = plan()
+    return p.model_copy(update={"verify": True, "micro_batches": micro_batches, "network": {**p.network, "wire": wire}})
 
 
-async def run_step_and_check(host: PNode, checker: PNode, items: list[tuple[int, str, bool]]):
+async def run_step_and_check(host: PNode, checker: PNode, items: list[tuple[int, str, bool]], wire: str = "fp32"):
     """Step 0 on the host (hosting everything), then a check of each item on the checker."""
-    p = verified_plan()
+    p = verified_plan(wire=wire)
     for node in (host, checker):
         assert (await node._dispatch(p)).ok
     reply = await host._dispatch(RunStep(session_id=SESSION, step=0))
@@ -81,10 +82,11 @@ ITEMS = [(0, "embed", True), (1, "b0.attn", True), (0, "b1.res1", True), (1, "b1
          (0, "b0.attn", True), (0, "head", False)]  # the last two reuse a module the checker built before
 
 
-async def test_a_checker_recomputes_exactly_what_the_host_committed_to(pnodes):
+@pytest.mark.parametrize("wire", ["fp32", "int8"])  # compressed: digests are of what the readers get
+async def test_a_checker_recomputes_exactly_what_the_host_committed_to(pnodes, wire):
     host, checker = pnodes("p"), pnodes("q")
-    ledger, reports = await run_step_and_check(host, checker, ITEMS)
-    graph = Graph(NetworkSpec.model_validate(verified_plan().network))
+    ledger, reports = await run_step_and_check(host, checker, ITEMS, wire)
+    graph = Graph(NetworkSpec.model_validate(verified_plan(wire=wire).network))
     assert {v for _, v in ledger} == set(graph.order) and {m for m, _ in ledger} == {0, 1}
     for (m, vid, backward), report in zip(ITEMS, reports):
         claim = ledger[(m, vid)]
