@@ -11,6 +11,10 @@
    processes spent per step, which a machine shared with other work does not blur as much.
 3. Exactness: the final parameter digests of the session that caught and quarantined a corrupting
    PNode (and rolled back) equal those of the clean run.
+4. Where a PNode's share of the overhead goes, in one process on one thread (CPU time, which other
+   work on the machine blurs least): a step with the spot-check audit (ledger and kept material)
+   against the same step without it, and the part of it spent hashing; and the digests per core,
+   blake3 (ledger, wire frames) against blake2b.
 
     python bench/verify.py [--quick] [--json PATH]
 """
@@ -19,13 +23,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import blake3
 import psutil
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -40,7 +48,12 @@ from computeall.protocol.config import DataConfig, SessionConfig, VerifyConfig  
 from computeall.protocol.events import (  # noqa: E402
     Allocated, CheckpointCommitted, ChecksCompleted, PNodeQuarantined, StepCompleted, VerificationSeeded,
 )
+from computeall.pnode.audit import StepAudit  # noqa: E402
 from computeall.protocol.faults import FaultSpec  # noqa: E402
+from computeall.tensorcore import digest  # noqa: E402
+from computeall.tensorcore.local_step import local_step  # noqa: E402
+from computeall.tensorcore.vnode_runtime import VNodeRuntime  # noqa: E402
+from computeall.tensorcore.wire_formats import wire_format  # noqa: E402
 from tests.integration.cluster import stdlib_corpus  # noqa: E402
 from tests.integration.sessions import run_to_end  # noqa: E402
 
@@ -134,6 +147,68 @@ async def overhead(network: Path, steps: int, rounds: int, micro_batches: int) -
     return row, final_digests(plain[0][0]), final_digests(verified[0][0])
 
 
+def ledger_cost(graph: Graph, micro_batches: int, rounds: int) -> dict:
+    """Step CPU with the audit against without (alternately, medians), on one thread."""
+    torch.set_num_threads(1)
+    runtime = VNodeRuntime(graph, list(graph.order), 0, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, graph.spec.vocab_size, (8 // micro_batches, graph.spec.context + 1), generator=g)
+               for _ in range(micro_batches)]
+    wire = {v: wire_format(graph.wire(v)) for v in graph.order}
+    audit = StepAudit("p", graph, runtime, wire, True, None)
+    hashing = {"s": 0.0, "bytes": 0}
+    feed = digest._feed
+
+    def timed_feed(hasher, tensor):  # the ledger's hashing, measured where it happens
+        t0 = time.thread_time()
+        feed(hasher, tensor)
+        hashing["s"] += time.thread_time() - t0
+        hashing["bytes"] += tensor.numel() * tensor.element_size()
+
+    def step(audited: bool) -> float:
+        runtime.observer = audit if audited else None
+        audit.begin(0)
+        t0 = time.thread_time()
+        local_step(runtime, batches)
+        audit.end()
+        audit.forget_step()
+        runtime.zero_grad()
+        return time.thread_time() - t0
+
+    digest._feed = timed_feed
+    try:
+        step(False), step(True)  # warm-up
+        plain, audited, hashed, hashed_bytes = [], [], [], 0
+        for _ in range(rounds):
+            plain.append(step(False))
+            hashing.update(s=0.0, bytes=0)
+            audited.append(step(True))
+            hashed.append(hashing["s"])
+            hashed_bytes = hashing["bytes"]
+    finally:
+        digest._feed = feed
+    anchor = statistics.median(plain)
+    return {"micro_batches": micro_batches, "step_cpu_s": statistics.median(audited), "anchor": "the same step, no audit",
+            "anchor_step_cpu_s": anchor, "ratio": statistics.median(audited) / anchor,
+            "hashing_share_of_step": statistics.median(hashed) / anchor, "hashed_mb_per_step": hashed_bytes / 1e6}
+
+
+def digest_speeds() -> dict:
+    """GB/s on one core over a 2 MB tensor (a tiny-gpt activation at batch 8)."""
+    data = torch.randn(8 * 256 * 256).view(torch.uint8).numpy()
+
+    def speed(fn) -> float:
+        times = []
+        for _ in range(30):
+            t0 = time.thread_time()
+            fn()
+            times.append(time.thread_time() - t0)
+        return data.nbytes / statistics.median(times) / 1e9
+
+    b3, b2 = speed(lambda: blake3.blake3(data).digest()), speed(lambda: hashlib.blake2b(data, digest_size=16).digest())
+    return {"blake3_gb_s": b3, "anchor": "blake2b (the wire codec's before)", "blake2b_gb_s": b2, "ratio": b3 / b2}
+
+
 async def caught(network: Path, steps: int, corruption: float, rate: float, graph: Graph) -> tuple[dict, dict[str, str]]:
     """A real session with a corrupting PNode: where it was caught, against where the model says."""
     fault = FaultSpec(rate=corruption)
@@ -157,6 +232,7 @@ async def main(args: argparse.Namespace) -> dict:
     assignment = allocate(graph, capacities, 8, 8 // MICRO_BATCHES).assignment
     trials, horizon = (200, 200) if args.quick else (1000, 500)
     detection = detection_table(graph, assignment, trials, horizon)
+    in_process = [ledger_cost(graph, m, 3 if args.quick else 7) for m in (1, MICRO_BATCHES)]
     steps = 10 if args.quick else 24
     rounds = 1 if args.quick else 2
     costs = []
@@ -177,6 +253,8 @@ async def main(args: argparse.Namespace) -> dict:
         "detection": detection,
         "model_confirmed_by_real_sessions": confirmed,
         "overhead": [cost for cost, _ in costs],
+        "ledger_in_process": in_process,
+        "digests": digest_speeds(),
         "final_parameters_bit_identical": {"verified_vs_clean": all(same for _, same in costs),
                                            "caught_and_rolled_back_vs_clean": all(after_rollback)},
     }
@@ -200,6 +278,11 @@ def report(result: dict) -> None:
               f"{o['checks_per_step']:.1f} checks per step")
         print(f"  CPU per step: {o['cpu_s_per_step']:.2f} s vs {o['anchor_cpu_s_per_step']:.2f} s: ratio {o['cpu_ratio']:.3f} "
               f"(load average {o['machine_load_1min']:.1f} on {o['cores']} cores)")
+    for r in result["ledger_in_process"]:
+        print(f"in one process, {r['micro_batches']} micro-batches: step CPU with the audit {r['ratio']:.3f}x without, "
+              f"hashing {r['hashing_share_of_step']:.1%} of the step ({r['hashed_mb_per_step']:.0f} MB)")
+    d = result["digests"]
+    print(f"digests on one core: blake3 {d['blake3_gb_s']:.1f} GB/s, blake2b {d['blake2b_gb_s']:.1f} GB/s ({d['ratio']:.1f}x)")
     print(f"final parameters bit-identical: {result['final_parameters_bit_identical']}")
 
 

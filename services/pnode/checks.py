@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterator
 
@@ -26,6 +27,7 @@ from computeall.tensorcore.recompute import Recomputer
 from computeall.tensorcore.vnode_runtime import gradients_by_input, loss_gradient, summed_in_order
 
 from .audit import as_read
+from .background import background_executor
 from .routing import CheckPartRoute
 
 if TYPE_CHECKING:
@@ -85,8 +87,10 @@ class CheckInbox:
 
 @contextmanager
 def host_threads(threads: int | None) -> Iterator[None]:
-    """Compute with the host's thread count (the same count gives the same bits). Safe to switch:
-    every torch call of a PNode runs on its one compute thread, this one."""
+    """Compute with the host's thread count (the same count gives the same bits). The switch holds
+    for this thread only (OpenMP's and MKL's counts are per thread); torch also keeps the count as the
+    default of threads yet to make their first parallel call, which the PNode's compute and wire
+    threads have made long before a check."""
     mine = torch.get_num_threads()
     if not threads or threads == mine:
         yield
@@ -114,7 +118,13 @@ async def send_material(stage: SessionStage, request: SendCheckMaterial, send: S
     return PNodeReply(ok=True, pnode=stage.pnode)
 
 
-async def run_check(stage: SessionStage, request: Recompute, deadline_s: float) -> PNodeReply:
+def check_executor(name: str) -> Executor:
+    """Checks recompute beside the steps, not between them (`background.py`): where a core is
+    spare they cost the steps no time, and where none is they wait for the steps."""
+    return background_executor(f"{name}-checks")
+
+
+async def run_check(stage: SessionStage, request: Recompute, deadline_s: float, executor: Executor) -> PNodeReply:
     """The checker's side: recompute the item from the host's material and report digests."""
     item = request.item
     if stage.check_inbox is None:
@@ -166,4 +176,5 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float) 
         received = {name: tensor_digest(inputs[slot]) for slot, name in enumerate(spec.inputs) if name not in DATA_INPUTS}
         return CheckReport(inputs=received, grads={c: tensor_digest(g) for c, g in grads.items()}, result=result)
 
-    return PNodeReply(ok=True, pnode=stage.pnode, step=item.step, check=await stage._compute(work))
+    check = await asyncio.get_running_loop().run_in_executor(executor, work)
+    return PNodeReply(ok=True, pnode=stage.pnode, step=item.step, check=check)

@@ -80,6 +80,7 @@ class PNode:
         # off the compute thread, so sending and receiving overlap compute
         self.wire = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-wire")
         self.sampling_executor = sampling.sampling_executor(self.name)
+        self.check_executor = checks.check_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
         self.rejected_frames = 0
@@ -112,6 +113,7 @@ class PNode:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.wire.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
+        self.check_executor.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
         """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's
@@ -211,7 +213,7 @@ class PNode:
         if isinstance(request, SendCheckMaterial):
             return await checks.send_material(stage, request, self._send_check_part)
         if isinstance(request, Recompute):
-            return await checks.run_check(stage, request, self.step_deadline_s)
+            return await checks.run_check(stage, request, self.step_deadline_s, self.check_executor)
         if isinstance(request, Unload):
             self.stages.pop(request.session_id).abort()
             return PNodeReply(ok=True, pnode=self.name)

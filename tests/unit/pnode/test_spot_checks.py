@@ -54,6 +54,7 @@ async def pnodes(monkeypatch):
     yield make
     for node in bus.pnodes.values():
         node.executor.shutdown(wait=True)
+        node.check_executor.shutdown(wait=True)
 
 
 def verified_plan(micro_batches: int = 2, wire: str = "fp32"):
