@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.wanlab.torch_peers import plain  # noqa: E402
+from computeall.cli.data_upload import with_sent_data  # noqa: E402
 from computeall.cli.embedded import running_cluster  # noqa: E402
 from computeall.cli.follow import follow_session, start_session  # noqa: E402
 from computeall.cli.session_view import session_events  # noqa: E402
@@ -66,7 +67,10 @@ class Step:
 
 
 async def run_sessions(client, configs: list[SessionConfig]) -> list[list[Step]]:
-    """Run the sessions side by side to their end; each one's steps (from the second on)."""
+    """Run the sessions side by side to their end; each one's steps (from the second on). The corpus
+    is uploaded first (once: the parts are content-addressed), as `computeall run` does."""
+    configs = [await with_sent_data(client.nc, client.subjects, c, progress=False) for c in configs]
+
     async def one(config: SessionConfig) -> list[Step]:
         sid, command = await start_session(client, config)
         outcome = await follow_session(client.eventlog, sid, config.steps, progress=False, command_id=command)
