@@ -11,6 +11,7 @@ This module knows bytes, not torch: `computeall.tensorcore.wire` converts tensor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import struct
@@ -81,7 +82,13 @@ class TensorHeader(BaseModel):
 
 
 def digest(data: bytes | memoryview) -> str:
-    """blake3-128: sender and receiver each hash every byte, at several GB/s per core (blake2b: about one)."""
+    """blake2b-128: the digest of stored objects (checkpoints, tokenizers), which logs keep for good."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def frame_digest(data: bytes | memoryview) -> str:
+    """blake3-128, of a tensor on the wire: sender and receiver each hash every byte of every tensor,
+    at several GB/s per core (blake2b: about one). Frames live for a moment, so this can change freely."""
     return blake3.blake3(data).hexdigest(16)
 
 
@@ -100,7 +107,7 @@ def encode(
     data = memoryview(data).cast("B")
     body = max(1, chunk_bytes - MAX_HEADER_BYTES - len(MAGIC) - _HEADER_LEN.size)
     chunks = max(1, math.ceil(len(data) / body))
-    whole = digest(data)
+    whole = frame_digest(data)
     frames = []
     for i in range(chunks):
         part = data[i * body : (i + 1) * body]
@@ -216,7 +223,7 @@ class Reassembler:
         if len(partial.seen) < header.chunks:
             return None
         del self._pending[header.key]
-        if partial.received != header.total_bytes or digest(partial.buffer) != header.digest:
+        if partial.received != header.total_bytes or frame_digest(partial.buffer) != header.digest:
             raise WireError(f"digest mismatch for {header.key!r}; tensor dropped")
         return Tensor(header.key, header.dtype, header.shape, partial.buffer, header.meta, header.encoding)
 
