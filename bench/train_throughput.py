@@ -45,7 +45,7 @@ def plain_torch(network: Path, steps: int, batch: int, warmup: int) -> list[floa
     torch.set_num_threads(os.cpu_count() or 1)
     graph = Graph(load_network_file(network))
     model = ReferenceModel(graph, session_seed=1)
-    optimizer = VNodeOptimizer(model.named_vnode_parameters(), OptimizerConfig())
+    optimizer = VNodeOptimizer(model.named_vnode_parameters(), OptimizerConfig(), model.decay_groups())
     generator = torch.Generator().manual_seed(0)
     times = []
     for step in range(steps + warmup):

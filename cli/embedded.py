@@ -14,11 +14,14 @@ from .supervisor import Supervisor, default_services
 
 
 @asynccontextmanager
-async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False) -> AsyncIterator[tuple[Client, Supervisor]]:
-    """Everything started, a client connected; stopped in order (and NATS last) on the way out."""
+async def running_cluster(
+    directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None
+) -> AsyncIterator[tuple[Client, Supervisor]]:
+    """Everything started, a client connected; stopped in order (and NATS last) on the way out.
+    `processes_on_machine`: the PNodes take the thread count of that many PNodes on this machine."""
     server = EmbeddedNats(directory / "nats").start()
     supervisor = Supervisor(directory, server.url, server.process.pid)
-    supervisor.start(default_services(pnodes, with_monitor=with_monitor))
+    supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
     watcher = asyncio.create_task(supervisor.watch())
     try:
         async with connect(server.url) as client:

@@ -54,10 +54,8 @@ async def follow_session(
                     continue  # an event type this client does not know yet
                 p = event.payload
                 if isinstance(p, StepCompleted):
-                    if out:
-                        row = {"step": p.step, "loss": p.loss, "tokens": p.tokens, "step_time_s": p.step_time_s,
-                               "lr": p.lr, "loss_scale": p.loss_scale, "compute_s": p.compute_s, "wait_s": p.wait_s}
-                        out.write(json.dumps(row) + "\n")
+                    if out:  # every field of the event: loss, timings, loss scale, grad norm, clipped, ...
+                        out.write(json.dumps(p.model_dump(exclude={"type"})) + "\n")
                         out.flush()
                     bar.n = p.step + 1
                     bar.set_postfix(loss=f"{p.loss:.4f}", refresh=False)

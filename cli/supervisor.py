@@ -57,11 +57,15 @@ class ServiceSpec:
         return ServiceSpec(self.name, self.kind, args)
 
 
-def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0) -> list[ServiceSpec]:
-    """What `computeall up` runs; docker-compose.yml mirrors this list."""
+def default_services(
+    pnodes: int, with_monitor: bool = True, monitor_port: int = 0, processes_on_machine: int | None = None
+) -> list[ServiceSpec]:
+    """What `computeall up` runs; docker-compose.yml mirrors this list. The PNodes share the cores as
+    `processes_on_machine` processes would (default: as many as there are PNodes)."""
     services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")]
+    share = str(processes_on_machine or pnodes)
     services += [
-        ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", str(pnodes)])
+        ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", share])
         for i in range(pnodes)
     ]
     if with_monitor:

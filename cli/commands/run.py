@@ -40,6 +40,11 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=10, help="warmup steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
+    defaults = SessionConfig.model_fields
+    p.add_argument("--grad-clip", type=float, default=defaults["grad_clip"].default,
+                   help="clip the global gradient norm to this (default %(default)s); 0 turns clipping off")
+    p.add_argument("--update-ratio-every", type=int, default=defaults["update_ratio_every"].default,
+                   help="record each block's update-to-weight ratio every N steps (default %(default)s); 0 never")
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
 
@@ -69,6 +74,8 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             lr=LrSchedule(peak=args.lr, warmup_steps=args.warmup, min_lr=args.lr / 10),
             precision=args.precision,
             fuse_heads=args.fuse_heads,
+            grad_clip=args.grad_clip,
+            update_ratio_every=args.update_ratio_every,
             min_pnodes=min_pnodes,
         )
     except ValueError as exc:

@@ -38,6 +38,7 @@ class HeadGroup:
     head_dim: int
     rope_base: float
     precision: str
+    recompute: bool = False  # the fused VNode recomputes when the concat or any head asked to
 
     @property
     def heads(self) -> int:
@@ -121,6 +122,7 @@ def _match(
             head_dim=hparams[0].head_dim,
             rope_base=hparams[0].rope_base,
             precision=concat.precision,
+            recompute=concat.recompute or any(h.recompute for h in heads),
         ),
         "",
     )
@@ -133,7 +135,7 @@ def fused_vnode(group: HeadGroup) -> VNodeSpec:
     )
     return VNodeSpec(
         id=group.fused_id, op=FUSED_OP, inputs=[group.source], tie=None,
-        precision=group.precision, params=params.model_dump(),
+        precision=group.precision, params=params.model_dump(), recompute=group.recompute,
     )
 
 
@@ -167,5 +169,6 @@ def head_groups(spec: NetworkSpec) -> list[HeadGroup]:
         if v.op == FUSED_OP:
             p = FusedAttentionHeadsParams.model_validate(v.params)
             if p.head_ids:
-                out.append(HeadGroup(v.id, v.inputs[0], tuple(p.head_ids), p.dim, p.head_dim, p.rope_base, v.precision))
+                out.append(HeadGroup(v.id, v.inputs[0], tuple(p.head_ids), p.dim, p.head_dim, p.rope_base, v.precision,
+                                     v.recompute))
     return out + find_head_groups(spec)[0]

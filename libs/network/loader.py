@@ -83,8 +83,8 @@ def _fill(text: str, subst: dict[str, str]) -> str:
 
 def _resolve(file: NetworkFile, entries: list[VNodeEntry]) -> list[VNodeSpec]:
     """Merge defaults into each VNode's parameters; unknown ops are caught by `validate`."""
-    default_precision = file.defaults.get("precision", "fp32")
-    shared = {"vocab_size": file.vocab_size, **{k: v for k, v in file.defaults.items() if k != "precision"}}
+    defaults = file.defaults
+    shared = {"vocab_size": file.vocab_size, **defaults.op_params}
     resolved = []
     for e in entries:
         op = OPS.get(e.op)
@@ -99,8 +99,9 @@ def _resolve(file: NetworkFile, entries: list[VNodeEntry]) -> list[VNodeSpec]:
                 op=e.op,
                 inputs=e.inputs,
                 tie=e.tie,
-                precision=e.precision or default_precision,
+                precision=e.precision or defaults.precision,
                 params=params,
+                recompute=defaults.recompute if e.recompute is None else e.recompute,
             )
         )
     return resolved

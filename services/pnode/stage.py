@@ -27,6 +27,7 @@ from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
+from computeall.tensorcore.update_norms import measured_update
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 
 from .batches import BatchFeed
@@ -72,7 +73,7 @@ class SessionStage:
         self.graph = Graph(NetworkSpec.model_validate(plan.network))
         self.local = [v for v in self.graph.order if plan.assignment[v] == pnode]
         self.runtime = VNodeRuntime(self.graph, self.local, plan.seed, device)
-        self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer)
+        self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer, self.runtime.decay_groups())
         self.train_feed = feeds(plan.batches.split, plan.micro_batches)
         self.feeds = feeds
         self.inbox: dict[ActivationKey | GradientKey, torch.Tensor] = {}
@@ -114,13 +115,22 @@ class SessionStage:
         return await self._run(p, deadline_s)
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
-        def work() -> None:
+        def work() -> tuple[dict[str, float], dict[str, float]] | None:
+            measured = None
             if not request.skip:
-                self.optimizer.step(request.lr, self.loss_scale)
-            self.runtime.zero_grad()
+                def update() -> None:
+                    self.optimizer.step(request.lr, self.loss_scale, request.clip_factor)
 
-        await self._compute(work)
-        return PNodeReply(ok=True, pnode=self.pnode, step=request.step)
+                if request.measure_update:
+                    measured = measured_update(self.optimizer, self.runtime.owners(), update)
+                else:
+                    update()
+            self.runtime.zero_grad()
+            return measured
+
+        measured = await self._compute(work)
+        updates, weights = measured or (None, None)
+        return PNodeReply(ok=True, pnode=self.pnode, step=request.step, update_sq_norms=updates, weight_sq_norms=weights)
 
     async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
         self.current = PassId(p.phase, p.step)
@@ -162,10 +172,12 @@ class SessionStage:
                 task.cancel()
             if not p.backward:
                 self.runtime.drop()
-        finite = await self._compute(self.runtime.grads_finite) if p.backward else True
+        # for the orchestrator's overflow check and global clipping: None when not finite
+        norms = await self._compute(self.runtime.grad_sq_norms, self.loss_scale) if p.backward else {}
         return PNodeReply(
             ok=True, pnode=self.pnode, step=p.step, loss_sum=loss_sum if self.has_loss else None,
-            tokens=tokens, grads_finite=finite, compute_s=compute_s, wait_s=wait_s,
+            tokens=tokens, grads_finite=norms is not None, grad_sq_norms=norms if p.backward else None,
+            compute_s=compute_s, wait_s=wait_s,
         )
 
     async def _wait(self, p: _Pass, give_up: float, deadline_s: float, waiting: tuple) -> float:

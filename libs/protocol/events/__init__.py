@@ -35,6 +35,7 @@ from .training import (
     LossScaleChanged,
     StepCompleted,
     StepSkipped,
+    UpdateRatios,
     ValidationCompleted,
     VNodePlacement,
 )
@@ -52,6 +53,6 @@ __all__ = [
     "PauseRequested", "Reallocated", "RolledBack", "SessionClaimed", "SessionCompleted",
     "SessionCreated", "SessionEvent", "SessionFailed", "SessionPaused", "SessionResumed",
     "SessionStarted", "SessionStopped", "SplitCreated", "StepAborted", "StepCompleted",
-    "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "ValidationCompleted",
+    "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "UpdateRatios", "ValidationCompleted",
     "ValidationRequested", "VNodePlacement", "recorded_as",
 ]

@@ -19,7 +19,7 @@ def db(tmp_path):
 
 
 def fill(db: Database, losses: list[float]) -> None:
-    rows = [("s", i, float(i), loss, 10, 0.1 + (i % 3), 1e-3, 1.0, 0.0, 0.0) for i, loss in enumerate(losses)]
+    rows = [("s", i, float(i), loss, 10, 0.1 + (i % 3), 1e-3, 1.0, 0.0, 0.0, 0.5, False) for i, loss in enumerate(losses)]
     db.transaction(lambda con: db.insert(con, "steps", STEP_COLUMNS, rows))
 
 

@@ -20,7 +20,7 @@ from computeall.protocol.events import (
     Allocated, CheckpointCommitted, CheckpointPruned, CheckpointObject, CommandRejected, EventEnvelope, LossScaleChanged, PauseRequested,
     PNodeLost, PNodeSlow, Reallocated, RolledBack, SessionClaimed, SessionCompleted, SessionCreated, SessionEvent,
     SessionFailed, SessionPaused, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
-    StepSkipped, StopRequested, ValidationCompleted, ValidationRequested, VNodePlacement,
+    StepSkipped, StopRequested, UpdateRatios, ValidationCompleted, ValidationRequested, VNodePlacement,
 )
 from computeall.protocol.session_state import SessionState
 
@@ -46,7 +46,7 @@ STORIES = {
         PNodeSlow(pnode="p1", step=3, waited_s=2.0), PNodeLost(pnode="p1", step=3), StepAborted(step=3, reason="p1 lost"),
         Reallocated(placements=[PLACEMENT.model_copy(update={"pnode": "p2"})], edges=[], pnodes=["p2"],
                     bytes_across_per_step=0, reason="lost p1", moves={"embed": "p2"}),
-        RolledBack(to_step=2, from_step=3), step(2), step(3), checkpoint(4), checkpoint(6), CheckpointPruned(step=2),
+        RolledBack(to_step=2, from_step=3), step(2), UpdateRatios(step=2, ratios={"b0": 1e-3}), step(3), checkpoint(4), checkpoint(6), CheckpointPruned(step=2),
         LossScaleChanged(step=4, old=65536.0, new=32768.0, reason="overflow"), StepSkipped(step=5, reason="overflow"),
         ValidationRequested(), ValidationCompleted(step=5, loss=2.5, perplexity=12.2, tokens=640),
         StopRequested(), SessionStopped(step=6),
