@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 import httpx
-import nats
 from playwright.async_api import async_playwright
 
 from computeall.cli.nats_server import EmbeddedNats
+from computeall.protocol import bus
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.eventlog import ensure_streams
 from computeall.protocol.events import EventEnvelope, SessionCreated, SessionStarted, StepCompleted
@@ -51,13 +51,13 @@ def step_event(i: int) -> EventEnvelope:
         step=i, loss=loss, tokens=4096, step_time_s=0.05 + (i % 13) * 1e-3, lr=1e-3, loss_scale=1.0))
 
 
-async def publish_history(url: str) -> int:
+async def publish_history(server: EmbeddedNats) -> int:
     """The session's creation and STEPS steps; returns the last stream sequence."""
     config = SessionConfig(network_yaml="name: bench\n", data=DataConfig(files=["a"]), steps=10 * STEPS)
     envs = [EventEnvelope(session_id=SESSION, actor="orchestrator", payload=SessionCreated(config=config, owner="local")),
             EventEnvelope(session_id=SESSION, actor="orchestrator", payload=SessionStarted())]
     envs += [step_event(i) for i in range(STEPS)]
-    nc = await nats.connect(url)
+    nc = await bus.connect(server.credential("orchestrator"), name="bench-dashboard-history")
     try:
         js = nc.jetstream()
         s = Subjects()
@@ -69,9 +69,9 @@ async def publish_history(url: str) -> int:
         await nc.close()
 
 
-async def publish_live(url: str, first: int, rate: float, stop: asyncio.Event) -> int:
+async def publish_live(server: EmbeddedNats, first: int, rate: float, stop: asyncio.Event) -> int:
     """StepCompleted at `rate` per second from step `first` until `stop`; returns steps sent."""
-    nc = await nats.connect(url)
+    nc = await bus.connect(server.credential("orchestrator"), name="bench-dashboard-live")
     js, s, i = nc.jetstream(), Subjects(), first
     try:
         while not stop.is_set():
@@ -83,10 +83,11 @@ async def publish_live(url: str, first: int, rate: float, stop: asyncio.Event) -
     return i - first
 
 
-def start_monitor(nats_url: str, data_dir: Path) -> tuple[subprocess.Popen, str, str]:
+def start_monitor(server: EmbeddedNats, data_dir: Path) -> tuple[subprocess.Popen, str, str]:
     data_dir.mkdir(parents=True)
     monitor = subprocess.Popen(
-        [sys.executable, "-m", "computeall.monitor", "--nats", nats_url, "--data-dir", str(data_dir),
+        [sys.executable, "-m", "computeall.monitor", "--credential", str(server.credential_file("monitor")),
+         "--data-dir", str(data_dir),
          "--web-dir", str(REPO / "web" / "dist")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -127,7 +128,7 @@ async def time_to_chart(browser, url: str, key: str) -> float:
         await context.close()
 
 
-async def heap_under_live_updates(browser, url: str, key: str, nats_url: str, minutes: float, rate: float) -> dict:
+async def heap_under_live_updates(browser, url: str, key: str, server: EmbeddedNats, minutes: float, rate: float) -> dict:
     context = await browser.new_context(viewport={"width": 1400, "height": 1000})
     await context.add_init_script(f"localStorage.setItem('computeall.apiKey', {json.dumps(key)})")
     page = await context.new_page()
@@ -140,7 +141,7 @@ async def heap_under_live_updates(browser, url: str, key: str, nats_url: str, mi
         return (await cdp.send("Runtime.getHeapUsage"))["usedSize"] / 2**20
 
     stop = asyncio.Event()
-    publisher = asyncio.create_task(publish_live(nats_url, STEPS, rate, stop))
+    publisher = asyncio.create_task(publish_live(server, STEPS, rate, stop))
     samples = [(0.0, round(await heap(), 2))]
     start = time.monotonic()
     while (elapsed := time.monotonic() - start) < minutes * 60:
@@ -169,9 +170,9 @@ async def run(args) -> dict:
         raise SystemExit("the dashboard is not built: make web")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "nats") as server:
         t = time.perf_counter()
-        last = await publish_history(server.url)
+        last = await publish_history(server)
         print(f"published {STEPS:,} steps in {time.perf_counter() - t:.1f} s")
-        monitor, url, key = start_monitor(server.url, Path(tmp) / "monitor")
+        monitor, url, key = start_monitor(server, Path(tmp) / "monitor")
         try:
             t = time.perf_counter()
             wait_caught_up(url, key, last)
@@ -184,7 +185,7 @@ async def run(args) -> dict:
                 print(f"time to chart ({STEPS:,} steps): median {median:.3f} s, max {max(timings):.3f} s "
                       f"(target {TARGET_S} s: x{TARGET_S / median:.1f} headroom)")
                 print(f"heap under live updates, {args.minutes} min at {args.rate} steps/s:")
-                heap = await heap_under_live_updates(browser, url, key, server.url, args.minutes, args.rate)
+                heap = await heap_under_live_updates(browser, url, key, server, args.minutes, args.rate)
                 await browser.close()
         finally:
             monitor.terminate()

@@ -28,10 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import nats
+import nats.errors
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from computeall.cli.nats_server import EmbeddedNats
+from computeall.protocol import bus
 from computeall.dataset import builder, tokenizer as bpe
 from computeall.dataset.sources import Reader
 from computeall.protocol import dataset_client as client
@@ -112,8 +113,8 @@ def bench_train(corpus: Path, vocab: int, repeats: int) -> dict:
     }
 
 
-async def _batch_latencies(url: str, corpus: Path, requests: int) -> list[float]:
-    nc = await nats.connect(url)
+async def _batch_latencies(server: EmbeddedNats, corpus: Path, requests: int) -> list[float]:
+    nc = await bus.connect(server.credential("user"), name="bench-dataset")
     subjects = Subjects("ca")
     try:
         await client.create_dataset(nc, subjects, CreateDataset(name="bench", files=[str(corpus)], vocab_size=4096), timeout=600)
@@ -132,14 +133,15 @@ async def _batch_latencies(url: str, corpus: Path, requests: int) -> list[float]
 def bench_batches(corpus: Path, requests: int, folder: Path) -> dict:
     with EmbeddedNats(folder / "nats") as server:
         service = subprocess.Popen(
-            [sys.executable, "-m", "computeall.dataset", "--nats", server.url, "--data-dir", str(folder / "data")],
+            [sys.executable, "-m", "computeall.dataset", "--credential", str(server.credential_file("dataset")),
+             "--data-dir", str(folder / "data")],
             stderr=open(folder / "service.log", "wb"),
         )
         try:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    latencies = asyncio.run(_batch_latencies(server.url, corpus, requests))
+                    latencies = asyncio.run(_batch_latencies(server, corpus, requests))
                     break
                 except nats.errors.NoRespondersError:
                     if time.monotonic() > deadline:

@@ -13,10 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import nats
 import torch
 
 from computeall.cli.nats_server import EmbeddedNats
+from computeall.protocol import bus
 from computeall.network import Graph, load_network_file
 from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.eventlog import EventLog, ensure_streams
@@ -87,7 +87,7 @@ async def checkpoint(js) -> dict:
 async def main(args: argparse.Namespace) -> list[dict]:
     n = 2000 if args.quick else 20000
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp)) as server:
-        nc = await nats.connect(server.url)
+        nc = await bus.connect(server.credential("orchestrator"), name="bench-event-log")  # it appends session events
         js = nc.jetstream()
         subjects = Subjects("ca")
         await ensure_streams(js, subjects)

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import httpx
-import nats
 
 from computeall.cli.nats_server import EmbeddedNats
+from computeall.protocol import bus
 from computeall.monitor import store
 from computeall.monitor.db import Database
 from computeall.monitor.ingest import Ingestor
@@ -52,8 +52,8 @@ def events(n: int) -> list[EventEnvelope]:
     return out
 
 
-async def publish(url: str, envs: list[EventEnvelope]) -> tuple[int, list[Message]]:
-    nc = await nats.connect(url)
+async def publish(server: EmbeddedNats, envs: list[EventEnvelope]) -> tuple[int, list[Message]]:
+    nc = await bus.connect(server.credential("orchestrator"), name="bench-monitor-publish")
     s = Subjects()
     js = nc.jetstream()
     await ensure_streams(js, s)
@@ -69,8 +69,8 @@ async def publish(url: str, envs: list[EventEnvelope]) -> tuple[int, list[Messag
     return messages[-1].seq, messages
 
 
-async def ingest(url: str, db: Database, last: int) -> float:
-    nc = await nats.connect(url)
+async def ingest(server: EmbeddedNats, db: Database, last: int) -> float:
+    nc = await bus.connect(server.credential("monitor"), name="bench-monitor-ingest")
     ingestor = Ingestor(db, nc, nc.jetstream(), Subjects(), PubSub())
     start = time.perf_counter()
     await ingestor.start()
@@ -101,9 +101,10 @@ def extend_session(db: Database, first: int) -> None:
     db.transaction(lambda con: db.insert(con, "steps", STEP_COLUMNS, rows))
 
 
-def query_latency(url: str, data_dir: Path, n: int) -> list[float]:
+def query_latency(server: EmbeddedNats, data_dir: Path, n: int) -> list[float]:
     monitor = subprocess.Popen(
-        [sys.executable, "-m", "computeall.monitor", "--nats", url, "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "computeall.monitor", "--credential", str(server.credential_file("monitor")),
+         "--data-dir", str(data_dir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -142,17 +143,17 @@ def main() -> int:
         root = Path(tmp)
         envs = events(n_events)
         t = time.perf_counter()
-        last, messages = asyncio.run(publish(server.url, envs))
+        last, messages = asyncio.run(publish(server, envs))
         print(f"published {len(envs)} events in {time.perf_counter() - t:.1f}s")
 
         data_dir = root / "data"
         data_dir.mkdir()
         db = Database(data_dir / "monitor.duckdb")
-        ingest_s = asyncio.run(ingest(server.url, db, last))
+        ingest_s = asyncio.run(ingest(server, db, last))
         extend_session(db, n_events - 1)
         db.close()
         anchor_s = bulk_anchor(root / "anchor.duckdb", messages)
-        timings = query_latency(server.url, data_dir, n_queries)
+        timings = query_latency(server, data_dir, n_queries)
 
     rate, anchor_rate = n_events / ingest_s, n_events / anchor_s
     p50 = statistics.median(timings)

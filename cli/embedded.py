@@ -8,8 +8,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
+from nats.js.errors import NotFoundError
+
+from computeall.protocol.subjects import LOG_STREAM
+
 from .client import Client, connect
 from .nats_server import EmbeddedNats
+from .security.deployment import Security
 from .supervisor import Supervisor, default_services
 
 
@@ -17,16 +22,33 @@ from .supervisor import Supervisor, default_services
 async def running_cluster(
     directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None
 ) -> AsyncIterator[tuple[Client, Supervisor]]:
-    """Everything started, a client connected; stopped in order (and NATS last) on the way out.
-    `processes_on_machine`: the PNodes take the thread count of that many PNodes on this machine."""
-    server = EmbeddedNats(directory / "nats").start()
-    supervisor = Supervisor(directory, server.url, server.process.pid)
+    """Everything started, a client connected as the local user once the services have set up the
+    event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: the PNodes
+    take the thread count of that many PNodes on this machine (default: as many as start here)."""
+    server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
+    supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
     supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
     watcher = asyncio.create_task(supervisor.watch())
     try:
-        async with connect(server.url) as client:
+        async with connect(server.credential("user")) as client:
+            await wait_for_event_log(client)
+            supervisor.announce()
             yield client, supervisor
     finally:
         watcher.cancel()
         supervisor.stop()
         server.stop()
+
+
+async def wait_for_event_log(client: Client, timeout_s: float = 60.0) -> None:
+    """Until a service has created the event log's stream (only services set up streams)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            await client.js.stream_info(LOG_STREAM)
+            return
+        except NotFoundError:
+            if loop.time() > deadline:
+                raise TimeoutError(f"no service created the {LOG_STREAM} stream within {timeout_s:.0f}s; see the logs") from None
+            await asyncio.sleep(0.1)

@@ -10,6 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from computeall.protocol.credentials import Credential, Role
+
+from .security.deployment import LOCAL_USER, OPERATOR, Security
+
 
 # 8 MiB: a micro-batch's activations travel in a few chunks (docker-compose.yml sets the same)
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -46,14 +50,31 @@ def url_reachable(url: str) -> bool:
     return port_open(host or "127.0.0.1", int(port or 4222))
 
 
-class EmbeddedNats:
-    """Starts nats-server with JetStream on a free (or given) port and a data directory."""
+# the name of a role's identity when one of its kind is enough (one operator, one local user, ...)
+DEFAULT_NAMES: dict[str, str] = {"admin": OPERATOR, "user": LOCAL_USER}
 
-    def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None) -> None:
+
+class EmbeddedNats:
+    """Starts nats-server with JetStream on a free (or given) port and a data directory; its
+    `security` (by default `<store dir>/security`) says who may connect."""
+
+    def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None,
+                 security: Security | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.port = port or free_port()
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats.log"
+        self.security = security or Security(self.store_dir / "security")
         self.process: subprocess.Popen | None = None
+
+    def credential(self, role: Role, name: str | None = None) -> Credential:
+        """A local identity's credential for this server (created on first use)."""
+        return self.security.issue(role, name or DEFAULT_NAMES.get(role, role), [self.url])
+
+    def credential_file(self, role: Role, name: str | None = None) -> Path:
+        """The file of that credential, for `--credential` of a process this server's owner starts."""
+        name = name or DEFAULT_NAMES.get(role, role)
+        self.credential(role, name)
+        return self.security.credential_path(role, name)
 
     @property
     def url(self) -> str:
@@ -69,6 +90,8 @@ class EmbeddedNats:
 
     def start(self, timeout: float = 10.0) -> "EmbeddedNats":
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        for role in ("admin", "user"):  # the operator and the local user can always connect
+            self.credential(role)
         log = open(self.log_file, "ab")
         self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout

@@ -23,7 +23,7 @@ from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.wire import digest
 
 from .client import Client, connect
-from .cluster_file import resolve_nats_url
+from .identity import add_credential_argument, user_credential
 from .errors import UserError
 from .session_view import session_events
 
@@ -55,10 +55,11 @@ def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats", default=None, help="NATS URL (default: NATS_URL, else the running cluster's)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--prefix", default=None)
+    add_credential_argument(p)
 
 
 async def checkpoint_from_args(args: argparse.Namespace) -> SessionCheckpoint:
-    async with connect(resolve_nats_url(args.nats, args.data_dir), args.prefix) as client:
+    async with connect(user_credential(args), args.prefix) as client:
         return await read_session_checkpoint(client, args.session_id, args.step)
 
 

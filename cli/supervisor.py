@@ -17,7 +17,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from computeall.protocol.credentials import Role
+
 from .cluster_file import ClusterInfo, ServiceStatus, write
+from .security.deployment import Security
 
 log = logging.getLogger("computeall.supervisor")
 
@@ -83,22 +86,23 @@ class _Running:
 
 
 class Supervisor:
-    def __init__(self, data_dir: Path, nats_url: str, nats_pid: int | None = None) -> None:
+    def __init__(self, data_dir: Path, nats_url: str, nats_pid: int | None = None, security: Security | None = None) -> None:
         self.data_dir = data_dir
         self.nats_url = nats_url
         self.nats_pid = nats_pid
+        self.security = security  # issues each service its own credential; None: connect anonymously
         self.logs = data_dir / "logs"
         self.services: dict[str, _Running] = {}
         self.monitor_url: str | None = None
         self.default_user: str | None = None
         self._stopping = False
+        self._announced = False  # cluster.json is written once clients can use the system
 
     def start(self, specs: list[ServiceSpec]) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         for spec in specs:
             self.services[spec.name] = _Running(spec)
             self._spawn(self.services[spec.name])
-        self.write_cluster_file()
 
     def _spawn(self, running: _Running) -> None:
         spec = running.spec
@@ -106,10 +110,17 @@ class Supervisor:
         logfile = open(self.logs / f"{spec.name}.log", "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         running.process = subprocess.Popen(
-            spec.argv(self.nats_url, self.data_dir), stdout=logfile, stderr=subprocess.STDOUT,
+            spec.argv(self.nats_url, self.data_dir) + self.credential_args(spec.kind, spec.name), stdout=logfile, stderr=subprocess.STDOUT,
             env=env, start_new_session=True,
         )
         running.state = "running"
+
+    def credential_args(self, role: Role, name: str) -> list[str]:
+        """`--credential FILE` for a process of this machine: its own identity, issued on first use."""
+        if self.security is None:
+            return []
+        self.security.issue(role, name, [self.nats_url])
+        return ["--credential", str(self.security.credential_path(role, name))]
 
     async def watch(self, interval_s: float = 0.5) -> None:
         """Restart services that die (with a growing back-off) until `stop` is called."""
@@ -172,7 +183,14 @@ class Supervisor:
             out.append(ServiceStatus(name=running.spec.name, kind=running.spec.kind, pid=pid, state=running.state))
         return out
 
+    def announce(self) -> None:
+        """The services have set up the bus: tell clients where it is (`cluster.json`)."""
+        self._announced = True
+        self.write_cluster_file()
+
     def write_cluster_file(self) -> None:
+        if not self._announced:
+            return
         write(
             self.data_dir,
             ClusterInfo(nats=self.nats_url, monitor=self.monitor_url, services=self.statuses(), default_user=self.default_user),

@@ -4,33 +4,25 @@
     python tools/protocol_doc.py --check    # exit 1 when the committed page is stale
 
 The prose lives in tools/protocol_doc_template.md; every `{{name}}` line there is replaced by
-one generated block from BLOCKS below. Each model becomes a section with its docstring, a
-field table (name, type, default, description) and one example that is validated by the model
-itself, so the page cannot show a message the system would refuse. Field descriptions are the
-`Field(description=...)` or, failing that, the comment at the end of the field's line. Order is
-the order of the unions and lists here: the same code always writes the same bytes.
+one generated block from `blocks` below. Each model becomes a section (tools/model_doc.py) with
+its docstring, a field table and one example validated by the model itself, its required values
+taken from EXAMPLES. Order is the order of the unions and lists here: the same code always
+writes the same bytes.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import inspect
-import io
-import json
 import re
 import sys
-import tokenize
-import types
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
+from pydantic import BaseModel
+
+from model_doc import Page, link, members, model_section
 
 from computeall.protocol import dataset_api, monitor_api, pnode_api, telemetry, wire
 from computeall.protocol.commands import Command, PauseSession
@@ -42,15 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = Path(__file__).with_name("protocol_doc_template.md")
 OUTPUT = REPO / "docs" / "protocol.md"
 REGENERATE = "python tools/protocol_doc.py"
-
-
-def members(union) -> list[type[BaseModel]]:
-    """The models of a (possibly Annotated, possibly nested) discriminated union, in declared order."""
-    if typing.get_origin(union) is typing.Annotated:
-        union = typing.get_args(union)[0]
-    if isinstance(union, type) and issubclass(union, BaseModel):
-        return [union]
-    return [m for arg in typing.get_args(union) for m in members(arg)]
 
 
 # -- subjects -------------------------------------------------------------------------------
@@ -155,7 +138,7 @@ def subjects_block() -> str:
     lines = ["| subject | kind | stream | messages | what |", "|---|---|---|---|---|"]
     for row in SUBJECTS:
         subject = _build(subjects, row.builder, row.args)
-        messages = ", ".join(_link(m) for m in row.messages) or "—"
+        messages = ", ".join(link(m) for m in row.messages) or "—"
         lines.append(f"| `{_shown(subject)}` | {row.kind} | {_stream(subjects, subject)} | {messages} | {row.what} |")
     lines += ["", "Subscription filters and stream subjects (`Subjects` in `libs/protocol/subjects.py`):", "",
               "| builder | subjects | what |", "|---|---|---|"]
@@ -196,196 +179,11 @@ EXAMPLES: dict[str, object] = {
 }
 
 
-def _doc(model: type) -> str:
-    return inspect.cleandoc(model.__dict__.get("__doc__") or "")
-
-
-TOOL_COMMENT = re.compile(r"#\s*(type:|noqa|pragma)")  # for linters, not for readers
-
-
-@cache
-def _line_comments(model: type) -> dict[str, str]:
-    """`field: type = ...  # why` in a class body -> {field: why}."""
-    try:
-        source = inspect.getsource(model)
-    except (OSError, TypeError):
-        return {}
-    source = inspect.cleandoc("\n" + source) if source[:1].isspace() else source
-    comments = {t.start[0]: t.string.lstrip("# ").strip()
-                for t in tokenize.generate_tokens(io.StringIO(source).readline)
-                if t.type == tokenize.COMMENT and not TOOL_COMMENT.match(t.string)}
-    body = ast.parse(source).body[0].body
-    return {node.target.id: comments[node.lineno] for node in body
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.lineno in comments}
-
-
-def _description(model: type[BaseModel], name: str, field: FieldInfo) -> str:
-    if field.description:
-        return field.description
-    for cls in model.__mro__:  # an inherited field keeps its comment
-        if name in _line_comments(cls):
-            return _line_comments(cls)[name]
-    return ""
-
-
-def _anchor(model: type) -> str:
-    return model.__name__.lower()
-
-
-def _link(model: type) -> str:
-    return f"[`{model.__name__}`](#{_anchor(model)})"
-
-
-def _type(annotation) -> str:
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is type(None):
-        return "null"
-    if origin is typing.Literal:
-        return " \\| ".join(json.dumps(a) for a in args)
-    if origin in (typing.Union, types.UnionType):
-        return " \\| ".join(_type(a) for a in args)
-    if origin is typing.Annotated:
-        return _type(args[0])
-    if origin in (list, tuple, dict):
-        inner = ", ".join(_type(a) for a in args)
-        return f"{origin.__name__}[{inner}]" if inner else origin.__name__
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return _link(annotation)
-    if isinstance(annotation, typing.TypeVar):
-        return "a command or an event"  # the envelope's payload
-    return getattr(annotation, "__name__", str(annotation))
-
-
-_CONSTRAINTS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "min length", "max_length": "max length",
-                "pattern": "pattern"}
-
-
-def _constraints(field: FieldInfo) -> str:
-    found = []
-    for item in field.metadata:
-        for attr, shown in _CONSTRAINTS.items():
-            value = getattr(item, attr, None)
-            if value is not None:
-                found.append(f"{shown} `{value}`" if attr == "pattern" else f"{shown} {value}")
-    return ", ".join(found)
-
-
-def _default(field: FieldInfo) -> str:
-    if field.is_required():
-        return "required"
-    if field.default_factory is not None:
-        factory = field.default_factory
-        if not (factory in (list, dict) or (isinstance(factory, type) and issubclass(factory, BaseModel))):
-            return f"`{factory.__name__}()`, new per message"  # an id, a timestamp
-        value = factory()
-        if isinstance(value, BaseModel):
-            return f"`{type(value).__name__}()`"
-    else:
-        value = field.default
-    return f"`{json.dumps(value, default=str)}`"
-
-
-def _example_value(model: type[BaseModel], name: str, annotation):
-    for key in (f"{model.__name__}.{name}", name):
-        if key in EXAMPLES and _fits(EXAMPLES[key], annotation):  # `lr` is a float here, a schedule there
-            return EXAMPLES[key]
-    return _fallback(annotation)
-
-
-def _fits(value, annotation) -> bool:
-    try:
-        TypeAdapter(annotation).validate_python(value)
-    except ValidationError:
-        return False
-    return True
-
-
-def _fallback(annotation):
-    """A value of `annotation` for a required field the EXAMPLES table does not name."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is typing.Literal:
-        return args[0]
-    if origin in (typing.Union, types.UnionType):
-        return _fallback(next(a for a in args if a is not type(None)))
-    if origin in (list, tuple):
-        return [_fallback(a) for a in args] if origin is tuple else [_fallback(args[0])] if args else []
-    if origin is dict:
-        return {"key": _fallback(args[1])} if args else {}
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return example(annotation)
-    return {int: 0, float: 0.0, str: "text", bool: False}.get(annotation, None)
-
-
-def example(model: type[BaseModel]) -> dict:
-    """One message of `model`, as JSON: required fields from EXAMPLES, defaults elsewhere, validated by the model."""
-    values = {name: _example_value(model, name, field.annotation) for name, field in model.model_fields.items()
-              if field.is_required() or f"{model.__name__}.{name}" in EXAMPLES}
-    return model.model_validate(values).model_dump(mode="json")
-
-
-def model_section(model: type[BaseModel], shown_example: dict | None = None) -> str:
-    lines = [f"#### {model.__name__}", ""]
-    if _doc(model):
-        lines += [_doc(model), ""]
-    if model.model_fields:
-        lines += ["| field | type | default | description |", "|---|---|---|---|"]
-        for name, field in model.model_fields.items():
-            kind = _type(field.annotation)
-            limits = _constraints(field)
-            lines.append(f"| `{name}` | {kind}{', ' + limits if limits else ''} | {_default(field)} | "
-                         f"{_description(model, name, field)} |")
-        lines.append("")
-    lines += ["```json", json.dumps(shown_example or example(model)), "```"]
-    return "\n".join(lines)
-
-
-def _referenced(model: type[BaseModel]) -> list[type[BaseModel]]:
-    found: list[type[BaseModel]] = []
-
-    def walk(annotation) -> None:
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            found.append(annotation)
-        for arg in typing.get_args(annotation):
-            walk(arg)
-
-    for field in model.model_fields.values():
-        walk(field.annotation)
-    return found
-
-
-class Page:
-    """Renders each model once; a model met again (PNodeLost is a session and a PNode event) is linked."""
-
-    def __init__(self) -> None:
-        self.rendered: list[type[BaseModel]] = []
-
-    def models(self, models: list[type[BaseModel]]) -> str:
-        blocks = []
-        for model in models:
-            if model in self.rendered:
-                blocks.append(f"#### {model.__name__}\n\nThe same message as {_link(model)} above.")
-                continue
-            self.rendered.append(model)
-            blocks.append(model_section(model))
-        return "\n\n".join(blocks)
-
-    def types(self) -> str:
-        """Every model referenced from a field and not given its own section yet, in discovery order."""
-        queue, blocks = list(self.rendered), []
-        while queue:
-            for ref in _referenced(queue.pop(0)):
-                if ref not in self.rendered:
-                    self.rendered.append(ref)
-                    queue.append(ref)
-                    blocks.append(model_section(ref))
-        return "\n\n".join(blocks)
-
-
 def envelope_section() -> str:
     """The envelope's fields, with a whole `PauseSession` command as it is published."""
     pause = Envelope[Command](id="3f1c0a8e9b2d4c6f8a1b2c3d4e5f6a7b", ts=1796212800.0, actor="alice",
                               session_id="a1b2c3d4e5f6", payload=PauseSession())
-    return model_section(Envelope, pause.model_dump(mode="json"))
+    return model_section(Envelope, EXAMPLES, pause.model_dump(mode="json"))
 
 
 def heartbeat_timing() -> str:
@@ -418,7 +216,7 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
 
 def render(template: str | None = None) -> str:
     template = TEMPLATE.read_text() if template is None else template
-    generated = blocks(Page())
+    generated = blocks(Page(EXAMPLES))
     placeholders = re.findall(r"^\{\{(\w+)\}\}$", template, flags=re.M)
     if sorted(placeholders) != sorted(generated):
         raise SystemExit(f"{TEMPLATE.name} must have each of {{{{{'}}, {{'.join(generated)}}}}} once on its own line; "

@@ -12,10 +12,10 @@ from pydantic import ValidationError
 
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import CreateDataset, DatasetProgress, SampleRequest, SplitSpec, progress_subject
-from computeall.protocol.subjects import Subjects
 
-from ..cluster_file import resolve_nats_url
+from ..client import connect
 from ..errors import UserError
+from ..identity import add_credential_argument, user_credential
 
 
 def register(subparsers) -> None:
@@ -28,6 +28,7 @@ def register(subparsers) -> None:
         p.add_argument("--prefix", help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
         p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the service")
         p.add_argument("--json", action="store_true", help="print JSON")
+        add_credential_argument(p)
 
     create = sub.add_parser("create", help="train a tokenizer (or reuse one), tokenize, cut a validation split")
     create.add_argument("name")
@@ -65,31 +66,19 @@ def register(subparsers) -> None:
     sample.set_defaults(func=_sample)
 
 
-async def _connect(args):
-    import nats
-
-    url = resolve_nats_url(args.nats, args.data_dir)
-    try:
-        return await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2)
-    except Exception as exc:
-        raise UserError(f"cannot reach NATS at {url} ({exc}); start the cluster with `computeall up` or pass --nats URL") from None
-
-
 def _run(args, work) -> object:
     async def main():
         import nats.errors
 
-        nc = await _connect(args)
-        try:
-            return await work(nc, Subjects(args.prefix))
-        except client.DatasetError as exc:
-            raise UserError(str(exc)) from None
-        except nats.errors.NoRespondersError:
-            raise UserError("no dataset service is running; start one with `computeall up` (or `python -m computeall.dataset`)") from None
-        except (nats.errors.TimeoutError, asyncio.TimeoutError):
-            raise UserError(f"the dataset service did not answer within {args.timeout:g}s; raise --timeout or check its log") from None
-        finally:
-            await nc.close()
+        async with connect(user_credential(args), args.prefix) as bus:
+            try:
+                return await work(bus.nc, bus.subjects)
+            except client.DatasetError as exc:
+                raise UserError(str(exc)) from None
+            except nats.errors.NoRespondersError:
+                raise UserError("no dataset service is running; start one with `computeall up` (or `python -m computeall.dataset`)") from None
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                raise UserError(f"the dataset service did not answer within {args.timeout:g}s; raise --timeout or check its log") from None
 
     return asyncio.run(main())
 

@@ -13,7 +13,7 @@ from computeall.protocol.events import StepCompleted
 from computeall.protocol.session_state import fold
 
 from ..client import connect
-from ..cluster_file import resolve_nats_url
+from ..identity import add_credential_argument, user_credential
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..session_view import session_events
@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         v.add_argument("--nats", default=None)
         v.add_argument("--data-dir", default=None)
         v.add_argument("--prefix", default=None)
+        add_credential_argument(v)
         v.set_defaults(func=lambda a, f=func: asyncio.run(f(a)))
     verbs.add_parser("rebuild", help=REBUILD_HELP, load=_load_rebuild)
 
@@ -67,7 +68,7 @@ class _VerbParser(argparse.ArgumentParser):
 
 
 async def _events(args: argparse.Namespace):
-    async with connect(resolve_nats_url(args.nats, args.data_dir), args.prefix) as client:
+    async with connect(user_credential(args), args.prefix) as client:
         events = await session_events(client.eventlog, args.session_id)
     if not events:
         raise UserError(f"no session {args.session_id} in the log")
@@ -98,8 +99,7 @@ async def _export(args: argparse.Namespace) -> int:
 
 
 async def _verify(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
-    async with connect(url, args.prefix) as client:
+    async with connect(user_credential(args), args.prefix) as client:
         original_events = await session_events(client.eventlog, args.session_id)
         original = fold(args.session_id, original_events)
         if original.config is None:

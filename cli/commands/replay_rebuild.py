@@ -16,8 +16,11 @@ import duckdb
 
 from computeall.protocol import monitor_api as api
 
-from ..cluster_file import data_dir, resolve_nats_url
+from computeall.protocol.credentials import Credential, CredentialError
+
+from ..cluster_file import data_dir
 from ..errors import UserError
+from ..identity import add_credential_argument, admin_credential, deployment_security
 from .user import ask_monitor
 
 REBUILD_TIMEOUT_S = 3600.0
@@ -29,18 +32,21 @@ def register_rebuild(replay_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-dir", default=None, help="where monitor.duckdb lives (default: .computeall)")
     parser.add_argument("--prefix", default=None)
     parser.add_argument("--json", action="store_true")
+    add_credential_argument(parser)
+    parser.add_argument("--monitor-credential", default=None,
+                        help="the monitor's credential, for a rebuild with no monitor running (default: the data dir's)")
     parser.set_defaults(func=_rebuild)
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
+    operator = admin_credential(args)
     try:
-        reply = asyncio.run(ask_monitor(url, args.prefix, api.REBUILD, api.Rebuild(), timeout=REBUILD_TIMEOUT_S))
+        reply = asyncio.run(ask_monitor(operator, args.prefix, api.REBUILD, api.Rebuild(), timeout=REBUILD_TIMEOUT_S))
         where = "by the running monitor"
     except UserError as exc:
         if "no monitor is running" not in str(exc):
             raise
-        reply = _offline(url, data_dir(args.data_dir), args.prefix)
+        reply = _offline(_monitor_credential(args, operator), data_dir(args.data_dir), args.prefix)
         where = "offline"
     if args.json:
         print(json.dumps({"events": reply.events, "positions": reply.positions, "where": where}))
@@ -49,13 +55,26 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def _offline(url: str, directory: Path, prefix: str | None) -> api.MonitorReply:
+def _monitor_credential(args: argparse.Namespace, operator: Credential) -> Credential:
+    """Rebuilding offline is the monitor's work, done as the monitor's identity."""
+    try:
+        if args.monitor_credential:
+            return Credential.load(args.monitor_credential).at(args.nats)
+        monitor = deployment_security(args.data_dir).local("monitor", "monitor")
+    except CredentialError as exc:
+        raise UserError(str(exc)) from None
+    if monitor is None:  # a server without authorization: any identity reads the log
+        return Credential(role="monitor", name="monitor", servers=operator.servers)
+    return monitor.at(args.nats)
+
+
+def _offline(credential: Credential, directory: Path, prefix: str | None) -> api.MonitorReply:
     # imported here: only this path needs the monitor's code, the usual path is a NATS request
     from computeall.monitor.migrate import SchemaError
     from computeall.monitor.rebuild import rebuild_offline
 
     try:
-        return asyncio.run(rebuild_offline(url, directory, prefix))
+        return asyncio.run(rebuild_offline(credential, directory, prefix))
     except duckdb.IOException as exc:
         raise UserError(f"cannot open {directory / 'monitor.duckdb'}: {exc}") from None
     except SchemaError as exc:

@@ -32,12 +32,13 @@ from computeall.protocol.events import (
     StopRequested,
     ValidationRequested,
 )
+from computeall.protocol.credentials import Credential
 from computeall.protocol.monitor_api import AUTH, Auth
 from computeall.protocol.session_state import fold
 from computeall.protocol.subjects import LOG_STREAM
 
 from ..client import Client, connect
-from ..cluster_file import resolve_nats_url
+from ..identity import add_credential_argument, user_credential
 from ..errors import UserError
 from ..follow import start_session
 from ..session_view import find_session, report, session_events, session_ids, summary, visible
@@ -96,22 +97,23 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--prefix", default=None)
     p.add_argument("--api-key", default=None, help="act as this key's user (default: $COMPUTEALL_API_KEY, else local)")
+    add_credential_argument(p)
 
 
-async def _user(args: argparse.Namespace, url: str) -> str | None:
+async def _user(args: argparse.Namespace, credential: Credential) -> str | None:
     """The API key's user, or None for the local default user."""
     key = resolve_api_key(args.api_key)
     if not key:
         return None
-    return (await ask_monitor(url, args.prefix, AUTH, Auth(api_key=key))).user
+    return (await ask_monitor(credential, args.prefix, AUTH, Auth(api_key=key))).user
 
 
 async def _create(args: argparse.Namespace) -> int:
     config = session_config(args, min_pnodes=args.min_pnodes)
     config = config.model_copy(update={"checkpoint_every": args.checkpoint_every, "validate_every": args.validate_every})
-    url = resolve_nats_url(args.nats, args.data_dir)
-    actor = await _user(args, url) or "local"
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    actor = await _user(args, credential) or "local"
+    async with connect(credential, args.prefix) as client:
         sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start)
         await _await_effect(client, sid, command_id, (SessionCreated,), after_seq=0)
     print(json.dumps({"session_id": sid}) if args.json else f"session {sid} created")
@@ -119,9 +121,9 @@ async def _create(args: argparse.Namespace) -> int:
 
 
 async def _command(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
-    user = await _user(args, url)
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    user = await _user(args, credential)
+    async with connect(credential, args.prefix) as client:
         find_session(args.session_id, await session_events(client.eventlog, args.session_id), user)
         model, effects = EFFECTS[args.verb]
         extra = {"fuse_heads": args.fuse_heads} if getattr(args, "fuse_heads", None) is not None else {}
@@ -159,9 +161,9 @@ async def _await_effect(
 
 
 async def _list(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
-    user = await _user(args, url)
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    user = await _user(args, credential)
+    async with connect(credential, args.prefix) as client:
         rows = []
         for sid in await session_ids(client.eventlog):
             state = fold(sid, await session_events(client.eventlog, sid))
@@ -177,9 +179,9 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    url = resolve_nats_url(args.nats, args.data_dir)
-    user = await _user(args, url)
-    async with connect(url, args.prefix) as client:
+    credential = user_credential(args)
+    user = await _user(args, credential)
+    async with connect(credential, args.prefix) as client:
         events = await session_events(client.eventlog, args.session_id)
     data = report(find_session(args.session_id, events, user), events)
     if args.json:

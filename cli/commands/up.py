@@ -15,11 +15,15 @@ import nats.errors
 
 from computeall.protocol.monitor_api import DEFAULT_KEY, DefaultKey, MonitorReply, monitor_subject
 
+from computeall.protocol.credentials import Credential
+
 from ..client import Client, connect
 from ..cluster_file import data_dir, read
+from ..embedded import wait_for_event_log
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..nats_server import EmbeddedNats, env_url, url_reachable
+from ..security.deployment import LOCAL_USER, Security
 from ..supervisor import Supervisor, default_services, pid_alive
 from .run import add_training_args, session_config
 
@@ -49,10 +53,14 @@ async def up(args: argparse.Namespace) -> int:
     url = args.nats or env_url()
     if url and not url_reachable(url):
         raise UserError(f"NATS at {url} is not reachable; leave out --nats/NATS_URL to start one here")
-    if not url:
-        nats_server = EmbeddedNats(directory / "nats").start()
+    if url:  # someone else's server: its own configuration says who may connect
+        supervisor = Supervisor(directory, url)
+        local_user = Credential(role="user", name=LOCAL_USER, servers=[url])
+    else:
+        nats_server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
         url = nats_server.url
-    supervisor = Supervisor(directory, url, nats_server.process.pid if nats_server else None)
+        supervisor = Supervisor(directory, url, nats_server.process.pid, nats_server.security)
+        local_user = nats_server.credential("user")
     supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port))
 
     stop = asyncio.Event()
@@ -61,7 +69,9 @@ async def up(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     watcher = asyncio.create_task(supervisor.watch())
     try:
-        async with connect(url) as client:
+        async with connect(local_user) as client:
+            await wait_for_event_log(client)
+            supervisor.announce()
             key = await _default_key(client, stop)
             await _wait_for_monitor(supervisor, stop)
             print(f"computeall is up ({args.pnodes} PNodes); Ctrl-C stops it")

@@ -11,15 +11,15 @@ import asyncio
 import json
 import os
 
-import nats
 import nats.errors
 from pydantic import BaseModel
 
 from computeall.protocol import monitor_api as api
-from computeall.protocol.subjects import Subjects
+from computeall.protocol.credentials import Credential
 
-from ..cluster_file import resolve_nats_url
+from ..client import connect
 from ..errors import UserError
+from ..identity import add_credential_argument, admin_credential, user_credential
 
 API_KEY_ENV = "COMPUTEALL_API_KEY"
 
@@ -44,22 +44,18 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nats", default=None, help="NATS URL (default: $NATS_URL or the running cluster)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
+    add_credential_argument(parser)
 
 
-async def ask_monitor(nats_url: str, prefix: str | None, verb: str, request: BaseModel, timeout: float = 10.0) -> api.MonitorReply:
-    """One request to the monitor; a missing monitor or a refusal is a `UserError`."""
-    try:
-        nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=1)
-    except (nats.errors.NoServersError, OSError) as exc:
-        raise UserError(f"cannot reach NATS at {nats_url}: {exc}; is `computeall up` running?") from None
-    try:
-        msg = await nc.request(api.monitor_subject(Subjects(prefix), verb), request.model_dump_json().encode(), timeout=timeout)
-    except nats.errors.NoRespondersError:
-        raise UserError("no monitor is running on this NATS server: start one with `computeall up`") from None
-    except nats.errors.TimeoutError:
-        raise UserError(f"the monitor did not answer within {timeout:.0f}s") from None
-    finally:
-        await nc.close()
+async def ask_monitor(credential: Credential, prefix: str | None, verb: str, request: BaseModel, timeout: float = 10.0) -> api.MonitorReply:
+    """One request to the monitor as `credential`; a missing monitor or a refusal is a `UserError`."""
+    async with connect(credential, prefix) as client:
+        try:
+            msg = await client.nc.request(api.monitor_subject(client.subjects, verb), request.model_dump_json().encode(), timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise UserError("no monitor is running on this NATS server: start one with `computeall up`") from None
+        except nats.errors.TimeoutError:
+            raise UserError(f"the monitor did not answer within {timeout:.0f}s") from None
     reply = api.MonitorReply.model_validate_json(msg.data)
     if not reply.ok:
         raise UserError(reply.error or "the monitor refused the request")
@@ -76,7 +72,7 @@ def _create(args: argparse.Namespace) -> int:
         request = api.UserCreate(name=args.name)
     except ValueError:
         raise UserError(f"user name {args.name!r} may only contain letters, digits and _ . @ - (at most 64)") from None
-    reply = asyncio.run(ask_monitor(resolve_nats_url(args.nats, args.data_dir), args.prefix, api.USER_CREATE, request))
+    reply = asyncio.run(ask_monitor(admin_credential(args), args.prefix, api.USER_CREATE, request))
     if args.json:
         print(json.dumps({"user": reply.user, "api_key": reply.api_key}))
     else:
@@ -89,6 +85,6 @@ def _whoami(args: argparse.Namespace) -> int:
     key = resolve_api_key(args.api_key)
     if not key:
         raise UserError(f"no API key: pass --api-key KEY or set ${API_KEY_ENV}")
-    reply = asyncio.run(ask_monitor(resolve_nats_url(args.nats, args.data_dir), args.prefix, api.AUTH, api.Auth(api_key=key)))
+    reply = asyncio.run(ask_monitor(user_credential(args), args.prefix, api.AUTH, api.Auth(api_key=key)))
     print(json.dumps({"user": reply.user}) if args.json else reply.user)
     return 0

@@ -1,4 +1,4 @@
-"""`python -m computeall.dataset --nats URL --data-dir DIR [--prefix ca]`: run one dataset service."""
+"""`python -m computeall.dataset --nats URL [--credential FILE] --data-dir DIR [--prefix ca]`: run one dataset service."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-import nats
-
+from computeall.protocol.bus import BusConnectError, add_bus_arguments, connect, credential_from_args
+from computeall.protocol.credentials import CredentialError
 from computeall.protocol.eventlog import ensure_streams
 from computeall.protocol.subjects import Subjects
 
@@ -25,7 +25,7 @@ _OBJECT_CHUNK_BYTES = 512 << 10
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m computeall.dataset", description=__doc__)
-    parser.add_argument("--nats", required=True, help="NATS URL, e.g. nats://127.0.0.1:4222")
+    add_bus_arguments(parser)
     parser.add_argument("--data-dir", required=True, type=Path, help="where datasets are kept (datasets/<name>/)")
     parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
     parser.add_argument("--bucket", default=None, help="Object Store bucket for shards (default: <prefix>-datasets)")
@@ -35,7 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> None:
     subjects = Subjects(args.prefix)
-    nc = await nats.connect(args.nats, name="computeall-dataset", max_reconnect_attempts=-1)
+    credential = credential_from_args(args, "dataset", "dataset")
+    nc = await connect(credential, name="computeall-dataset", max_reconnect_attempts=-1)
     js = nc.jetstream()
     await ensure_streams(js, subjects)
     store = DatasetStore(args.data_dir, js, args.bucket or f"{subjects.prefix}-datasets", min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         asyncio.run(serve(args))
-    except (OSError, nats.errors.NoServersError) as exc:
-        log.error("cannot reach NATS at %s: %s", args.nats, exc)
+    except (BusConnectError, CredentialError) as exc:
+        log.error("%s", exc)
         return 1
     return 0
 

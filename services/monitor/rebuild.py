@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nats
 from nats.js.errors import NotFoundError
 
+from computeall.protocol import bus
+from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ensure_streams
 from computeall.protocol.monitor_api import MonitorReply
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
@@ -41,9 +42,10 @@ async def rebuild(db: Database, ingestor: Ingestor) -> MonitorReply:
     return MonitorReply(events=stats["events"], positions=stats["positions"])
 
 
-async def rebuild_offline(nats_url: str, data_dir: Path, prefix: str | None = None) -> MonitorReply:
-    """Rebuild `DATA_DIR/monitor.duckdb` without a running monitor (it must not be running)."""
-    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
+async def rebuild_offline(credential: Credential, data_dir: Path, prefix: str | None = None) -> MonitorReply:
+    """Rebuild `DATA_DIR/monitor.duckdb` without a running monitor (it must not be running), as
+    the monitor's identity `credential`."""
+    nc = await bus.connect(credential, name="computeall-rebuild", connect_timeout=5, max_reconnect_attempts=3)
     try:
         js = nc.jetstream()
         subjects = Subjects(prefix)

@@ -13,10 +13,10 @@ import signal
 import socket
 import time
 
-import nats
 import uvicorn
 from nats.aio.client import Client as NATS
 
+from computeall.protocol import bus
 from computeall.protocol import monitor_api as api
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.subjects import Subjects
@@ -54,7 +54,7 @@ class Monitor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        nc: NATS = await nats.connect(s.nats, name="computeall-monitor", max_reconnect_attempts=-1)
+        nc: NATS = await bus.connect(s.bus_credential(), name="computeall-monitor", max_reconnect_attempts=-1)
         db = Database(s.db_path)
         try:
             js = nc.jetstream()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from computeall.protocol.bus import add_bus_arguments, process_credential
+from computeall.protocol.credentials import Credential
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S
 
 # the built dashboard, when this is a source checkout (services/monitor -> repo root)
@@ -14,7 +16,8 @@ DEFAULT_WEB_DIR = Path(__file__).resolve().parents[2] / "web" / "dist"
 
 
 class MonitorSettings(BaseModel):
-    nats: str
+    nats: str | None = None
+    credential: str | None = None
     data_dir: Path
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)
@@ -25,6 +28,9 @@ class MonitorSettings(BaseModel):
     telemetry_bucket_s: float = Field(60.0, gt=0, description="older telemetry is folded into buckets this wide")
     telemetry_keep_s: float = Field(30 * 86400.0, gt=0, description="folded telemetry older than this is dropped")
     retention_every_s: float = Field(60.0, gt=0)
+
+    def bus_credential(self) -> Credential:
+        return process_credential(self.credential, self.nats, "monitor", "monitor")
 
     @property
     def db_path(self) -> Path:
@@ -37,7 +43,7 @@ class MonitorSettings(BaseModel):
 
 def parse_args(argv: list[str] | None = None) -> MonitorSettings:
     parser = argparse.ArgumentParser(prog="python -m computeall.monitor", description="computeall monitor")
-    parser.add_argument("--nats", required=True, help="NATS URL, e.g. nats://127.0.0.1:4222")
+    add_bus_arguments(parser)
     parser.add_argument("--data-dir", required=True, type=Path, help="holds monitor.duckdb and monitor.json")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (see monitor.json)")

@@ -1,13 +1,14 @@
-"""`python -m computeall.orchestrator --nats URL`."""
+"""`python -m computeall.orchestrator --nats URL [--credential FILE]`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-import os
 import signal
 
+from computeall.protocol.bus import add_bus_arguments, credential_from_args
+from computeall.protocol.credentials import CredentialError
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S
 
@@ -16,13 +17,17 @@ from .service import Orchestrator
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="computeall-orchestrator")
-    p.add_argument("--nats", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    add_bus_arguments(p)
     p.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, help="seconds of silence before a PNode is lost")
     p.add_argument("--prefix", default=None)
     p.add_argument("--data-dir", default=None, help="unused: the orchestrator's state is the event log")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    orchestrator = Orchestrator(args.nats, Subjects(args.prefix), args.heartbeat_timeout)
+    try:
+        credential = credential_from_args(args, "orchestrator", "orchestrator")
+    except CredentialError as exc:
+        raise SystemExit(f"computeall orchestrator: {exc}") from None
+    orchestrator = Orchestrator(credential, Subjects(args.prefix), args.heartbeat_timeout)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

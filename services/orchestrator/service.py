@@ -17,12 +17,12 @@ import socket
 import time
 import uuid
 
-import nats
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
 from computeall.network import NetworkError, load_network
+from computeall.protocol import bus
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
@@ -32,6 +32,7 @@ from computeall.protocol.commands import (
     StopSession,
     ValidateSession,
 )
+from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
 from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
 from computeall.protocol.session_state import Rejected, SessionLog, SessionState
@@ -60,8 +61,8 @@ DECIDE = {
 
 
 class Orchestrator:
-    def __init__(self, nats_url: str, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
-        self.nats_url = nats_url
+    def __init__(self, credential: Credential, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
+        self.credential = credential
         self.subjects = subjects
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}".replace(".", "-")
@@ -72,7 +73,7 @@ class Orchestrator:
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
-        self.nc = await nats.connect(self.nats_url, name=f"orchestrator-{self.id}", max_reconnect_attempts=-1)
+        self.nc = await bus.connect(self.credential, name=f"orchestrator-{self.id}", max_reconnect_attempts=-1)
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects)
         self.eventlog = EventLog(self.js, self.subjects)
@@ -91,7 +92,7 @@ class Orchestrator:
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL, ack_wait=60.0),
         )
         tasks = [asyncio.create_task(t) for t in (self._heartbeat(), self._adopt_orphans(), self._watch_pnodes())]
-        log.info("orchestrator %s ready on %s", self.id, self.nats_url)
+        log.info("orchestrator %s ready on %s", self.id, ", ".join(self.credential.servers))
         while not self._stop.is_set():
             try:
                 msgs = await commands.fetch(10, timeout=1.0)

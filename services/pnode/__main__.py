@@ -12,6 +12,8 @@ import socket
 
 import psutil
 
+from computeall.protocol.bus import process_credential
+from computeall.protocol.credentials import Credential, CredentialError
 from computeall.protocol.sizes import parse_size
 from computeall.protocol.subjects import Subjects, check_token
 from computeall.tensorcore.backend import select_device, set_cpu_threads
@@ -26,14 +28,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def pnode_credential(args: argparse.Namespace) -> Credential:
+    """The PNode's identity: its credential's name (a `--name` must agree), else `--name`/host-pid."""
+    try:
+        default = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
+        credential = process_credential(args.credential, args.nats or "nats://127.0.0.1:4222", "pnode", default)
+    except (CredentialError, ValueError) as exc:
+        raise SystemExit(f"computeall pnode: {exc}") from None
+    if args.name and args.name != credential.name:
+        raise SystemExit(f"computeall pnode: the credential is PNode {credential.name!r}'s; leave out --name {args.name}")
+    return credential
+
+
 def run(args: argparse.Namespace) -> None:
     faulthandler.enable()  # a crash in native code leaves its Python stack in the log
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    name = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
+    credential = pnode_credential(args)
     share = max(1, args.processes_on_machine)
     memory = parse_size(args.memory) if args.memory else psutil.virtual_memory().total // share
     set_cpu_threads(share)
-    node = PNode(args.nats or "nats://127.0.0.1:4222", name, memory, select_device(args.device), Subjects(args.prefix), args.step_deadline)
+    node = PNode(credential, memory, select_device(args.device), Subjects(args.prefix), args.step_deadline)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

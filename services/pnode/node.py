@@ -10,12 +10,13 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-import nats
 import nats.errors
 import psutil
 import torch
 from pydantic import TypeAdapter, ValidationError
 
+from computeall.protocol import bus
+from computeall.protocol.credentials import Credential
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.events import EventEnvelope, PNodeJoined, PNodeLeft
@@ -52,8 +53,7 @@ REQUESTS = TypeAdapter(PNodeRequest)
 class PNode:
     def __init__(
         self,
-        nats_url: str,
-        name: str,
+        credential: Credential,
         memory_bytes: int,
         device: torch.device,
         subjects: Subjects,
@@ -61,15 +61,15 @@ class PNode:
         heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         telemetry_s: float = 2.0,
     ) -> None:
-        self.nats_url = nats_url
-        self.name = name
+        self.credential = credential
+        self.name = credential.name  # the identity the server knows it by: its subjects carry it
         self.memory_bytes = memory_bytes
         self.device = device
         self.subjects = subjects
         self.step_deadline_s = step_deadline_s
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-compute")
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
         self.rejected_frames = 0
@@ -81,7 +81,7 @@ class PNode:
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
-        self.nc = await nats.connect(self.nats_url, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
+        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects)
         self.log = EventLog(self.js, self.subjects)
@@ -94,7 +94,7 @@ class PNode:
             self.subjects.pnode_evt(self.name, "PNodeJoined"),
             EventEnvelope(actor=f"pnode:{self.name}", payload=self._joined()),
         )
-        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, self.nats_url, self.device, self.memory_bytes / 2**30)
+        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, ", ".join(self.credential.servers), self.device, self.memory_bytes / 2**30)
         tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
         await self._stop.wait()
         for t in tasks:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from computeall.protocol.bus import add_bus_arguments
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nats", default=os.environ.get("NATS_URL"), help="NATS server URL (default: NATS_URL, else the running cluster)")
-    p.add_argument("--name", default=None, help="PNode id (default: host-pid)")
+    add_bus_arguments(p)
+    p.add_argument("--name", default=None, help="PNode id (default: the credential's name, else host-pid)")
     p.add_argument("--memory", default=None, help="memory this PNode offers, e.g. 4GiB (default: a share of RAM)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
     p.add_argument("--processes-on-machine", type=int, default=1, help="PNodes sharing this machine's cores")

@@ -44,7 +44,7 @@ async def test_empty_state_and_recovery_after_a_monitor_restart(tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with EmbeddedNats(tmp_path / "nats") as server:
         port = free_port()
-        monitor = MonitorProcess(server.url, tmp_path / "monitor", "--port", str(port)).start()
+        monitor = MonitorProcess(server, tmp_path / "monitor", "--port", str(port)).start()
         try:
             key = (tmp_path / "monitor" / "local-api-key").read_text().strip()
             async with playwright_api.async_playwright() as p:
@@ -58,7 +58,7 @@ async def test_empty_state_and_recovery_after_a_monitor_restart(tmp_path):
                 await page.get_by_text("No sessions yet").wait_for()
                 await page.screenshot(path=str(ARTIFACTS / "sessions-empty.png"))
 
-                await publish(server.url, event_items(session_events(SID, "local", 20)))
+                await publish(server, event_items(session_events(SID, "local", 20)))
                 await page.goto(f"{monitor.url}/#/sessions/{SID}")
                 await page.wait_for_function("() => Number(document.querySelector('[data-chart=\"Train loss\"]')?.dataset.points) >= 20")
 
@@ -68,12 +68,12 @@ async def test_empty_state_and_recovery_after_a_monitor_restart(tmp_path):
                 await page.screenshot(path=str(ARTIFACTS / "monitor-unreachable.png"))
 
                 # steps completed while it was down, then it comes back on the same address
-                await publish(server.url, event_items(steps(20, 30)))
+                await publish(server, event_items(steps(20, 30)))
                 monitor.start()
                 await page.get_by_text("Monitor unreachable").wait_for(state="hidden")
                 await page.wait_for_function("() => Number(document.querySelector('[data-chart=\"Train loss\"]')?.dataset.points) >= 50")
                 # and live updates flow again over the re-established websocket
-                await publish(server.url, event_items(steps(50, 5)))
+                await publish(server, event_items(steps(50, 5)))
                 await page.wait_for_function("() => Number(document.querySelector('[data-chart=\"Train loss\"]')?.dataset.points) >= 55")
                 await browser.close()
         finally:

@@ -14,15 +14,19 @@ from typing import Any
 
 import httpx
 
+from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import EventEnvelope, SessionCreated, SessionStarted, StepCompleted
+
+from .identities import connect_as, publisher_of
 
 PYTHON = sys.executable
 
 
 class MonitorProcess:
-    def __init__(self, nats_url: str, data_dir: Path, *extra: str) -> None:
-        self.nats_url = nats_url
+    def __init__(self, server: EmbeddedNats, data_dir: Path, *extra: str) -> None:
+        self.server = server
+        self.nats_url = server.url
         self.data_dir = data_dir
         self.extra = extra
         self.process: subprocess.Popen | None = None
@@ -34,7 +38,8 @@ class MonitorProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "monitor.log", "ab")
         self.process = subprocess.Popen(
-            [PYTHON, "-m", "computeall.monitor", "--nats", self.nats_url, "--data-dir", str(self.data_dir), *self.extra],
+            [PYTHON, "-m", "computeall.monitor", "--credential", str(self.server.credential_file("monitor")),
+             "--data-dir", str(self.data_dir), *self.extra],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout
@@ -88,22 +93,31 @@ def session_events(sid: str, owner: str, steps: int, loss=lambda i: 5.0 / (1 + i
     return events
 
 
-async def publish(nats_url: str, items: list[tuple[str, bytes]]) -> int:
-    """Publish (subject, data) into the streams with acks; returns the last sequence."""
-    import nats
-
+async def publish(server: EmbeddedNats, items: list[tuple[str, bytes]]) -> int:
+    """Publish (subject, data) into the streams with acks, each as the identity that may publish
+    it (the streams are set up as a service would); returns the last sequence."""
     from computeall.protocol.eventlog import ensure_streams
     from computeall.protocol.subjects import Subjects
 
-    nc = await nats.connect(nats_url)
+    setup = await connect_as(server, "orchestrator")
     try:
-        js = nc.jetstream()
-        await ensure_streams(js, Subjects())
-        futures = [await js.publish_async(subject, payload) for subject, payload in items]
-        await js.publish_async_completed()
-        return max((f.result().seq for f in futures), default=0)
+        await ensure_streams(setup.jetstream(), Subjects())
     finally:
-        await nc.close()
+        await setup.close()
+    by_publisher: dict[tuple, list[tuple[int, str, bytes]]] = {}
+    for i, (subject, payload) in enumerate(items):
+        by_publisher.setdefault(publisher_of(subject), []).append((i, subject, payload))
+    seqs = []
+    for (role, name), group in by_publisher.items():
+        nc = await connect_as(server, role, name)
+        try:
+            js = nc.jetstream()
+            futures = [await js.publish_async(subject, payload) for _, subject, payload in group]
+            await js.publish_async_completed()
+            seqs += [f.result().seq for f in futures]
+        finally:
+            await nc.close()
+    return max(seqs, default=0)
 
 
 def event_items(events: list[EventEnvelope]) -> list[tuple[str, bytes]]:

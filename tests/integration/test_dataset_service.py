@@ -9,14 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nats
 import numpy as np
 import pytest
 
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import BatchRequest, CreateDataset, SampleRequest, SplitSpec
+from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.subjects import Subjects
 
+from .identities import connect_as
 from .waiting import wait_until
 
 SUBJECTS = Subjects("ca")
@@ -25,8 +26,8 @@ SUBJECTS = Subjects("ca")
 class DatasetProcess:
     """`python -m computeall.dataset` in its own process, with its own data directory."""
 
-    def __init__(self, nats_url: str, data_dir: Path) -> None:
-        self.nats_url = nats_url
+    def __init__(self, server: EmbeddedNats, data_dir: Path) -> None:
+        self.server = server
         self.data_dir = data_dir
         self.log = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen | None = None
@@ -34,7 +35,8 @@ class DatasetProcess:
     def start(self) -> "DatasetProcess":
         seen = self.log.stat().st_size if self.log.exists() else 0  # a restart appends to the same log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "computeall.dataset", "--nats", self.nats_url, "--data-dir", str(self.data_dir), "--prefix", "ca"],
+            [sys.executable, "-m", "computeall.dataset", "--credential", str(self.server.credential_file("dataset")),
+             "--data-dir", str(self.data_dir), "--prefix", "ca"],
             stdout=subprocess.DEVNULL,
             stderr=open(self.log, "ab"),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -56,59 +58,59 @@ class DatasetProcess:
 
 
 @pytest.fixture
-def service(nats_url: str, tmp_path: Path):
-    proc = DatasetProcess(nats_url, tmp_path / "data-a").start()
+def service(nats_server: EmbeddedNats, tmp_path: Path):
+    proc = DatasetProcess(nats_server, tmp_path / "data-a").start()
     yield proc
     if proc.process.poll() is None:
         proc.stop()
 
 
-async def call(nats_url: str, fn, *args, timeout: float = 60.0):
-    nc = await nats.connect(nats_url)
+async def call(server: EmbeddedNats, fn, *args, timeout: float = 60.0):
+    nc = await connect_as(server)
     try:
         return await fn(nc, SUBJECTS, *args, timeout=timeout)
     finally:
         await nc.close()
 
 
-def batch_array(nats_url: str, request: BatchRequest) -> np.ndarray:
-    dtype, shape, data = asyncio.run(call(nats_url, client.fetch_batch, request))
+def batch_array(server: EmbeddedNats, request: BatchRequest) -> np.ndarray:
+    dtype, shape, data = asyncio.run(call(server, client.fetch_batch, request))
     return np.frombuffer(bytes(data), dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
 
 
-def test_create_get_batch_restart_and_fetch_elsewhere(service: DatasetProcess, nats_url: str, shakespeare: Path, tmp_path: Path):
+def test_create_get_batch_restart_and_fetch_elsewhere(service: DatasetProcess, nats_server: EmbeddedNats, shakespeare: Path, tmp_path: Path):
     request = CreateDataset(name="shk", files=[str(shakespeare)], vocab_size=1024, split=SplitSpec(method="random-doc", fraction=0.1), shard_tokens=1 << 16)
-    manifest = asyncio.run(call(nats_url, client.create_dataset, request))
+    manifest = asyncio.run(call(nats_server, client.create_dataset, request))
     assert manifest["name"] == "shk" and manifest["vocab_size"] == 1024 and manifest["dtype"] == "uint16"
     assert set(manifest["splits"]) == {"train", "val"}
     assert len(manifest["splits"]["train"]["shards"]) > 1  # several fixed-size shards
-    assert manifest == asyncio.run(call(nats_url, client.get_dataset, "shk"))
+    assert manifest == asyncio.run(call(nats_server, client.get_dataset, "shk"))
 
     req = BatchRequest(dataset="shk", split="train", seed=3, step=5, micro=1, micro_batches=2, batch=16, context=256)
-    first = batch_array(nats_url, req)
+    first = batch_array(nats_server, req)
     assert first.shape == (16, 257) and first.dtype == np.uint16 and first.max() < 1024
     assert service.stop() == 0  # SIGTERM: clean exit
 
     service.start()  # same data directory: the same batch
-    assert np.array_equal(first, batch_array(nats_url, req))
+    assert np.array_equal(first, batch_array(nats_server, req))
 
     # another service with an empty data directory fetches the shards through the Object Store
     service.stop()
-    other = DatasetProcess(nats_url, tmp_path / "data-b").start()
+    other = DatasetProcess(nats_server, tmp_path / "data-b").start()
     try:
-        assert np.array_equal(first, batch_array(nats_url, req))
+        assert np.array_equal(first, batch_array(nats_server, req))
         assert (tmp_path / "data-b" / "datasets" / "shk" / "manifest.json").exists()
-        samples = asyncio.run(call(nats_url, client.sample_text, SampleRequest(dataset="shk", split="val", n=2, context=64)))
+        samples = asyncio.run(call(nats_server, client.sample_text, SampleRequest(dataset="shk", split="val", n=2, context=64)))
         assert len(samples) == 2 and all(len(s) > 20 for s in samples)
-        again = asyncio.run(call(nats_url, client.create_dataset, request.model_copy(update={"if_exists": "reuse"})))
+        again = asyncio.run(call(nats_server, client.create_dataset, request.model_copy(update={"if_exists": "reuse"})))
         assert again["recipe_digest"] == manifest["recipe_digest"]
     finally:
         other.stop()
 
 
-def test_bad_requests_get_clear_errors(service: DatasetProcess, nats_url: str, tmp_path: Path):
+def test_bad_requests_get_clear_errors(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):
     async def raw(subject: str, payload: bytes) -> dict:
-        nc = await nats.connect(nats_url)
+        nc = await connect_as(nats_server)
         try:
             return json.loads((await nc.request(subject, payload, timeout=10)).data)
         finally:
@@ -119,52 +121,52 @@ def test_bad_requests_get_clear_errors(service: DatasetProcess, nats_url: str, t
     bad = asyncio.run(raw("ca.ds.create", json.dumps({"name": "x", "files": ["a"], "vocab_size": 100}).encode()))
     assert "below the byte alphabet" in bad["error"]
     with pytest.raises(client.DatasetError, match="no dataset named 'nope'"):
-        batch_array(nats_url, BatchRequest(dataset="nope", step=0, batch=1, context=8))
+        batch_array(nats_server, BatchRequest(dataset="nope", step=0, batch=1, context=8))
     missing = str(tmp_path / "missing.txt")
     with pytest.raises(client.DatasetError, match="no such file"):
-        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="m", files=[missing], vocab_size=300)))
+        asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="m", files=[missing], vocab_size=300)))
     assert service.process.poll() is None  # still serving
 
 
-def test_failed_creates_leave_nothing_behind(service: DatasetProcess, nats_url: str, tmp_path: Path):
+def test_failed_creates_leave_nothing_behind(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine text\n\nthen \xff\xfe broken")
     with pytest.raises(client.DatasetError, match=r"bad.txt: invalid UTF-8 at byte offset 16.*--skip-invalid-utf8"):
-        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="bad", files=[str(bad)], vocab_size=300)))
+        asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="bad", files=[str(bad)], vocab_size=300)))
     one_doc = tmp_path / "one.txt"
     one_doc.write_text("a single document " * 50)
     # fails after the tokenizer is trained: the split needs two documents
     with pytest.raises(client.DatasetError, match="needs at least 2"):
-        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="one", files=[str(one_doc)], vocab_size=300, document_unit="file")))
+        asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="one", files=[str(one_doc)], vocab_size=300, document_unit="file")))
     assert list((service.data_dir / "datasets").iterdir()) == []  # no dataset, no staging folder
-    assert asyncio.run(call(nats_url, client.list_datasets)) == []  # nothing published either
+    assert asyncio.run(call(nats_server, client.list_datasets)) == []  # nothing published either
     with pytest.raises(client.DatasetError, match="no dataset named 'one'"):
-        asyncio.run(call(nats_url, client.get_dataset, "one"))
+        asyncio.run(call(nats_server, client.get_dataset, "one"))
 
-    skipped = asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="skip", files=[str(bad), str(one_doc)], vocab_size=300, on_invalid_utf8="skip")))
+    skipped = asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="skip", files=[str(bad), str(one_doc)], vocab_size=300, on_invalid_utf8="skip")))
     assert skipped["skipped_invalid_utf8"] == 1 and skipped["documents"] == 2
 
 
-def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess, nats_url: str, tmp_path: Path):
+def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):
     data = tmp_path / "docs.jsonl"
     data.write_text("\n".join(json.dumps({"content": f"record {i} says " + "hello world " * (i % 5 + 1)}) for i in range(200)))
     request = CreateDataset(name="js", files=[str(data)], vocab_size=320, jsonl_field="content", split=SplitSpec(method="hash-doc", fraction=0.2))
-    first = asyncio.run(call(nats_url, client.create_dataset, request))
+    first = asyncio.run(call(nats_server, client.create_dataset, request))
     assert first["documents"] == 200
     with pytest.raises(client.DatasetError, match="dataset 'js' already exists; choose another name"):
-        asyncio.run(call(nats_url, client.create_dataset, request))
+        asyncio.run(call(nats_server, client.create_dataset, request))
     with pytest.raises(client.DatasetError, match="already exists with other inputs"):
-        asyncio.run(call(nats_url, client.create_dataset, request.model_copy(update={"vocab_size": 300, "if_exists": "reuse"})))
-    reused = asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="js2", files=[str(data)], jsonl_field="content", tokenizer_from="js")))
+        asyncio.run(call(nats_server, client.create_dataset, request.model_copy(update={"vocab_size": 300, "if_exists": "reuse"})))
+    reused = asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="js2", files=[str(data)], jsonl_field="content", tokenizer_from="js")))
     assert reused["tokenizer"]["digest"] == first["tokenizer"]["digest"] and reused["tokenizer"]["tokenizer_from"] == "js"
     with pytest.raises(client.DatasetError, match="--tokenizer-from 'nope': no such dataset"):
-        asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="js3", files=[str(data)], jsonl_field="content", tokenizer_from="nope")))
+        asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="js3", files=[str(data)], jsonl_field="content", tokenizer_from="nope")))
 
     async def events() -> list[str]:
         from computeall.protocol.eventlog import EventLog
         from computeall.protocol.events import EventEnvelope
 
-        nc = await nats.connect(nats_url)
+        nc = await connect_as(nats_server, "monitor")  # the monitor reads the whole log
         try:
             records = await EventLog(nc.jetstream(), SUBJECTS).read(SUBJECTS.dataset_evt("js", ">"))
             return [EventEnvelope.model_validate_json(r.data).type for r in records]
@@ -174,19 +176,19 @@ def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess
     assert asyncio.run(events()) == ["TokenizerTrained", "Tokenized", "SplitCreated", "SplitCreated", "DatasetCreated"]
 
 
-def test_vocab_262144_serves_uint32_batches(service: DatasetProcess, nats_url: str, tmp_path: Path):
+def test_vocab_262144_serves_uint32_batches(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):
     rng = np.random.default_rng(1)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     words = ["".join(w) for w in letters[rng.integers(0, 26, size=(60_000, 5))]]  # enough distinct words for > 65,536 merges
     corpus = tmp_path / "words.txt"
     corpus.write_text("\n\n".join(" ".join(words[i : i + 100]) for i in range(0, len(words), 100)))
-    manifest = asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="big", files=[str(corpus)], vocab_size=262144)))
+    manifest = asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="big", files=[str(corpus)], vocab_size=262144)))
     assert manifest["vocab_size"] > 65536 and manifest["dtype"] == "uint32"
-    batch = batch_array(nats_url, BatchRequest(dataset="big", step=0, batch=16, context=256))
+    batch = batch_array(nats_server, BatchRequest(dataset="big", step=0, batch=16, context=256))
     assert batch.dtype == np.uint32 and batch.shape == (16, 257) and batch.max() > 65535
 
 
-def test_cli_create_list_show_sample(service: DatasetProcess, nats_url: str, tmp_path: Path):
+def test_cli_create_list_show_sample(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(3):
@@ -194,7 +196,7 @@ def test_cli_create_list_show_sample(service: DatasetProcess, nats_url: str, tmp
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "computeall.cli.main", "dataset", *args, "--nats", nats_url],
+            [sys.executable, "-m", "computeall.cli.main", "dataset", *args, "--credential", str(nats_server.credential_file("user"))],
             capture_output=True, text=True, timeout=60,
         )
 
@@ -215,17 +217,17 @@ def test_cli_create_list_show_sample(service: DatasetProcess, nats_url: str, tmp
     assert unknown.returncode == 2 and "has no split 'test'; its splits are train, val" in unknown.stderr
 
 
-def test_two_instances_share_the_load_and_agree(service: DatasetProcess, nats_url: str, tmp_path: Path):
+def test_two_instances_share_the_load_and_agree(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(f"document {i} " + "lorem ipsum dolor sit amet " * (i % 9 + 1) for i in range(300)))
-    asyncio.run(call(nats_url, client.create_dataset, CreateDataset(name="shared", files=[str(corpus)], vocab_size=400, shard_tokens=1024)))
+    asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="shared", files=[str(corpus)], vocab_size=400, shard_tokens=1024)))
     requests = [BatchRequest(dataset="shared", seed=9, step=s, batch=4, context=32) for s in range(24)]
-    alone = [batch_array(nats_url, r) for r in requests]
+    alone = [batch_array(nats_server, r) for r in requests]
 
-    other = DatasetProcess(nats_url, tmp_path / "data-b").start()
+    other = DatasetProcess(nats_server, tmp_path / "data-b").start()
     try:
         async def together():
-            nc = await nats.connect(nats_url)
+            nc = await connect_as(nats_server)
             try:
                 return await asyncio.gather(*(client.fetch_batch(nc, SUBJECTS, r, timeout=30) for r in requests))
             finally:

@@ -101,7 +101,7 @@ async def test_join_and_graceful_leave(tmp_path):
         sid, _ = await start_session(client, cfg)
         await wait_for(client, sid, lambda s: s.next_step >= 3)
         fourth = subprocess.Popen(
-            [sys.executable, "-m", "computeall.pnode", "--nats", supervisor.nats_url, "--name", "pnode-x",
+            [sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", "pnode-x"),
              "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-x.log", "wb"), stderr=subprocess.STDOUT)
         try:
             await wait_for_pnodes(client, ["pnode-x"])
@@ -132,7 +132,7 @@ async def test_capacity_exhausted_pauses_and_resumes_when_a_pnode_joins(tmp_path
         paused = await wait_for(client, sid, lambda s: s.status == "paused", timeout=60)
         assert paused.auto_resume and "not enough capacity" in paused.pause_reason
         helper = subprocess.Popen(
-            [sys.executable, "-m", "computeall.pnode", "--nats", supervisor.nats_url, "--name", "pnode-new",
+            [sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", "pnode-new"),
              "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-new.log", "wb"), stderr=subprocess.STDOUT)
         try:
             await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)

@@ -15,26 +15,27 @@ from .sessions import config, run_to_end
 COMPUTEALL = Path(sys.executable).parent / "computeall"
 
 
-async def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
+async def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI of the machine that runs the cluster in `data_dir`: it acts as the local user."""
     return await asyncio.to_thread(
-        subprocess.run, [str(COMPUTEALL), *args, "--nats", url], capture_output=True, text=True, timeout=120
+        subprocess.run, [str(COMPUTEALL), *args, "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=120
     )
 
 
 async def test_generate_and_export_a_trained_session(tmp_path):
     cfg = config(steps=6, checkpoint_every=3, keep_checkpoints=1, min_pnodes=1)
     async with running_cluster(tmp_path / "cluster", pnodes=1) as (client, _):
-        url = client.nc.connected_url.geturl()
+        here = tmp_path / "cluster"
         sid = await run_to_end(client, cfg)
         idle, _ = await start_session(client, cfg, start=False)
 
         gen = ["generate", sid, "--prompt", "def main(", "--max-new-tokens", "24"]
-        first, again, other = [await _cli(url, *gen, "--seed", s) for s in ("1", "1", "2")]
+        first, again, other = [await _cli(here, *gen, "--seed", s) for s in ("1", "1", "2")]
         assert first.returncode == 0, first.stderr[-2000:]
         assert first.stdout.startswith("def main(") and len(first.stdout) > len("def main(\n")
         assert first.stdout == again.stdout
         assert other.stdout != first.stdout
-        streamed = await _cli(url, *gen, "--seed", "1", "--stream", "--step", "6")
+        streamed = await _cli(here, *gen, "--seed", "1", "--stream", "--step", "6")
         assert streamed.stdout == first.stdout
 
         refusals = {
@@ -45,11 +46,11 @@ async def test_generate_and_export_a_trained_session(tmp_path):
             "shorten it to at most 63 tokens": ["generate", sid, "--prompt", "word " * 200],
         }
         for message, args in refusals.items():
-            result = await _cli(url, *args)
+            result = await _cli(here, *args)
             assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
 
         out = tmp_path / "hf"
-        exported = await _cli(url, "export", sid, "--format", "hf", str(out))
+        exported = await _cli(here, "export", sid, "--format", "hf", str(out))
         assert exported.returncode == 0, exported.stderr[-2000:]
 
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -8,7 +8,6 @@ import json
 import subprocess
 import time
 
-import nats
 import pytest
 import websockets
 
@@ -27,6 +26,7 @@ from .monitor_harness import (
     publish,
     session_events,
 )
+from .identities import connect_as
 from .waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,7 +37,7 @@ def system(tmp_path_factory):
     root = tmp_path_factory.mktemp("monitor-api")
     with EmbeddedNats(root / "nats") as server:
         # an empty --web-dir: these tests see the placeholder page whether or not web/dist is built
-        monitor = MonitorProcess(server.url, root / "data", "--web-dir", str(root / "no-dashboard")).start()
+        monitor = MonitorProcess(server, root / "data", "--web-dir", str(root / "no-dashboard")).start()
         try:
             yield monitor
         finally:
@@ -46,8 +46,10 @@ def system(tmp_path_factory):
 
 
 def cli(monitor: MonitorProcess, *args: str) -> subprocess.CompletedProcess:
+    """The CLI as the operator for `user create`, else as the local user."""
+    role = "admin" if args[:2] == ("user", "create") else "user"
     return subprocess.run(
-        [PYTHON, "-m", "computeall.cli.main", *args, "--nats", monitor.nats_url],
+        [PYTHON, "-m", "computeall.cli.main", *args, "--credential", str(monitor.server.credential_file(role))],
         capture_output=True, text=True, timeout=30,
     )
 
@@ -73,7 +75,7 @@ def caught_up(monitor: MonitorProcess, key: str, seq: int) -> bool:
 @pytest.fixture(scope="module")
 def sessions(system, keys):
     seq = asyncio.run(
-        publish(system.nats_url, event_items(session_events("sa", "alice", 50) + session_events("sb", "bob", 20)))
+        publish(system.server, event_items(session_events("sa", "alice", 50) + session_events("sb", "bob", 20)))
     )
     wait_until(lambda: caught_up(system, keys["alice"], seq))
     return {"alice": "sa", "bob": "sb"}
@@ -96,7 +98,7 @@ def test_no_key_or_a_wrong_key_is_401(system):
 
 def test_default_user_key_is_stable(system):
     async def ask():
-        nc = await nats.connect(system.nats_url)
+        nc = await connect_as(system.server, "admin")
         try:
             replies = [json.loads((await nc.request("ca.mon.user.default-key", b"{}", timeout=5)).data) for _ in range(2)]
         finally:
@@ -122,7 +124,7 @@ def test_a_key_sees_and_commands_only_its_own_sessions(system, keys, sessions):
     paused = data(system.url, bob, 'mutation { pauseSession(id: "sb") { sessionId commandId } }')["pauseSession"]
 
     async def recorded_commands():
-        nc = await nats.connect(system.nats_url)
+        nc = await connect_as(system.server, "orchestrator")
         try:
             return await EventLog(nc.jetstream(), Subjects()).read("ca.cmd.session.sb")
         finally:
@@ -149,7 +151,7 @@ def test_create_session_is_published_as_the_user(system, keys):
 def test_steps_downsampling_keeps_each_buckets_extremes(system, keys):
     spikes = {1234: 50.0, 3333: -5.0}
     events = session_events("sd", "alice", 5000, loss=lambda i: spikes.get(i, 2.0 + (i % 7) * 0.01))
-    seq = asyncio.run(publish(system.nats_url, event_items(events)))
+    seq = asyncio.run(publish(system.server, event_items(events)))
     wait_until(lambda: caught_up(system, keys["alice"], seq))
     steps = data(system.url, keys["alice"], '{ session(id: "sd") { steps(maxPoints: 100) { step loss } } }')
     points = steps["session"]["steps"]
@@ -166,7 +168,7 @@ def test_malformed_messages_are_counted_and_skipped(system, keys, sessions):
                               "payload": {"type": "StepCompleted", "step": "not a number"}}).encode()
     good = EventEnvelope(session_id="sa", payload=StepCompleted(step=50, loss=0.05, tokens=1024, step_time_s=0.05, lr=1e-3))
     before = data(system.url, keys["alice"], "{ monitor { malformed } }")["monitor"]["malformed"]
-    seq = asyncio.run(publish(system.nats_url, [
+    seq = asyncio.run(publish(system.server, [
         (s.session_evt("sa", "StepCompleted"), b"\xff not json"),
         (s.session_evt("sa", "StepCompleted"), bad_payload),
         *event_items([good]),
@@ -187,7 +189,7 @@ def test_future_event_types_are_stored_and_projected(system, keys, sessions):
     validation = {"step": 40, "loss": 1.5, "perplexity": 4.48, "tokens": 512}
     checkpoint = {"step": 40, "bucket": "ca-checkpoints", "seconds": 0.1,
                   "objects": [{"vnode": "a", "object": "sa/40/a", "digest": "0" * 32, "bytes": 8}]}
-    seq = asyncio.run(publish(system.nats_url, [
+    seq = asyncio.run(publish(system.server, [
         (s.session_evt("sa", "ValidationCompleted"), envelope("ValidationCompleted", validation)),
         (s.session_evt("sa", "CheckpointCommitted"), envelope("CheckpointCommitted", checkpoint)),
         (s.session_evt("sa", "SomethingNew"), envelope("SomethingNew", {"x": 1})),
@@ -212,7 +214,7 @@ def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, 
     memory = MemorySample(pnode="p1", ts=now, rss_bytes=123456, bytes_by_category={"weights": 4000},
                           pending_requests=2, hosted_vnodes=["embed"])
     request = RequestStatus(pnode="p1", session_id="sa", request="RunStep", step=3, state="done", ts=now, duration_s=0.1)
-    seq = asyncio.run(publish(system.nats_url, [
+    seq = asyncio.run(publish(system.server, [
         *event_items([allocated]),
         (s.pnode_evt("p1", "PNodeJoined"), joined.model_dump_json().encode()),
         (s.tel("p1", "memory"), memory.model_dump_json().encode()),
@@ -220,7 +222,7 @@ def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, 
     ]))
 
     async def heartbeat():
-        nc = await nats.connect(system.nats_url)
+        nc = await connect_as(system.server, "pnode", "p2")
         hb = Heartbeat(pnode="p2", host="h2", os_pid=2, device="cuda", memory_bytes=1 << 33, ts=time.time())
         await nc.publish(s.heartbeat("p2"), hb.model_dump_json().encode())
         await nc.flush()
@@ -288,7 +290,7 @@ def test_websocket_subscriptions_deliver_steps_and_events(system, keys, sessions
             what="two live subscriptions")
         events = [EventEnvelope(session_id="sa", payload=StepCompleted(step=100 + i, loss=0.5, tokens=1, step_time_s=0.1, lr=1e-3))
                   for i in range(3)]
-        await publish(system.nats_url, event_items(events))
+        await publish(system.server, event_items(events))
         got: dict[str, list] = {"1": [], "2": [], "3": []}
         while len(got["1"]) < 3 or len(got["2"]) < 3 or not got["3"]:
             msg = json.loads(await asyncio.wait_for(ws.recv(), 10))

@@ -44,15 +44,17 @@ def memory_items(n: int, start_ts: float, pnode: str = "p1") -> list[tuple[str, 
 def rebuild_cli(monitor: MonitorProcess, capsys) -> dict:
     parser = argparse.ArgumentParser()
     register_rebuild(parser.add_subparsers())
-    args = parser.parse_args(["rebuild", "--nats", monitor.nats_url, "--data-dir", str(monitor.data_dir), "--json"])
+    operator, itself = (str(monitor.server.credential_file(role)) for role in ("admin", "monitor"))
+    args = parser.parse_args(["rebuild", "--credential", operator, "--monitor-credential", itself,
+                              "--data-dir", str(monitor.data_dir), "--json"])
     assert args.func(args) == 0
     return json.loads(capsys.readouterr().out)
 
 
-def test_kill_mid_ingest_then_restart_loses_and_duplicates_nothing_and_rebuild_matches(nats_url, tmp_path, capsys):
-    last_log = asyncio.run(publish(nats_url, event_items(session_events("sr", "local", STEPS))))
-    last_tel = asyncio.run(publish(nats_url, memory_items(SAMPLES, time.time())))
-    monitor = MonitorProcess(nats_url, tmp_path / "data").start()
+def test_kill_mid_ingest_then_restart_loses_and_duplicates_nothing_and_rebuild_matches(nats_server, tmp_path, capsys):
+    last_log = asyncio.run(publish(nats_server, event_items(session_events("sr", "local", STEPS))))
+    last_tel = asyncio.run(publish(nats_server, memory_items(SAMPLES, time.time())))
+    monitor = MonitorProcess(nats_server, tmp_path / "data").start()
     key = local_key(monitor)
 
     def position() -> int:
@@ -85,13 +87,13 @@ def test_kill_mid_ingest_then_restart_loses_and_duplicates_nothing_and_rebuild_m
     assert monitor.stop() == 0
 
 
-def test_old_telemetry_is_folded_into_buckets(nats_url, tmp_path):
+def test_old_telemetry_is_folded_into_buckets(nats_server, tmp_path):
     now = time.time()
     bucket = 60.0
     old_start = (now // bucket) * bucket - 3600  # one hour ago, bucket-aligned: 60 samples per bucket
-    last = asyncio.run(publish(nats_url, memory_items(600, old_start) + memory_items(30, now - 30)))
+    last = asyncio.run(publish(nats_server, memory_items(600, old_start) + memory_items(30, now - 30)))
     monitor = MonitorProcess(
-        nats_url, tmp_path / "data", "--raw-telemetry", "300", "--telemetry-bucket", str(bucket), "--retention-every", "0.2"
+        nats_server, tmp_path / "data", "--raw-telemetry", "300", "--telemetry-bucket", str(bucket), "--retention-every", "0.2"
     ).start()
     key = local_key(monitor)
 

@@ -91,7 +91,7 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
                 both.set()
 
         beats = await client.nc.subscribe(client.subjects.orchestrator_heartbeat_all(), cb=on_beat)
-        second = subprocess.Popen([sys.executable, "-m", "computeall.orchestrator", "--nats", supervisor.nats_url],
+        second = subprocess.Popen([sys.executable, "-m", "computeall.orchestrator", *supervisor.credential_args("orchestrator", "orchestrator")],
                                   stdout=open(tmp_path / "orch2.log", "wb"), stderr=subprocess.STDOUT)
         try:
             await asyncio.wait_for(both.wait(), 30)  # both take commands before the sessions are created
@@ -134,7 +134,7 @@ async def test_replay_verify_passes_on_an_honest_log_and_fails_on_an_altered_los
     computeall = os.path.join(os.path.dirname(sys.executable), "computeall")
     async with running_cluster(tmp_path, pnodes=2) as (client, supervisor):
         sid = await run_to_end(client, config(steps=16))
-        env = {**os.environ, "NATS_URL": supervisor.nats_url}
+        env = {**os.environ, "COMPUTEALL_DATA_DIR": str(tmp_path)}  # the CLI of this machine: the local user
 
         def verify() -> subprocess.CompletedProcess:
             return subprocess.run([computeall, "replay", "verify", sid, "--from-step", "10", "--steps", "4"],

@@ -12,6 +12,7 @@ from computeall.protocol.events import Event, EventEnvelope
 from .tools import load_tool
 
 doc = load_tool("protocol_doc")
+model_doc = load_tool("model_doc")
 
 
 def test_the_committed_page_is_what_the_generator_writes():
@@ -20,7 +21,7 @@ def test_the_committed_page_is_what_the_generator_writes():
 
 def test_every_command_and_event_has_a_section_with_its_fields():
     page = doc.render()
-    for model in [*doc.members(Command), *doc.members(Event)]:
+    for model in [*model_doc.members(Command), *model_doc.members(Event)]:
         assert f"\n#### {model.__name__}\n" in page, f"{model.__name__} is missing from docs/protocol.md"
         section = page.split(f"\n#### {model.__name__}\n", 1)[1].split("\n#### ", 1)[0]
         for name in model.model_fields:
@@ -34,19 +35,19 @@ def test_the_events_the_hand_written_page_missed_are_there():
 
 
 def test_every_example_is_a_message_the_system_accepts():
-    for model in doc.members(Event):
-        envelope = {"type": model.__name__, "session_id": "a1b2c3d4e5f6", "payload": doc.example(model)}
-        assert EventEnvelope.model_validate_json(json.dumps(envelope)).payload == model.model_validate(doc.example(model))
+    for model in model_doc.members(Event):
+        envelope = {"type": model.__name__, "session_id": "a1b2c3d4e5f6", "payload": model_doc.example(model, doc.EXAMPLES)}
+        assert EventEnvelope.model_validate_json(json.dumps(envelope)).payload == model.model_validate(model_doc.example(model, doc.EXAMPLES))
 
 
 def test_field_descriptions_come_from_line_comments_and_descriptions():
     from computeall.protocol.config import SessionConfig
     from computeall.protocol.events import Reallocated, SessionPaused
 
-    assert doc._description(SessionPaused, "step", SessionPaused.model_fields["step"]) == "the next step to run"
-    assert doc._description(SessionConfig, "checkpoint_every", SessionConfig.model_fields["checkpoint_every"]) == (
+    assert model_doc.description(SessionPaused, "step", SessionPaused.model_fields["step"]) == "the next step to run"
+    assert model_doc.description(SessionConfig, "checkpoint_every", SessionConfig.model_fields["checkpoint_every"]) == (
         "0 = only on pause, stop and completion")
-    assert doc._description(Reallocated, "type", Reallocated.model_fields["type"]) == ""  # a linter's comment is not a description
+    assert model_doc.description(Reallocated, "type", Reallocated.model_fields["type"]) == ""  # a linter's comment is not a description
 
 
 def test_every_subject_builder_is_documented():

@@ -11,6 +11,9 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 
 def load_tool(name: str) -> ModuleType:
+    """A tool by file name; it imports its sibling tools as a script run from tools/ would."""
+    if str(TOOLS) not in sys.path:
+        sys.path.append(str(TOOLS))
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from computeall.protocol.credentials import Credential
 from computeall.orchestrator.service import Orchestrator
 from computeall.protocol.commands import (
     CommandEnvelope,
@@ -41,7 +42,7 @@ class MemoryEventLog:
 
 @pytest.fixture
 def orchestrator(monkeypatch):
-    orchestrator = Orchestrator("nats://unused:4222", Subjects("test"))
+    orchestrator = Orchestrator(Credential(role="orchestrator", name="orchestrator"), Subjects("test"))
     orchestrator.driven = []
     monkeypatch.setattr(orchestrator, "_drive", lambda session, takeover_from=None: orchestrator.driven.append(session.state.id))
     return orchestrator

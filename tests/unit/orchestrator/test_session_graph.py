@@ -3,6 +3,7 @@
 import time
 from pathlib import Path
 
+from computeall.protocol.credentials import Credential
 from computeall.orchestrator.allocator import PNodeCapacity, allocate
 from computeall.orchestrator.service import Orchestrator
 from computeall.orchestrator.session_graph import session_graph
@@ -44,7 +45,7 @@ def test_a_bf16_session_fits_where_only_bf16_fits():
     fp32, bf16 = session(), session(precision="bf16")
     assert need_bytes(bf16) < need_bytes(fp32)  # activations are half the size
     memory = (need_bytes(bf16) + need_bytes(fp32)) // 2
-    orchestrator = Orchestrator("nats://unused:4222", Subjects("test"))
+    orchestrator = Orchestrator(Credential(role="orchestrator", name="orchestrator"), Subjects("test"))
     orchestrator.registry.beat(Heartbeat(pnode="p0", host="h", os_pid=1, device="cpu", memory_bytes=memory, ts=time.time()))
     assert orchestrator._fits(bf16), "sized at bf16, as the driver will place it"
     assert not orchestrator._fits(fp32)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from computeall.protocol.credentials import Credential
 from computeall.pnode import batches, checkpoints
 from computeall.pnode.node import PNode
 from computeall.protocol.config import OptimizerConfig
@@ -59,7 +60,7 @@ async def test_a_prefetch_past_the_rollback_point_is_dropped(monkeypatch, reques
         return None
 
     monkeypatch.setattr(checkpoints, "load", loaded)
-    pnode = PNode("nats://unused", "p", 1 << 30, torch.device("cpu"), Subjects("ca"))
+    pnode = PNode(Credential(role="pnode", name="p"), 1 << 30, torch.device("cpu"), Subjects("ca"))
     pnode.nc = pnode.js = None
     try:
         assert (await pnode._dispatch(plan())).ok

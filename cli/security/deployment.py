@@ -1,0 +1,56 @@
+"""One deployment's security material in its data dir (`<data dir>/security/`).
+
+    members.json              the identities the server accepts (public keys only)
+    credentials/<role>/<name>.json   local identities' credentials (mode 0600): services, the
+                              PNodes `up` starts, the local user, the operator
+
+`Security.issue` hands out a local identity's credential, creating it on first use and reusing
+it afterwards (a restarted service keeps its identity; a revoked one stays revoked).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from computeall.protocol.credentials import Credential, CredentialError, Role, new_nkey_seed, nkey_public
+
+from .members import Member, MemberStore
+
+OPERATOR = "operator"  # the admin identity of the machine that runs `computeall up`
+LOCAL_USER = "local"  # the user a client on that machine acts as unless told otherwise
+
+
+class Security:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.members = MemberStore(directory / "members.json")
+
+    def credential_path(self, role: Role, name: str) -> Path:
+        return self.directory / "credentials" / role / f"{name}.json"
+
+    def issue(self, role: Role, name: str, servers: list[str]) -> Credential:
+        """The credential of the local identity `role`/`name` at `servers`, written to its file."""
+        path = self.credential_path(role, name)
+        seed = _existing_seed(path)
+        with self.members.edit() as members:
+            known = members.by_key(nkey_public(seed)) if seed else None
+            if known is None or (known.role, known.name) != (role, name):
+                seed = new_nkey_seed()
+                members.members.append(Member(role=role, name=name, public_key=nkey_public(seed), source="local"))
+        credential = Credential(role=role, name=name, servers=servers, nkey_seed=seed)
+        credential.save(path)
+        return credential
+
+    def local(self, role: Role, name: str) -> Credential | None:
+        """A local identity's credential as last issued, or None when there is none."""
+        path = self.credential_path(role, name)
+        return Credential.load(path) if path.exists() else None
+
+
+def _existing_seed(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    try:
+        return Credential.load(path).nkey_seed
+    except CredentialError:
+        return None  # unreadable: a new identity replaces it

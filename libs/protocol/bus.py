@@ -1,0 +1,67 @@
+"""The one way any process connects to the bus: `connect(credential, name=...)`.
+
+Services, PNodes, the CLI, the tests and the benchmarks all connect here, so what a connection
+carries (nkey signature, inbox prefix, TLS trust) is decided in one place: `Credential.nats_options`.
+Processes find their credential with `add_bus_arguments` / `credential_from_args`: `--credential
+FILE`, else `$COMPUTEALL_CREDENTIAL`, and `--nats URL` (else `$NATS_URL`) overrides its servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from .credentials import Credential, CredentialError, Role
+
+CREDENTIAL_ENV = "COMPUTEALL_CREDENTIAL"
+
+
+class BusConnectError(ConnectionError):
+    """The bus refused or could not be reached; the message says which server, as whom and why."""
+
+
+async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
+    """A connection as `credential`'s identity; `options` are nats-py's (reconnects, callbacks)."""
+    try:
+        return await nats.connect(name=name, **credential.nats_options(), **options)
+    except nats.errors.NoServersError as exc:
+        raise BusConnectError(_why(credential, exc)) from None
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        raise BusConnectError(_why(credential, exc)) from None
+
+
+def _why(credential: Credential, exc: BaseException) -> str:
+    reason = str(exc) or type(exc).__name__
+    if "authorization" in reason.lower():
+        reason += " (the server does not accept this credential: revoked, expired, or for another deployment)"
+    return f"cannot connect to {', '.join(credential.servers)} as {credential.identity}: {reason}"
+
+
+def add_bus_arguments(parser: argparse.ArgumentParser, *, nats_required: bool = False) -> None:
+    """`--nats URL` and `--credential FILE`, the same on every process."""
+    parser.add_argument("--nats", required=nats_required, default=None if nats_required else os.environ.get("NATS_URL"),
+                        help="NATS URL, e.g. nats://127.0.0.1:4222 (default: $NATS_URL, else the credential's servers)")
+    parser.add_argument("--credential", default=os.environ.get(CREDENTIAL_ENV),
+                        help=f"this process's credential file (default: ${CREDENTIAL_ENV})")
+
+
+def credential_from_args(args: argparse.Namespace, role: Role, name: str) -> Credential:
+    return process_credential(args.credential, args.nats, role, name)
+
+
+def process_credential(path: str | None, url: str | None, role: Role, name: str) -> Credential:
+    """The credential in the file `path` (its servers overridden by `url`), else an anonymous one
+    for `role`/`name` at `url`: enough for a server without authorization, refused by any other."""
+    if path:
+        credential = Credential.load(path)
+        if credential.role != role:
+            raise CredentialError(f"{path} is a {credential.role} credential; this process needs a {role} one")
+        return credential.at(url)
+    if not url:
+        raise CredentialError(f"no bus to connect to: pass --nats URL or --credential FILE (or set ${CREDENTIAL_ENV})")
+    return Credential(role=role, name=name, servers=[url])
