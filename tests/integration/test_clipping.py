@@ -34,7 +34,7 @@ async def test_one_and_three_pnodes_clip_to_the_same_bits(tmp_path):
         alone = await run(client, config(min_pnodes=1, **cfg))
         others = [
             subprocess.Popen([sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", name),
-                              "--processes-on-machine", "3"],
+                              "--nats", supervisor.nats_url, "--processes-on-machine", "3"],
                              stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.STDOUT)
             for name in ("pnode-1", "pnode-2")
         ]
