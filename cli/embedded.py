@@ -20,14 +20,17 @@ from .supervisor import Supervisor, default_services
 
 @asynccontextmanager
 async def running_cluster(
-    directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None
+    directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
+    pnode_memory: str | None = None,
 ) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
     event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: the PNodes
-    take the thread count of that many PNodes on this machine (default: as many as start here)."""
+    take the thread count of that many PNodes on this machine (default: as many as start here);
+    `pnode_memory` (e.g. "2GiB"): what each PNode offers (default: its share of the RAM)."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
     supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
-    supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
+    supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine,
+                                      pnode_memory=pnode_memory))
     watcher = asyncio.create_task(supervisor.watch())
     try:
         async with connect(server.credential("user")) as client:

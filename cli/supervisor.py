@@ -61,16 +61,16 @@ class ServiceSpec:
 
 
 def default_services(
-    pnodes: int, with_monitor: bool = True, monitor_port: int = 0, processes_on_machine: int | None = None
+    pnodes: int, with_monitor: bool = True, monitor_port: int = 0, processes_on_machine: int | None = None,
+    pnode_memory: str | None = None,
 ) -> list[ServiceSpec]:
     """What `computeall up` runs; docker-compose.yml mirrors this list. The PNodes share the cores as
-    `processes_on_machine` processes would (default: as many as there are PNodes)."""
+    `processes_on_machine` processes would (default: as many as there are PNodes) and offer
+    `pnode_memory` each (default: their share of the RAM)."""
     services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")]
-    share = str(processes_on_machine or pnodes)
-    services += [
-        ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", share])
-        for i in range(pnodes)
-    ]
+    share = ["--processes-on-machine", str(processes_on_machine or pnodes)]
+    memory = ["--memory", pnode_memory] if pnode_memory else []
+    services += [ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", *share, *memory]) for i in range(pnodes)]
     if with_monitor:
         services.append(ServiceSpec("monitor", "monitor", ["--port", str(monitor_port)]))
     return services
@@ -114,6 +114,21 @@ class Supervisor:
             env=env, start_new_session=True,
         )
         running.state = "running"
+
+    def peak_rss_bytes(self, name: str) -> int | None:
+        """The most resident memory the service's current process has used (Linux's VmHWM), or None
+        where the kernel does not say."""
+        running = self.services.get(name)
+        if running is None or running.process is None:
+            return None
+        try:
+            status = Path(f"/proc/{running.process.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+        return None
 
     def credential_args(self, role: Role, name: str) -> list[str]:
         """`--credential FILE` for a process of this machine: its own identity, issued on first use."""

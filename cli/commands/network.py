@@ -67,6 +67,7 @@ def describe(spec: NetworkSpec) -> dict:
                 "param_count": graph.param_count(vid),
                 "out_features": graph.out_features[vid],
                 **({"tie": graph.vnodes[vid].tie} if graph.vnodes[vid].tie else {}),
+                **({"recompute": True} if graph.vnodes[vid].recompute else {}),
             }
             for vid in graph.order
         ],
@@ -78,8 +79,9 @@ def render(spec: NetworkSpec) -> list[str]:
     rows = [("vnode", "op", "inputs", "params", "out", "settings")]
     for v in d["vnodes"]:
         settings = {k: val for k, val in v["params"].items() if k not in _QUIET}
-        if v.get("tie"):
-            settings["tie"] = v["tie"]
+        for key in ("tie", "recompute"):
+            if v.get(key):
+                settings[key] = v[key]
         if "head_ids" in settings:
             ids = settings["head_ids"]
             settings["head_ids"] = f"{ids[0]}..{ids[-1]}" if len(ids) > 2 else ",".join(ids)

@@ -85,6 +85,20 @@ def test_per_vnode_precision_overrides_default():
     assert spec.vnode("embed").precision == "bf16" and spec.vnode("n").precision == "fp32"
 
 
+def test_recompute_is_a_network_default_with_per_vnode_overrides():
+    text = HEADER.replace("hidden: 32}", "hidden: 32, recompute: true}") + EMBED
+    text += "  - {id: n, op: rmsnorm, inputs: [embed], recompute: false}\n" + HEAD % "n"
+    spec = load_network(text)
+    assert [(v.id, v.recompute) for v in spec.vnodes] == [("embed", True), ("n", False), ("head", True)]
+    assert not any(v.recompute for v in load_network(HEADER + EMBED + HEAD % "embed").vnodes)
+
+
+def test_bad_network_defaults_name_the_field():
+    for setting, field in (("precision: fp99", "defaults.precision"), ("recompute: maybe", "defaults.recompute")):
+        found = problems(HEADER.replace("hidden: 32}", f"hidden: 32, {setting}}}") + EMBED + HEAD % "embed")
+        assert any(f"field '{field}'" in p for p in found), found
+
+
 def test_init_seed_depends_on_session_seed_and_vnode_only():
     assert init_seed(1, "b0.attn") == init_seed(1, "b0.attn")
     assert init_seed(1, "b0.attn") != init_seed(2, "b0.attn")
