@@ -131,9 +131,8 @@ class VNodeRuntime:
 
     def grad_sq_norms(self, loss_scale: float = 1.0) -> dict[str, float] | None:
         """Each hosted VNode's squared gradient norm, unscaled (`vnode_grad_sq_norms`), or None when
-        a gradient here is not finite (or so large that its norm is not): the step overflowed."""
-        if not self.grads_finite():
-            return None
+        a gradient here is not finite (or so large that its norm is not): the step overflowed. One
+        pass over the gradients does both: an inf or nan anywhere makes its norm inf or nan."""
         norms = vnode_grad_sq_norms(self.vnode_parameters(), loss_scale)
         return norms if all(math.isfinite(v) for v in norms.values()) else None
 

@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Awaitable, Callable
 
 import torch
@@ -116,15 +117,14 @@ class SessionStage:
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
         def work() -> tuple[dict[str, float], dict[str, float]] | None:
+            update = partial(self.optimizer.step, request.lr, self.loss_scale, request.clip_factor)
             measured = None
-            if not request.skip:
-                def update() -> None:
-                    self.optimizer.step(request.lr, self.loss_scale, request.clip_factor)
-
-                if request.measure_update:
-                    measured = measured_update(self.optimizer, self.runtime.owners(), update)
-                else:
-                    update()
+            if request.skip:
+                pass  # every PNode drops this step's gradients
+            elif request.measure_update:
+                measured = measured_update(self.optimizer, self.runtime.owners(), update)
+            else:
+                update()
             self.runtime.zero_grad()
             return measured
 

@@ -121,5 +121,6 @@ def test_a_nonfinite_gradient_reports_no_norms():
     runtime = VNodeRuntime(graph, graph.order, SEED, CPU)
     local_step(runtime, [batch(graph)])
     assert set(runtime.grad_sq_norms()) == {v for v in graph.order if runtime.vnode_parameters()[v]}
-    runtime.parameters()["b0.mlp.down.weight"].grad[0, 0] = float("inf")
-    assert runtime.grad_sq_norms() is None
+    for bad in (float("inf"), float("nan")):
+        runtime.parameters()["b0.mlp.down.weight"].grad[0, 0] = bad
+        assert runtime.grad_sq_norms() is None
