@@ -9,12 +9,13 @@ decay groups, all cores, the same batch. It is measured before and after every s
 machine is shared and noisy) and its median over all of them is the reference.
 
 The system runs the same YAML on an embedded cluster (`computeall.cli.embedded`):
-- 1 PNode with every core: tokens/s vs the anchor (target >= 0.9), with clipping (the default) and
-  without, so the cost of clipping shows end to end; its direct cost (each VNode's gradient norm,
-  the one pass clipping adds; the factor itself rides on the optimizer's unscaling) is timed in
-  this process on the same model, as a share of the step (target <= 2%).
-- 1 PNode with `recompute: true` on every VNode: its peak RSS over the run without (target <= 0.6).
-- 3 PNodes: step time and every PNode's peak RSS (Linux's VmHWM of each process).
+- 1 PNode with every core: tokens/s vs the anchor (target >= 0.9).
+- 1 and 3 PNodes, as written and with `recompute: true` on every VNode: every PNode's peak RSS
+  (Linux's VmHWM of each process), recompute / without (target <= 0.6).
+In this process, on the same model, back to back: a step's time, the part of it clipping adds
+(each VNode's gradient norm; the factor itself rides on the optimizer's unscaling divide; target
+<= 2%), and the bytes a step allocates at most, with and without recompute (the process's RSS
+also holds torch itself and the optimizer state, which recompute cannot shrink).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from computeall.cli.embedded import running_cluster  # noqa: E402
 from computeall.cli.follow import follow_session, start_session  # noqa: E402
 from computeall.network import Graph, load_network  # noqa: E402
 from computeall.network.head_fusion import fuse_heads  # noqa: E402
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
+from computeall.kernels.timing import peak_bytes  # noqa: E402
+from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, SessionConfig  # noqa: E402
 from computeall.tensorcore.local_step import local_step  # noqa: E402
+from computeall.tensorcore.optimizer import VNodeOptimizer  # noqa: E402
 from computeall.tensorcore.vnode_runtime import VNodeRuntime  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -117,20 +120,34 @@ def with_recompute(network_yaml: str) -> str:
     return network_yaml.replace("\ndefaults:\n", "\ndefaults:\n  recompute: true\n", 1)
 
 
-def norm_seconds(network_yaml: str, size: int, reps: int = 5) -> float:
-    """Median time of what clipping adds on a PNode: each VNode's squared gradient norm (the whole
-    model on one PNode, every core)."""
+@dataclass
+class InProcess:
+    step_s: float  # forward, backward and update of one step, the whole model, every core
+    norm_s: float  # what clipping adds to it: each VNode's squared gradient norm
+    peak_bytes: int  # the most bytes allocated during a step's forward and backward
+
+
+def in_process(network_yaml: str, size: int, reps: int) -> InProcess:
+    """One PNode's work without the bus, measured back to back so the machine's load is the same
+    for all three figures."""
     torch.set_num_threads(os.cpu_count() or 1)
     graph = Graph(fuse_heads(load_network(network_yaml))[0])
     runtime = VNodeRuntime(graph, graph.order, 0, torch.device("cpu"))
-    shape_tokens = torch.randint(0, graph.spec.vocab_size, (size, graph.spec.context + 1))
-    local_step(runtime, [shape_tokens])
-    times = []
-    for _ in range(reps):
+    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig(), runtime.decay_groups())
+    tokens = [torch.randint(0, graph.spec.vocab_size, (size, graph.spec.context + 1))]
+    steps, norms = [], []
+    for _ in range(reps + 1):
         t0 = time.perf_counter()
+        local_step(runtime, tokens)
+        t1 = time.perf_counter()
         runtime.grad_sq_norms()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        t2 = time.perf_counter()
+        optimizer.step(1e-4)
+        runtime.zero_grad()
+        steps.append(time.perf_counter() - t2 + t1 - t0)
+        norms.append(t2 - t1)
+    peak = peak_bytes(lambda: local_step(runtime, tokens), torch.device("cpu"))
+    return InProcess(statistics.median(steps[1:]), statistics.median(norms[1:]), peak)
 
 
 def main() -> None:
@@ -146,20 +163,19 @@ def main() -> None:
     tokens_per_step = args.batch * context
 
     plans = [
-        ("1 PNode", 1, text, {}),
-        ("1 PNode, no clipping", 1, text, {"grad_clip": 0.0}),
-        ("1 PNode, recompute", 1, with_recompute(text), {}),
-        ("3 PNodes", 3, text, {}),
+        ("1 PNode", 1, text),
+        ("1 PNode, recompute", 1, with_recompute(text)),
+        ("3 PNodes", 3, text),
+        ("3 PNodes, recompute", 3, with_recompute(text)),
     ]
     anchor_times = plain_torch(args.network, steps, args.batch, warmup)
     runs = []
-    for name, pnodes, yaml_text, settings in plans:
-        runs.append(asyncio.run(computeall(name, yaml_text, steps, args.batch, pnodes, warmup, **settings)))
+    for name, pnodes, yaml_text in plans:
+        runs.append(asyncio.run(computeall(name, yaml_text, steps, args.batch, pnodes, warmup)))
         anchor_times += plain_torch(args.network, steps, args.batch, warmup)
     anchor_s = statistics.median(anchor_times)
     by_name = {r.name: r for r in runs}
-    one, unclipped, recompute = by_name["1 PNode"], by_name["1 PNode, no clipping"], by_name["1 PNode, recompute"]
-    norm_s = norm_seconds(text, args.batch)
+    plain_work, recompute_work = in_process(text, args.batch, steps), in_process(with_recompute(text), args.batch, steps)
 
     rows = [{"name": "plain torch, 1 process", "pnodes": 0, "tokens_per_s": tokens_per_step / anchor_s,
              "median_step_s": anchor_s}]
@@ -172,13 +188,23 @@ def main() -> None:
             "clipped_steps": sum(bool(x["clipped"]) for x in r.steps),
             "peak_rss_bytes": r.peak_rss,
         })
-    one_peak, recompute_peak = one.peak_rss["pnode-0"], recompute.peak_rss["pnode-0"]
+
+    def rss_ratios(plain: Run, recompute: Run) -> dict[str, float | None]:
+        return {p: recompute.peak_rss[p] / v if v and recompute.peak_rss.get(p) else None
+                for p, v in plain.peak_rss.items()}
+
     summary = {
         "name": "summary", "network": args.network.name, "batch": args.batch, "cores": os.cpu_count(),
-        "throughput_ratio_1_pnode": anchor_s / one.step_s,  # target >= 0.9
-        "recompute_peak_rss_ratio": recompute_peak / one_peak if one_peak and recompute_peak else None,  # <= 0.6
-        "clip_norm_share_of_step": norm_s / one.step_s,  # target <= 0.02
-        "clip_end_to_end_ratio": one.step_s / unclipped.step_s,  # noisy: same run twice would differ as much
+        "throughput_ratio_1_pnode": anchor_s / by_name["1 PNode"].step_s,  # target >= 0.9
+        # target <= 0.6: the PNode processes' peak RSS, and the bytes a step allocates (no torch or malloc floor)
+        "recompute_peak_rss_ratio": {
+            "1 PNode": rss_ratios(by_name["1 PNode"], by_name["1 PNode, recompute"]),
+            "3 PNodes": rss_ratios(by_name["3 PNodes"], by_name["3 PNodes, recompute"]),
+        },
+        "recompute_step_peak_bytes_ratio": recompute_work.peak_bytes / plain_work.peak_bytes,
+        "recompute_step_time_ratio": recompute_work.step_s / plain_work.step_s,
+        "clip_share_of_step": plain_work.norm_s / plain_work.step_s,  # target <= 0.02
+        "in_process": {"plain": plain_work.__dict__, "recompute": recompute_work.__dict__},
     }
     rows.append(summary)
 
@@ -190,10 +216,14 @@ def main() -> None:
               f"{r.get('median_compute_s', r['median_step_s']):>8.2f}s{r.get('median_bus_wait_s', 0.0):>8.2f}s"
               f"{r.get('ratio_vs_plain_torch', 1.0):>7.2f}  {peaks}")
     print(f"throughput vs plain torch on 1 PNode: {summary['throughput_ratio_1_pnode']:.2f} (target >= 0.9)")
-    if summary["recompute_peak_rss_ratio"] is not None:
-        print(f"peak RSS with recompute / without: {summary['recompute_peak_rss_ratio']:.2f} (target <= 0.6)")
-    print(f"clipping: the norms take {summary['clip_norm_share_of_step']:.2%} of a step (target <= 2%); "
-          f"step time with / without clipping end to end {summary['clip_end_to_end_ratio']:.3f}")
+    for setup, ratios in summary["recompute_peak_rss_ratio"].items():
+        shown = ", ".join(f"{p} {v:.2f}" for p, v in ratios.items() if v is not None)
+        print(f"peak RSS with recompute / without, {setup}: {shown} (target <= 0.6)")
+    print(f"a step's peak allocation with recompute / without: {summary['recompute_step_peak_bytes_ratio']:.2f} "
+          f"({recompute_work.peak_bytes / 2**20:.0f} / {plain_work.peak_bytes / 2**20:.0f} MiB), "
+          f"its time {summary['recompute_step_time_ratio']:.2f}x")
+    print(f"clipping: the gradient norms take {summary['clip_share_of_step']:.2%} of a step "
+          f"({plain_work.norm_s * 1e3:.0f} ms of {plain_work.step_s:.2f} s; target <= 2%)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
 
