@@ -28,7 +28,7 @@ async def running_cluster(
     take the thread count of that many PNodes on this machine (default: as many as start here);
     `pnode_memory` (e.g. "2GiB"): what each PNode offers (default: its share of the RAM)."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
-    supervisor = Supervisor(directory, server.url, server.process.pid, server.security)
+    supervisor = Supervisor(directory, server.url, server.process.pid, server)
     supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine,
                                       pnode_memory=pnode_memory))
     watcher = asyncio.create_task(supervisor.watch())

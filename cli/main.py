@@ -9,7 +9,8 @@ import sys
 
 from .errors import UserError
 
-COMMANDS = ["up", "run", "status", "pnode", "session", "dataset", "user", "replay", "network", "generate", "export"]
+COMMANDS = ["up", "run", "status", "pnode", "session", "dataset", "user", "replay", "network", "generate", "export",
+            "compose-env"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,9 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"computeall.cli.commands.{name}")
+            module = importlib.import_module(f"computeall.cli.commands.{name.replace('-', '_')}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"computeall.cli.commands.{name}":
+            if exc.name == f"computeall.cli.commands.{name.replace('-', '_')}":
                 continue  # a command not built yet
             raise
         module.register(sub)

@@ -1,8 +1,10 @@
-"""The embedded NATS server: the real `nats-server` binary from the venv, with JetStream."""
+"""The embedded NATS server: the real `nats-server` binary from the venv, with JetStream and
+authorization (its configuration is generated from the deployment's members, see `security`)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -13,10 +15,10 @@ from pathlib import Path
 from computeall.protocol.credentials import Credential, Role
 
 from .security.deployment import LOCAL_USER, OPERATOR, Security
+from .security.server_config import MAX_PAYLOAD, ServerSettings, member_users, server_config
 
-
-# 8 MiB: a micro-batch's activations travel in a few chunks (docker-compose.yml sets the same)
-MAX_PAYLOAD = 8 * 1024 * 1024
+__all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "nats_binary", "url_reachable", "env_url"]
+RELOADED = b"Reloaded server configuration"
 
 
 def free_port() -> int:
@@ -67,8 +69,11 @@ class EmbeddedNats:
         self.process: subprocess.Popen | None = None
 
     def credential(self, role: Role, name: str | None = None) -> Credential:
-        """A local identity's credential for this server (created on first use)."""
-        return self.security.issue(role, name or DEFAULT_NAMES.get(role, role), [self.url])
+        """A local identity's credential for this server (created on first use; a running server
+        learns of a new one before this returns)."""
+        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), [self.url])
+        self.apply_members()
+        return credential
 
     def credential_file(self, role: Role, name: str | None = None) -> Path:
         """The file of that credential, for `--credential` of a process this server's owner starts."""
@@ -80,13 +85,32 @@ class EmbeddedNats:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    @property
+    def config_file(self) -> Path:
+        return self.store_dir / "nats.conf"
+
+    def config(self) -> str:
+        settings = ServerSettings(host="127.0.0.1", port=self.port, store_dir=str(self.store_dir / "jetstream"))
+        return server_config(settings, member_users(self.security.members.read().active(), self.security.subjects))
+
     def command(self) -> list[str]:
-        config = self.store_dir / "nats.conf"
-        config.write_text(f"max_payload: {MAX_PAYLOAD}\n")
-        return [
-            nats_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-            "-sd", str(self.store_dir / "jetstream"), "-c", str(config),
-        ]
+        self.config_file.write_text(self.config())
+        return [nats_binary(), "-c", str(self.config_file)]
+
+    def apply_members(self, timeout: float = 10.0) -> None:
+        """Bring the running server's configuration up to the members list: a new member may
+        connect, a revoked or expired one is refused and its connections are closed."""
+        text = self.config()
+        if self.process is None or self.config_file.exists() and self.config_file.read_text() == text:
+            return
+        self.config_file.write_text(text)
+        seen = self.log_file.stat().st_size
+        self.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while RELOADED not in self.log_file.read_bytes()[seen:]:
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"nats-server did not reload its configuration; see {self.log_file}")
+            time.sleep(0.02)
 
     def start(self, timeout: float = 10.0) -> "EmbeddedNats":
         self.store_dir.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from computeall.protocol.credentials import Role
+from typing import Protocol
+
+from computeall.protocol.credentials import Credential, Role
 
 from .cluster_file import ClusterInfo, ServiceStatus, write
-from .security.deployment import Security
 
 log = logging.getLogger("computeall.supervisor")
 
@@ -76,6 +77,15 @@ def default_services(
     return services
 
 
+class Credentials(Protocol):
+    """Who hands out this machine's identities: the embedded server (`EmbeddedNats`), whose
+    configuration learns of each new one before it is returned."""
+
+    def credential(self, role: Role, name: str | None = None) -> Credential: ...
+
+    def credential_file(self, role: Role, name: str | None = None) -> Path: ...
+
+
 @dataclass
 class _Running:
     spec: ServiceSpec
@@ -86,11 +96,11 @@ class _Running:
 
 
 class Supervisor:
-    def __init__(self, data_dir: Path, nats_url: str, nats_pid: int | None = None, security: Security | None = None) -> None:
+    def __init__(self, data_dir: Path, nats_url: str, nats_pid: int | None = None, credentials: "Credentials | None" = None) -> None:
         self.data_dir = data_dir
         self.nats_url = nats_url
         self.nats_pid = nats_pid
-        self.security = security  # issues each service its own credential; None: connect anonymously
+        self.credentials = credentials  # issues each service its own credential; None: connect anonymously
         self.logs = data_dir / "logs"
         self.services: dict[str, _Running] = {}
         self.monitor_url: str | None = None
@@ -132,10 +142,9 @@ class Supervisor:
 
     def credential_args(self, role: Role, name: str) -> list[str]:
         """`--credential FILE` for a process of this machine: its own identity, issued on first use."""
-        if self.security is None:
+        if self.credentials is None:
             return []
-        self.security.issue(role, name, [self.nats_url])
-        return ["--credential", str(self.security.credential_path(role, name))]
+        return ["--credential", str(self.credentials.credential_file(role, name))]
 
     async def watch(self, interval_s: float = 0.5) -> None:
         """Restart services that die (with a growing back-off) until `stop` is called."""

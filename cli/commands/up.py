@@ -59,7 +59,7 @@ async def up(args: argparse.Namespace) -> int:
     else:
         nats_server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
         url = nats_server.url
-        supervisor = Supervisor(directory, url, nats_server.process.pid, nats_server.security)
+        supervisor = Supervisor(directory, url, nats_server.process.pid, nats_server)
         local_user = nats_server.credential("user")
     supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from computeall.protocol.credentials import Credential, CredentialError, Role, new_nkey_seed, nkey_public
+from computeall.protocol.subjects import Subjects
 
 from .members import Member, MemberStore
 
@@ -21,8 +22,9 @@ LOCAL_USER = "local"  # the user a client on that machine acts as unless told ot
 
 
 class Security:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, subjects: Subjects | None = None) -> None:
         self.directory = directory
+        self.subjects = subjects or Subjects()  # the deployment's subject prefix: what permissions name
         self.members = MemberStore(directory / "members.json")
 
     def credential_path(self, role: Role, name: str) -> Path:
@@ -40,6 +42,12 @@ class Security:
         credential = Credential(role=role, name=name, servers=servers, nkey_seed=seed)
         credential.save(path)
         return credential
+
+    def public_key(self, role: Role, name: str) -> str:
+        credential = self.local(role, name)
+        if credential is None or not credential.nkey_seed:
+            raise CredentialError(f"no credential of {role} {name} in {self.directory}")
+        return nkey_public(credential.nkey_seed)
 
     def local(self, role: Role, name: str) -> Credential | None:
         """A local identity's credential as last issued, or None when there is none."""

@@ -9,6 +9,7 @@ FILE`, else `$COMPUTEALL_CREDENTIAL`, and `--nats URL` (else `$NATS_URL`) overri
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
@@ -19,6 +20,7 @@ from nats.aio.client import Client as NATS
 from .credentials import Credential, CredentialError, Role
 
 CREDENTIAL_ENV = "COMPUTEALL_CREDENTIAL"
+log = logging.getLogger("computeall.bus")
 
 
 class BusConnectError(ConnectionError):
@@ -27,6 +29,7 @@ class BusConnectError(ConnectionError):
 
 async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
     """A connection as `credential`'s identity; `options` are nats-py's (reconnects, callbacks)."""
+    options.setdefault("error_cb", _log_error)
     try:
         return await nats.connect(name=name, **credential.nats_options(), **options)
     except nats.errors.NoServersError as exc:
@@ -35,9 +38,17 @@ async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
         raise BusConnectError(_why(credential, exc)) from None
 
 
+async def _log_error(exc: Exception) -> None:
+    """nats-py's default logs every error with a traceback; a refused permission or a dropped
+    connection is one line (the caller hears about a failed connect from `connect` itself)."""
+    log.warning("nats: %s", exc)
+
+
 def _why(credential: Credential, exc: BaseException) -> str:
     reason = str(exc) or type(exc).__name__
-    if "authorization" in reason.lower():
+    if "authorization" in reason.lower() and not credential.nkey_seed:
+        reason += " (this server admits only known identities: pass --credential FILE, or an invite with --join)"
+    elif "authorization" in reason.lower():
         reason += " (the server does not accept this credential: revoked, expired, or for another deployment)"
     return f"cannot connect to {', '.join(credential.servers)} as {credential.identity}: {reason}"
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import nkeys
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Role = Literal["orchestrator", "dataset", "monitor", "pnode", "user", "admin", "authority"]
+Role = Literal["orchestrator", "dataset", "monitor", "pnode", "user", "admin", "authority", "superuser"]
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # one subject token: no dots, spaces or wildcards
 
@@ -132,6 +132,12 @@ class Credential(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> "Credential":
+        """From a file, or from the JSON itself (how a container gets it, in an environment variable)."""
+        if isinstance(path, str) and path.lstrip().startswith("{"):
+            try:
+                return cls.model_validate_json(path)
+            except ValueError as exc:
+                raise CredentialError(f"the credential given inline is not a computeall credential: {exc}") from None
         path = Path(path)
         try:
             return cls.model_validate_json(path.read_bytes())

@@ -13,9 +13,20 @@ def checkpoint_bucket(subjects: Subjects) -> str:
     return f"{subjects.prefix}-checkpoints"
 
 
+def dataset_bucket(subjects: Subjects) -> str:
+    """Where the dataset service keeps tokenizers and shards (its `--bucket` can name another)."""
+    return f"{subjects.prefix}-datasets"
+
+
 async def open_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
-    """The bucket, created on first use (file storage: checkpoints survive a restart)."""
+    """The bucket, created on first use (file storage: checkpoints survive a restart). Only the
+    service that owns a bucket creates it; the others use `existing_bucket`."""
     try:
         return await js.object_store(bucket)
     except BucketNotFoundError:
         return await js.create_object_store(bucket)
+
+
+async def existing_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
+    """A bucket its owning service created; `BucketNotFoundError` when it has not yet."""
+    return await js.object_store(bucket)

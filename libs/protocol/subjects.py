@@ -14,6 +14,13 @@ LOG_STREAM = "CA_LOG"
 TEL_STREAM = "CA_TEL"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+INBOX_ROOT = "_INBOX."
+
+
+def is_inbox(subject: str | None) -> bool:
+    """A reply subject a service may answer on. A requester names its reply subject itself: one
+    naming a stream's subjects (`ca.evt...`) would have the service write its answer into the log."""
+    return bool(subject) and subject.startswith(INBOX_ROOT)
 
 
 def check_token(value: str, what: str) -> str:
@@ -82,3 +89,13 @@ class Subjects:
 
     def session_created_all(self) -> str:
         return f"{self.prefix}.evt.session.*.SessionCreated"
+
+
+def pnode_of(subjects: Subjects, subject: str) -> str:
+    """The PNode a heartbeat (`<prefix>.hb.<pid>`) or telemetry (`<prefix>.tel.<pid>.<kind>`) subject
+    belongs to: only that PNode may publish there, so a payload naming another is not believed."""
+    prefix = subjects.prefix + "."
+    tokens = subject[len(prefix):].split(".") if subject.startswith(prefix) else []
+    if len(tokens) == 2 and tokens[0] == "hb" or len(tokens) == 3 and tokens[0] == "tel":
+        return tokens[1]
+    raise ValueError(f"{subject} is not a heartbeat or telemetry subject of prefix {subjects.prefix}")

@@ -25,6 +25,7 @@ class Heartbeat(BaseModel):
     sessions: list[str] = Field(default_factory=list)
     leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
     incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state
+    left: bool = False  # the last heartbeat of a process that is exiting (the orchestrator records PNodeLeft)
 
 
 class RequestStatus(BaseModel):

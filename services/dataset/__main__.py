@@ -12,6 +12,7 @@ from pathlib import Path
 from computeall.protocol.bus import BusConnectError, add_bus_arguments, connect, credential_from_args
 from computeall.protocol.credentials import CredentialError
 from computeall.protocol.eventlog import ensure_streams
+from computeall.protocol.object_store import dataset_bucket
 from computeall.protocol.subjects import Subjects
 
 from .service import DatasetService
@@ -39,7 +40,7 @@ async def serve(args: argparse.Namespace) -> None:
     nc = await connect(credential, name="computeall-dataset", max_reconnect_attempts=-1)
     js = nc.jetstream()
     await ensure_streams(js, subjects)
-    store = DatasetStore(args.data_dir, js, args.bucket or f"{subjects.prefix}-datasets", min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
+    store = DatasetStore(args.data_dir, js, args.bucket or dataset_bucket(subjects), min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
     await store.open()
     service = DatasetService(nc, subjects, store)
     await service.start()

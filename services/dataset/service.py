@@ -32,7 +32,7 @@ from computeall.protocol.dataset_api import (
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import DatasetCreated, SplitCreated, Tokenized, TokenizerTrained
-from computeall.protocol.subjects import Subjects
+from computeall.protocol.subjects import Subjects, is_inbox
 
 from . import builder, tokenizer as bpe
 from .batches import make_batch
@@ -116,8 +116,8 @@ class DatasetService:
         except Exception as exc:  # a bug, or the bus failing: answer anyway, keep serving
             log.exception("%s request failed", verb)
             reply = _error(f"the dataset service failed on this {verb} request ({type(exc).__name__}: {exc}); see its log")
-        if not msg.reply:
-            log.warning("a %s request without a reply subject was dropped", verb)
+        if not is_inbox(msg.reply):
+            log.warning("a %s request without an inbox to answer (%s) was dropped", verb, msg.reply)
             return
         try:
             await msg.respond(reply if isinstance(reply, bytes) else reply.model_dump_json(exclude_none=True).encode())

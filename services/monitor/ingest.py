@@ -21,7 +21,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
-from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
+from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects, pnode_of
 from computeall.protocol.telemetry import Heartbeat
 
 from . import store
@@ -87,8 +87,10 @@ class Ingestor:
     async def _on_heartbeat(self, msg: Msg) -> None:
         try:
             hb = Heartbeat.model_validate_json(msg.data)
-        except ValidationError:
-            log.debug("ignoring a malformed heartbeat on %s", msg.subject)
+            if hb.pnode != pnode_of(self.subjects, msg.subject):  # only that PNode may publish there
+                raise ValueError(f"it names PNode {hb.pnode!r}")
+        except (ValidationError, ValueError):
+            log.debug("ignoring a heartbeat on %s", msg.subject)
             return
         self._heartbeats[hb.pnode] = hb
 

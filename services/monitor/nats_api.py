@@ -10,7 +10,7 @@ from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
 from computeall.protocol import monitor_api as api
-from computeall.protocol.subjects import Subjects
+from computeall.protocol.subjects import Subjects, is_inbox
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def _responder(model: type[BaseModel], handler: Handler) -> Callable[[Msg], Awai
         except Exception as exc:  # the requester gets an answer; the monitor keeps running
             log.exception("handling %s failed", msg.subject)
             reply = api.MonitorReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-        if msg.reply:
+        if is_inbox(msg.reply):
             await msg.respond(reply.model_dump_json(exclude_none=True).encode())
 
     return respond

@@ -110,6 +110,8 @@ def _set_status(batch: Batch, h: Header, status: str) -> None:
 
 def _telemetry(batch: Batch, msg: Message) -> None:
     sample = _TELEMETRY.validate_json(msg.data)
+    if msg.subject.split(".")[-2] != sample.pnode:  # `<prefix>.tel.<pid>.<kind>`: only that PNode may publish it
+        raise ValueError(f"telemetry about PNode {sample.pnode!r} published on {msg.subject}")
     if isinstance(sample, MemorySample):
         batch.memory.append(
             (sample.pnode, sample.ts, sample.rss_bytes, sample.gpu_allocated_bytes, sample.gpu_reserved_bytes,

@@ -37,12 +37,14 @@ from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_stre
 from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
 from computeall.protocol.session_state import Rejected, SessionLog, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
-from computeall.protocol.subjects import LOG_STREAM, Subjects
+from computeall.protocol.subjects import LOG_STREAM, Subjects, pnode_of
+from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
 from .allocator import AllocationError, PNodeCapacity, allocate
 from .driver import SessionDriver
+from .membership import MembershipRecorder
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 from .session_graph import session_graph
@@ -76,7 +78,9 @@ class Orchestrator:
         self.nc = await bus.connect(self.credential, name=f"orchestrator-{self.id}", max_reconnect_attempts=-1)
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects)
+        await open_bucket(self.js, checkpoint_bucket(self.subjects))  # the PNodes write into it
         self.eventlog = EventLog(self.js, self.subjects)
+        self.membership = MembershipRecorder(self.eventlog, actor=f"orchestrator:{self.id}")
         self.calls = PNodeCalls(self.nc, self.subjects, self.registry)
         await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_pnode_heartbeat)
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_peer_heartbeat)
@@ -113,9 +117,12 @@ class Orchestrator:
     async def _on_pnode_heartbeat(self, msg) -> None:
         try:
             beat = Heartbeat.model_validate_json(msg.data)
-        except ValidationError:
-            log.warning("ignored a malformed heartbeat on %s", msg.subject)
+            if beat.pnode != pnode_of(self.subjects, msg.subject):
+                raise ValueError(f"it names PNode {beat.pnode!r}")
+        except (ValidationError, ValueError) as exc:
+            log.warning("ignored a heartbeat on %s: %s", msg.subject, str(exc)[:200])
             return
+        self.membership.beat(beat)
         if self.registry.beat(beat):
             # declared lost, now back: its state is stale; it drops it and counts as a new PNode
             log.info("pnode %s is back after being declared lost; resetting it", beat.pnode)

@@ -32,7 +32,8 @@ def pnode_credential(args: argparse.Namespace) -> Credential:
     """The PNode's identity: its credential's name (a `--name` must agree), else `--name`/host-pid."""
     try:
         default = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
-        credential = process_credential(args.credential, args.nats or "nats://127.0.0.1:4222", "pnode", default)
+        url = args.nats or (None if args.credential else "nats://127.0.0.1:4222")
+        credential = process_credential(args.credential, url, "pnode", default)
     except (CredentialError, ValueError) as exc:
         raise SystemExit(f"computeall pnode: {exc}") from None
     if args.name and args.name != credential.name:

@@ -8,7 +8,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from computeall.protocol.events import CheckpointObject
-from computeall.protocol.object_store import open_bucket
+from computeall.protocol.object_store import existing_bucket
 from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
 from computeall.protocol.wire import digest
 from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, save_vnode
@@ -22,7 +22,7 @@ def object_name(session_id: str, step: int, vnode: str) -> str:
 
 
 async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint) -> list[CheckpointObject]:
-    store = await open_bucket(js, request.bucket)
+    store = await existing_bucket(js, request.bucket)
     objects = []
     for vid in stage.local:
         data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid)
@@ -34,7 +34,7 @@ async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoin
 
 async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoint) -> None:
     """Raise `CheckpointError` when an object is missing or its digest does not match the log."""
-    store = await open_bucket(js, request.bucket)
+    store = await existing_bucket(js, request.bucket)
     by_vnode = {o.vnode: o for o in request.objects}
 
     async def fetch(vid: str) -> bytes:

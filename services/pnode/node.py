@@ -18,8 +18,6 @@ from pydantic import TypeAdapter, ValidationError
 from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
 from computeall.protocol.envelope import Envelope
-from computeall.protocol.eventlog import EventLog, ensure_streams
-from computeall.protocol.events import EventEnvelope, PNodeJoined, PNodeLeft
 from computeall.protocol.pnode_api import (
     ApplyStep,
     LoadCheckpoint,
@@ -83,27 +81,19 @@ class PNode:
     async def run(self) -> None:
         self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
         self.js = self.nc.jetstream()
-        await ensure_streams(self.js, self.subjects)
-        self.log = EventLog(self.js, self.subjects)
         await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
         await self.nc.subscribe(
             self.subjects.pnode_tensor(self.name), cb=self._on_tensor, pending_bytes_limit=1 << 30
         )
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
-        await self.log.append_event(
-            self.subjects.pnode_evt(self.name, "PNodeJoined"),
-            EventEnvelope(actor=f"pnode:{self.name}", payload=self._joined()),
-        )
+        # no event of its own: the orchestrator records PNodeJoined/PNodeLeft from the heartbeats
         log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, ", ".join(self.credential.servers), self.device, self.memory_bytes / 2**30)
         tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
         await self._stop.wait()
         for t in tasks:
             t.cancel()
         try:
-            await self.log.append_event(
-                self.subjects.pnode_evt(self.name, "PNodeLeft"),
-                EventEnvelope(actor=f"pnode:{self.name}", payload=PNodeLeft(pnode=self.name)),
-            )
+            await self.nc.publish(self.subjects.heartbeat(self.name), self._beat(left=True).model_dump_json().encode())
             await self.nc.drain()
         except (nats.errors.Error, TimeoutError):
             pass  # the server went away first
@@ -131,10 +121,11 @@ class PNode:
     async def _on_orchestrator_heartbeat(self, msg) -> None:
         self._orchestrator_seen = time.monotonic()
 
-    def _joined(self) -> PNodeJoined:
-        return PNodeJoined(
-            pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(),
-            device=str(self.device), memory_bytes=self.memory_bytes,
+    def _beat(self, left: bool = False) -> Heartbeat:
+        return Heartbeat(
+            pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
+            memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving or left,
+            incarnation=self.incarnation, left=left,
         )
 
     # -- control requests ---------------------------------------------------------
@@ -232,13 +223,8 @@ class PNode:
     # -- liveness and telemetry ----------------------------------------------------
     async def _heartbeat(self) -> None:
         while True:
-            beat = Heartbeat(
-                pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
-                memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving,
-                incarnation=self.incarnation,
-            )
             try:
-                await self.nc.publish(self.subjects.heartbeat(self.name), beat.model_dump_json().encode())
+                await self.nc.publish(self.subjects.heartbeat(self.name), self._beat().model_dump_json().encode())
             except Exception as exc:  # a broken connection must not end the heartbeat loop
                 log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.heartbeat_s)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from computeall.cli.client import Client
 from computeall.cli.embedded import running_cluster
+from computeall.cli.supervisor import Supervisor
+from computeall.protocol.subjects import Subjects
+
+from .identities import connect_as
 
 __all__ = ["running_cluster", "stdlib_corpus", "wait_for_pnodes"]
 
@@ -16,8 +19,9 @@ def stdlib_corpus(max_bytes: int = 300_000) -> list[str]:
     return stdlib_files(max_bytes)
 
 
-async def wait_for_pnodes(client: Client, names: list[str], timeout: float = 60.0) -> None:
-    """Until every named PNode has sent a heartbeat (it starts in a few seconds: torch loads)."""
+async def wait_for_pnodes(supervisor: Supervisor, names: list[str], timeout: float = 60.0) -> None:
+    """Until every named PNode has sent a heartbeat (it starts in a few seconds: torch loads).
+    Heartbeats are the services' business: this listens as the monitor does."""
     seen: set[str] = set()
     done = asyncio.Event()
 
@@ -26,8 +30,9 @@ async def wait_for_pnodes(client: Client, names: list[str], timeout: float = 60.
         if seen >= set(names):
             done.set()
 
-    sub = await client.nc.subscribe(client.subjects.heartbeat_all(), cb=on_beat)
+    nc = await connect_as(supervisor.credentials, "monitor")
+    sub = await nc.subscribe(Subjects().heartbeat_all(), cb=on_beat)
     try:
         await asyncio.wait_for(done.wait(), timeout)
     finally:
-        await sub.unsubscribe()
+        await nc.close()

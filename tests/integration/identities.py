@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from nats.aio.client import Client as NATS
 
-from computeall.cli.nats_server import EmbeddedNats
+from computeall.cli.supervisor import Credentials
 from computeall.protocol import bus
 from computeall.protocol.credentials import Role
 from computeall.protocol.subjects import Subjects
 
 
-async def connect_as(server: EmbeddedNats, role: Role = "user", name: str | None = None) -> NATS:
-    return await bus.connect(server.credential(role, name), name=f"test-{role}-{name or role}")
+async def connect_as(issuer: Credentials, role: Role = "user", name: str | None = None) -> NATS:
+    """Connected as that identity of the deployment `issuer` (an `EmbeddedNats`, or a running
+    cluster's `supervisor.credentials`) hands out."""
+    return await bus.connect(issuer.credential(role, name), name=f"test-{role}-{name or role}")
 
 
 def publisher_of(subject: str, subjects: Subjects | None = None) -> tuple[Role, str | None]:

@@ -14,6 +14,7 @@ from computeall.cli.session_view import failovers, session_events
 from computeall.protocol.events import CheckpointCommitted, Reallocated, RolledBack, SessionPaused, StepAborted
 
 from .cluster import running_cluster, wait_for_pnodes
+from .identities import connect_as
 from .sessions import config, losses, run_to_end, wait_for
 
 STEPS = 60  # long enough that every kill lands mid-session whatever the machine's speed
@@ -80,9 +81,10 @@ async def test_kill_during_a_checkpoint_write_never_uses_it(tmp_path, cfg):
                 pnode_process(supervisor, "pnode-2").kill()
                 killed.set()
 
-        sub = await client.nc.subscribe(client.subjects.pnode_ctl("pnode-2"), cb=kill_on_save)
+        tap = await connect_as(supervisor.credentials, "pnode", "pnode-2")  # pnode-2's own subjects
+        await tap.subscribe(client.subjects.pnode_ctl("pnode-2"), cb=kill_on_save)
         await asyncio.wait_for(killed.wait(), 120)
-        await sub.unsubscribe()
+        await tap.close()
         await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
         got_losses, got_digests, events = await outcome(client, sid)
     commits = [e for e in events if isinstance(e, CheckpointCommitted)]
@@ -104,7 +106,7 @@ async def test_join_and_graceful_leave(tmp_path):
             [sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", "pnode-x"),
              "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-x.log", "wb"), stderr=subprocess.STDOUT)
         try:
-            await wait_for_pnodes(client, ["pnode-x"])
+            await wait_for_pnodes(supervisor, ["pnode-x"])
             joined = await wait_for(client, sid, lambda s: "pnode-x" in s.allocation.values(), timeout=120)
             leaver = supervisor.services.pop("pnode-2")  # not restarted: it leaves for good
             leaver.process.send_signal(signal.SIGTERM)

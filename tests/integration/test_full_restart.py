@@ -8,6 +8,8 @@ from pathlib import Path
 
 from computeall.cli.client import connect
 from computeall.cli.cluster_file import read
+from computeall.cli.identity import deployment_security
+from computeall.protocol.credentials import Credential
 
 from .cluster import stdlib_corpus
 from .sessions import losses, run_to_end, wait_for
@@ -31,6 +33,11 @@ def wait_for_cluster(data_dir: Path, previous: str | None = None, timeout: float
     return wait_until(written, timeout, "computeall up writing cluster.json", interval=0.2)
 
 
+def local_user(data_dir: Path) -> Credential:
+    """What a client on this machine connects as: the local user, as `up` issued it this time."""
+    return deployment_security(str(data_dir)).local("user", "local")
+
+
 def stop(process: subprocess.Popen) -> None:
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0
@@ -48,14 +55,14 @@ async def test_full_restart_continues_running_sessions(tmp_path):
         )
         assert created.returncode == 0, created.stderr
         sid = json.loads(created.stdout)["session_id"]
-        async with connect(url) as client:
+        async with connect(local_user(data_dir)) as client:
             await wait_for(client, sid, lambda s: s.next_step >= 8)
     finally:
         stop(first)  # everything stops: PNodes, orchestrator, dataset, monitor and nats-server
     second = up(data_dir, log)
     try:
         url = wait_for_cluster(data_dir, previous=url)
-        async with connect(url) as client:
+        async with connect(local_user(data_dir)) as client:
             final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
             resumed = await losses(client, sid)
             clean = await losses(client, await run_to_end(client, session_config(steps=60)))

@@ -28,7 +28,9 @@ async def test_create_a_session_and_read_its_steps_with_plain_nats(tmp_path):
     try:
         wait_until((tmp_path / "cluster.json").exists, 60, "computeall up writing cluster.json", interval=0.2)
         url = json.loads((tmp_path / "cluster.json").read_text())["nats"]
-        nc = await nats.connect(url)
+        # the local user's credential, kept by `up` in the data dir (docs/protocol.md, "Connecting")
+        credential = json.loads((tmp_path / "security" / "credentials" / "user" / "local.json").read_text())
+        nc = await nats.connect(url, nkeys_seed_str=credential["nkey_seed"], inbox_prefix="_INBOX.user.local")
         js = nc.jetstream()
         sid = "interop-" + uuid.uuid4().hex[:8]
         command_id = uuid.uuid4().hex

@@ -11,9 +11,11 @@ from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.commands import PauseSession, ResumeSession, StartSession, StopSession
 from computeall.protocol.events import CheckpointCommitted, CommandRejected, SessionClaimed, StepCompleted
-from computeall.protocol.object_store import open_bucket
+from computeall.protocol.eventlog import EventLog
+from computeall.protocol.object_store import existing_bucket
 
 from .cluster import running_cluster, wait_for_pnodes
+from .identities import connect_as
 from .sessions import command, config, losses, run_to_end, state, wait_for
 from .waiting import wait_until_async
 
@@ -90,7 +92,8 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
             if len(orchestrators) == 2:
                 both.set()
 
-        beats = await client.nc.subscribe(client.subjects.orchestrator_heartbeat_all(), cb=on_beat)
+        observer = await connect_as(supervisor.credentials, "orchestrator")  # they watch each other
+        beats = await observer.subscribe(client.subjects.orchestrator_heartbeat_all(), cb=on_beat)
         second = subprocess.Popen([sys.executable, "-m", "computeall.orchestrator", *supervisor.credential_args("orchestrator", "orchestrator")],
                                   stdout=open(tmp_path / "orch2.log", "wb"), stderr=subprocess.STDOUT)
         try:
@@ -98,7 +101,7 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
             sids = await asyncio.gather(*(run_to_end(client, config(steps=6, checkpoint_every=0)) for _ in range(4)))
             assert second.poll() is None, "the second orchestrator ran through all of it"
         finally:
-            await beats.unsubscribe()
+            await observer.close()
             second.send_signal(signal.SIGTERM)
             second.wait(15)
         drivers = set()
@@ -113,7 +116,7 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
 
 
 async def test_corrupted_checkpoint_is_detected_and_the_previous_one_used(tmp_path):
-    async with running_cluster(tmp_path, pnodes=2) as (client, _):
+    async with running_cluster(tmp_path, pnodes=2) as (client, supervisor):
         clean = await losses(client, await run_to_end(client, config(steps=60)))
         sid, _ = await start_session(client, config(steps=60))
         await wait_for(client, sid, lambda s: s.next_step >= 11)
@@ -121,8 +124,10 @@ async def test_corrupted_checkpoint_is_detected_and_the_previous_one_used(tmp_pa
         paused = await wait_for(client, sid, lambda s: s.status == "paused")
         newest = paused.last_checkpoint
         assert newest.step > 10
-        store = await open_bucket(client.js, newest.bucket)
+        rogue = await connect_as(supervisor.credentials, "pnode", "pnode-rogue")  # PNodes write checkpoints
+        store = await existing_bucket(rogue.jetstream(), newest.bucket)
         await store.put(newest.objects[0].object, b"not a checkpoint")  # corrupt one object of the newest checkpoint
+        await rogue.close()
         await command(client, sid, ResumeSession())
         await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
         events = [e.payload for _, e in await session_events(client.eventlog, sid)]
@@ -146,9 +151,11 @@ async def test_replay_verify_passes_on_an_honest_log_and_fails_on_an_altered_los
         # alter the recorded loss of step 12: remove its event and record a tampered one
         events = await session_events(client.eventlog, sid)
         seq, event = next((s, e) for s, e in events if isinstance(e.payload, StepCompleted) and e.payload.step == 12)
-        await client.js.delete_msg("CA_LOG", seq)
+        forger = await connect_as(supervisor.credentials, "superuser", "forger")  # someone with the server's files
+        await forger.jetstream().delete_msg("CA_LOG", seq)
         tampered = event.model_copy(update={"id": "tampered", "payload": event.payload.model_copy(update={"loss": event.payload.loss * 1.01})})
-        await client.eventlog.append_session_event(tampered, None)
+        await EventLog(forger.jetstream(), client.subjects).append_session_event(tampered, None)
+        await forger.close()
         altered = await asyncio.to_thread(verify)
         assert altered.returncode == 1 and "MISMATCH" in altered.stdout
 

@@ -1,0 +1,24 @@
+"""`computeall compose-env > .env`: the credentials of the docker compose deployment.
+
+docker-compose.yml names every identity's public key and credential as a variable; this prints
+them, creating the identities on first use in the data dir (so the host's CLI then connects as the
+local user or the operator with `--data-dir`). Keep the file private: it holds the services' keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..identity import deployment_security
+from ..security.compose import compose_env
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compose-env", help="print the .env with the credentials docker-compose.yml needs")
+    p.add_argument("--data-dir", default=None, help="where the identities are kept (default: $COMPUTEALL_DATA_DIR or .computeall)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print(compose_env(deployment_security(args.data_dir)), end="")
+    return 0

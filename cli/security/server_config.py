@@ -1,0 +1,61 @@
+"""The nats-server configuration of a deployment, generated: listen address, JetStream, limits,
+TLS, and `authorization` with one user per active member (its public nkey and its role's
+permissions). `computeall up`, the embedded test servers and docker-compose.yml all come from
+`server_config`; a later cluster (routes) or leaf-node setup adds its block to `ServerSettings`.
+
+Every value is written as JSON, which the nats-server config format accepts, so a subject such as
+`$JS.API.>` is a quoted string and never read as a variable reference.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from computeall.protocol.subjects import Subjects
+
+from .members import Member
+from .roles import Permissions, permissions
+
+# 8 MiB: a micro-batch's activations travel in a few chunks
+MAX_PAYLOAD = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    cert_file: str
+    key_file: str
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str
+    port: int
+    store_dir: str
+    max_payload: int = MAX_PAYLOAD
+    tls: TlsFiles | None = None
+    authorization: bool = True  # False: anyone may connect (only a server nobody else can reach)
+
+
+def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]) -> str:
+    """The config text; `users` are (public nkey, its permissions), see `member_users`."""
+    config: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "max_payload": settings.max_payload,
+        "jetstream": {"store_dir": settings.store_dir},
+    }
+    if settings.tls:
+        config["tls"] = {"cert_file": settings.tls.cert_file, "key_file": settings.tls.key_file, "timeout": 5}
+    if settings.authorization:
+        config["authorization"] = {"users": [{"nkey": nkey, "permissions": permission_block(p)} for nkey, p in users]}
+    return "".join(f"{key}: {json.dumps(value, indent=2)}\n" for key, value in config.items())
+
+
+def member_users(members: list[Member], subjects: Subjects) -> list[tuple[str, Permissions]]:
+    return [(m.public_key, permissions(m.role, m.name, subjects)) for m in members]
+
+
+def permission_block(p: Permissions) -> dict[str, Any]:
+    return {"publish": {"allow": list(p.publish)}, "subscribe": {"allow": list(p.subscribe)}}
