@@ -75,8 +75,11 @@ async def test_dashboard_end_to_end(tmp_path):
             browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(UI_TIMEOUT_MS)
+            errors: list[str] = []  # an exception in the page (a chart that throws draws nothing)
+            page.on("pageerror", lambda e: errors.append(str(e)))
             try:
                 await run_user_path(page, url, key, sid)
+                assert not errors, errors
             finally:
                 await page.screenshot(path=str(ARTIFACTS / "last.png"), full_page=True)
                 await browser.close()
