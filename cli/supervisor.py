@@ -25,6 +25,19 @@ from .cluster_file import ClusterInfo, ServiceStatus, write
 
 log = logging.getLogger("computeall.supervisor")
 
+# signals that mean a crash rather than a stop (SIGTERM) or a kill (SIGKILL, as the failover tests send)
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL}
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+
 # Stop order: the orchestrator first, so a PNode going away during shutdown is never taken for a
 # failure of the session; the monitor last, so it records everything that happened.
 STOP_ORDER = ("orchestrator", "pnode", "dataset", "monitor")
@@ -153,8 +166,10 @@ class Supervisor:
             for running in self.services.values():
                 process = running.process
                 if process is not None and process.poll() is not None and not self._stopping:
-                    log.warning("%s exited with %s; restarting (see %s)", running.spec.name, process.returncode,
-                                self.logs / f"{running.spec.name}.log")
+                    logfile = self.logs / f"{running.spec.name}.log"
+                    log.warning("%s exited with %s; restarting (see %s)", running.spec.name, process.returncode, logfile)
+                    if -process.returncode in CRASH_SIGNALS:  # its faulthandler stack is at the end of its log
+                        log.warning("the end of %s:\n%s", logfile, log_tail(logfile))
                     running.process = None
                     running.state = "restarting"
                     running.restarts += 1

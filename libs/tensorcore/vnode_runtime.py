@@ -140,9 +140,9 @@ class VNodeRuntime:
         """Bytes kept for backward: the outputs of VNodes that keep their graph, the inputs of those that
         recompute (in each VNode's precision; a tensor kept by several counts once)."""
         kept = {}
-        for s in self._saved.values():
+        for s in list(self._saved.values()):  # telemetry reads this while the compute thread works
             for t in [s.output] if s.output is not None else s.args:
-                kept[t.untyped_storage().data_ptr()] = t.numel() * t.element_size()
+                kept[t.data_ptr()] = t.numel() * t.element_size()  # a leaf shares its producer's data
         return sum(kept.values())
 
 

@@ -43,7 +43,9 @@ async def test_two_steps_on_three_pnodes_within_their_memory(tmp_path):
     assert sum(p.params for p in allocated.placements) == 29_381_120
     assert [s.step for s in steps] == [0, 1] and all(math.isfinite(s.loss) for s in steps)
     assert steps[0].loss == pytest.approx(math.log(32768), rel=0.1)  # a fresh model guesses uniformly
-    assert all(s.grad_norm is not None and set(s.compute_s_by_pnode) == set(allocated.pnodes) for s in steps)
+    assert all(s.grad_norm is not None for s in steps)
+    # every step ran on the three PNodes it was placed on (no failover on the way)
+    assert [sorted(s.compute_s_by_pnode) for s in steps] == [sorted(allocated.pnodes)] * 2
     if any(v is None for v in peaks.values()):
         pytest.skip("this kernel does not report a process's peak resident memory (VmHWM)")
     assert all(peak <= OFFERED for peak in peaks.values()), {k: v / 2**20 for k, v in peaks.items()}
