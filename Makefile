@@ -28,7 +28,8 @@ browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 demo: setup web
-	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS)
+	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS) \
+		--validate-every 25 --sample-every 50 --sample-prompt 'def ' --sample-prompt 'class '
 
 up: setup web
 	$(VENV)/bin/computeall up --pnodes 3

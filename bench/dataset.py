@@ -34,6 +34,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol import bus
 from computeall.dataset import builder, tokenizer as bpe
+from computeall.dataset.data_roots import DataRoots
 from computeall.dataset.sources import Reader
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import SPECIAL_TOKENS, BatchRequest, CreateDataset
@@ -65,7 +66,7 @@ def corpus_file(source: Path, copies: int, folder: Path) -> Path:
 
 def bench_tokenize(corpus: Path, repeats: int, folder: Path) -> dict:
     reader = Reader()
-    scan = reader.scan([str(corpus)])
+    scan = reader.scan([str(corpus)], DataRoots([corpus.parent]))
     request = CreateDataset(name="bench", files=[str(corpus)], vocab_size=8192)
     tokenizer = bpe.train(reader.documents(scan.files), 8192, scan.documents)
     documents = list(reader.documents(scan.files))
@@ -88,7 +89,7 @@ def bench_tokenize(corpus: Path, repeats: int, folder: Path) -> dict:
 
 def bench_train(corpus: Path, vocab: int, repeats: int) -> dict:
     reader = Reader()
-    scan = reader.scan([str(corpus)])
+    scan = reader.scan([str(corpus)], DataRoots([corpus.parent]))
 
     def service() -> Tokenizer:
         return bpe.train(reader.documents(scan.files), vocab, scan.documents)
@@ -134,7 +135,7 @@ def bench_batches(corpus: Path, requests: int, folder: Path) -> dict:
     with EmbeddedNats(folder / "nats") as server:
         service = subprocess.Popen(
             [sys.executable, "-m", "computeall.dataset", "--credential", str(server.credential_file("dataset")),
-             "--data-dir", str(folder / "data")],
+             "--data-dir", str(folder / "data"), "--data-root", str(corpus.parent)],
             stderr=open(folder / "service.log", "wb"),
         )
         try:

@@ -24,7 +24,8 @@ import torch
 
 from computeall.network import Graph
 from computeall.protocol.dataset_api import EOT_TOKEN, PAD_TOKEN
-from computeall.tensorcore.generation import Generator, SamplingConfig
+from computeall.protocol.sampling import SamplingConfig
+from computeall.tensorcore.generation import Generator
 from computeall.tensorcore.hf_export import export_llama
 from computeall.tensorcore.trained_model import TrainedModel, inference_network
 from computeall.tensorcore.vnode_runtime import VNodeRuntime

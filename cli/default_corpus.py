@@ -5,13 +5,13 @@ Every machine that runs computeall has it, so the demo never downloads anything.
 
 from __future__ import annotations
 
-import sysconfig
-from pathlib import Path
+
+from computeall.protocol.data_files import stdlib_root
 
 
 def stdlib_files(max_bytes: int = 4 << 20) -> list[str]:
     """Top-level standard library modules, in name order, up to about `max_bytes` of text."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+    root = stdlib_root()  # a data root of every dataset service: read where it is, never uploaded
     chosen, total = [], 0
     for path in sorted(root.glob("*.py")):
         size = path.stat().st_size

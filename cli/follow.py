@@ -11,19 +11,31 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from .client import Client
+from .errors import UserError
 
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.envelope import new_id
-from computeall.protocol.eventlog import EventLog
-from computeall.protocol.events import CommandRejected, EventEnvelope, SessionCompleted, SessionFailed, StepCompleted
+from computeall.protocol.eventlog import CommandTooLarge, EventLog
+from computeall.protocol.events import (
+    CommandRejected, EventEnvelope, SamplesGenerated, SessionCompleted, SessionFailed, StepCompleted,
+)
 
 
-async def start_session(client: Client, config: SessionConfig, actor: str = "local", start: bool = True) -> tuple[str, str]:
-    """Publish `CreateSession` for a new session id; (session id, command id)."""
-    sid = new_id()[:12]
+def new_session_id() -> str:
+    return new_id()[:12]
+
+
+async def start_session(
+    client: Client, config: SessionConfig, actor: str = "local", start: bool = True, sid: str | None = None
+) -> tuple[str, str]:
+    """Publish `CreateSession` for session `sid` (default: a new id); (session id, command id)."""
+    sid = sid or new_session_id()
     command = CommandEnvelope(actor=actor, session_id=sid, payload=CreateSession(config=config, start=start))
-    await client.eventlog.publish_command(command)
+    try:
+        await client.eventlog.publish_command(command)
+    except CommandTooLarge as exc:
+        raise UserError(str(exc)) from None
     return sid, command.id
 
 
@@ -60,6 +72,9 @@ async def follow_session(
                     bar.n = p.step + 1
                     bar.set_postfix(loss=f"{p.loss:.4f}", refresh=False)
                     bar.refresh()
+                elif isinstance(p, SamplesGenerated):
+                    for sample in p.samples:  # above the progress bar, which stays at the bottom
+                        tqdm.write(f"[step {p.step}] {sample.prompt}{sample.text}", file=sys.stderr)
                 elif isinstance(p, SessionCompleted):
                     return Outcome(True, f"session {session_id} completed {p.steps} steps, final loss {p.final_loss:.4f}")
                 elif isinstance(p, SessionFailed):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
 from computeall.network import NetworkError, load_network
-from computeall.protocol.dataset_api import files_dataset_name
+from computeall.protocol.dataset_api import MANIFEST_FILE, session_dataset
 from computeall.protocol.events import CheckpointCommitted, DatasetCreated, EventEnvelope
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.wire import digest
@@ -26,8 +26,6 @@ from .client import Client, connect
 from .identity import add_credential_argument, user_credential
 from .errors import UserError
 from .session_view import session_events
-
-MANIFEST_FILE = "manifest.json"  # the dataset service publishes `<dataset>/manifest.json` last
 
 
 def any_reader(state: SessionState) -> None:
@@ -135,13 +133,11 @@ async def _checkpoint_objects(client: Client, checkpoint: CheckpointCommitted) -
 
 def _dataset_name(state: SessionState) -> str:
     data = state.config.data
-    if data.dataset:
-        return data.dataset
     try:
         vocab = load_network(state.config.network_yaml).vocab_size
     except NetworkError as exc:
         raise UserError(f"the network of session {state.id} does not load: {exc}") from None
-    return files_dataset_name(data.files, vocab)
+    return session_dataset(data, vocab)
 
 
 async def _tokenizer(client: Client, dataset: str) -> bytes:

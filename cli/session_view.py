@@ -11,9 +11,11 @@ from computeall.protocol.events import (
     CheckpointCommitted,
     CommandRejected,
     EventEnvelope,
+    InitializedFrom,
     PNodeLost,
     Reallocated,
     RolledBack,
+    SamplesGenerated,
     StepCompleted,
     ValidationCompleted,
 )
@@ -78,6 +80,8 @@ def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict
              "pruned": c.step not in {k.step for k in state.checkpoints}}
             for c in payloads if isinstance(c, CheckpointCommitted)
         ],
+        "initialized_from": next((p.source for p in payloads if isinstance(p, InitializedFrom)), None),
+        "samples": [p.model_dump(include={"step", "samples"}) for p in payloads if isinstance(p, SamplesGenerated)],
         "rejected_commands": [p.model_dump(exclude={"type"}) for p in payloads if isinstance(p, CommandRejected)],
         "failovers": failovers(payloads),
         "rebalances": [

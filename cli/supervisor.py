@@ -75,13 +75,15 @@ class ServiceSpec:
 
 
 def default_services(
-    pnodes: int, with_monitor: bool = True, monitor_port: int = 0, processes_on_machine: int | None = None,
-    pnode_memory: str | None = None,
+    pnodes: int, with_monitor: bool = True, monitor_port: int = 0, data_roots: list[str] = (),
+    processes_on_machine: int | None = None, pnode_memory: str | None = None,
 ) -> list[ServiceSpec]:
-    """What `computeall up` runs; docker-compose.yml mirrors this list. The PNodes share the cores as
-    `processes_on_machine` processes would (default: as many as there are PNodes) and offer
+    """What `computeall up` runs; docker-compose.yml mirrors this list. The dataset service reads files
+    under `data_roots` besides the stdlib (and the uploads a request names). The PNodes share the cores
+    as `processes_on_machine` processes would (default: as many as there are PNodes) and offer
     `pnode_memory` each (default: their share of the RAM)."""
-    services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset")]
+    roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
+    services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset", roots)]
     share = ["--processes-on-machine", str(processes_on_machine or pnodes)]
     memory = ["--memory", pnode_memory] if pnode_memory else []
     services += [ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", *share, *memory]) for i in range(pnodes)]

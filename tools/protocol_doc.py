@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from model_doc import Page, link, members, model_section
 
-from computeall.protocol import dataset_api, monitor_api, pnode_api, telemetry, wire
+from computeall.protocol import dataset_api, limits, monitor_api, pnode_api, telemetry, uploads, wire
 from computeall.protocol.commands import Command, PauseSession
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetEvent, PNodeEvent, SessionEvent
@@ -68,6 +68,12 @@ SUBJECTS = [
                args=("batch",)),
     SubjectRow("dataset_api", "request/reply", "decoded text of a few samples", (dataset_api.SampleRequest,),
                args=("sample",)),
+    SubjectRow("dataset_api", "request/reply", "which files the service reads as they are (the client uploads the rest)",
+               (dataset_api.LocateFiles,), args=("locate",)),
+    SubjectRow("dataset_api", "request/reply", "prompts as the token ids a generation continues",
+               (dataset_api.EncodePrompts,), args=("encode",)),
+    SubjectRow("dataset_api", "request/reply", "generated token ids as text", (dataset_api.DecodeTokens,),
+               args=("decode",)),
     SubjectRow(dataset_api.progress_subject, "event", "progress of a `create`, for progress bars",
                (dataset_api.DatasetProgress,)),
     *(SubjectRow(monitor_api.monitor_subject, "request/reply", what, (model, monitor_api.MonitorReply), args=(verb,))
@@ -166,7 +172,7 @@ EXAMPLES: dict[str, object] = {
     "pnodes": ["pnode-0", "pnode-1"], "bytes_across_per_step": 8388608, "moves": {"b2.attn": "pnode-0"},
     "object": "a1b2c3d4e5f6/00000040/embed.safetensors", "digest": "9c1e4f0d2b7a6e8f1c3d5b7a9e0f2d4c",
     "bytes": 12583000, "name": "tinyshakespeare", "UserCreate.name": "alice", "files": ["/data/input.txt"],
-    "DataConfig.files": ["/data/input.txt"], "BatchSource.split": "train",
+    "DataConfig.files": ["/data/input.txt"], "CreateDataset.files": ["/data/input.txt"], "BatchSource.split": "train",
     "vocab_size": 4096, "requested_vocab_size": 4096, "tokenizer_digest": "5d41402abc4b2a76b9719d911017c592",
     "documents": 7223, "text_bytes": 1115394, "dtype": "uint16", "split": "val", "method": "random-doc",
     "shards": 1, "shard_digests": ["0cc175b9c0f1b6a831c399e269772661"], "dataset": "tinyshakespeare",
@@ -176,6 +182,12 @@ EXAMPLES: dict[str, object] = {
     "micro_batches": 1, "batch": 8, "key": "a1b2c3d4e5f6/train/41/0/b1.res2/act", "shape": [8, 256, 128],
     "chunk": 0, "chunks": 1, "offset": 0, "total_bytes": 1048576, "TensorHeader.dtype": "float32",
     "stage": "tokenize", "done": 524288, "total": 1115394, "ok": True,
+    "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "size": 1115394,
+    "UploadedFile.name": "input.txt", "path": "/home/alice/input.txt", "part_bytes": 8 << 20,
+    "parts": ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"], "UploadManifest.size": 1115394,
+    "InitFrom.session_id": "f6e5d4c3b2a1", "InitFrom.step": 200, "source": "session f6e5d4c3b2a1 at step 200",
+    "prompt": "ROMEO:", "text": " what light through yonder window breaks?", "Sample.tokens": 11,
+    "prompts": [[0, 4107, 25]], "texts": ["ROMEO:"], "DecodeTokens.tokens": [[4107, 25]],
 }
 
 
@@ -192,10 +204,17 @@ def heartbeat_timing() -> str:
             "`--heartbeat-timeout` default) is lost.\n\n")
 
 
+def limits_block() -> str:
+    """Every limit of `computeall.protocol.limits`, as a table."""
+    rows = [f"| `{name}` | {value:,} | {value.what} |" for name, value in limits.documented().items()]
+    return "\n".join(["| limit | value | what it bounds |", "|---|---|---|", *rows]) + "\n"
+
+
 def blocks(page: Page) -> dict[str, Callable[[], str]]:
     """The `{{name}}` blocks of the template, in the order they are written."""
     return {
         "subjects": subjects_block,
+        "limits": limits_block,
         "envelope": envelope_section,
         "commands": lambda: page.models(members(Command)),
         "session_events": lambda: page.models(members(SessionEvent)),
@@ -206,7 +225,8 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
         "tensor_header": lambda: page.models([wire.TensorHeader]),
         "dataset_api": lambda: page.models([
             dataset_api.CreateDataset, dataset_api.GetDataset, dataset_api.ListDatasets, dataset_api.BatchRequest,
-            dataset_api.SampleRequest, dataset_api.DatasetProgress, dataset_api.DatasetReply]),
+            dataset_api.SampleRequest, dataset_api.LocateFiles, dataset_api.DatasetProgress, dataset_api.DatasetReply,
+            uploads.UploadManifest]),
         "monitor_api": lambda: page.models([
             monitor_api.UserCreate, monitor_api.Auth, monitor_api.DefaultKey, monitor_api.Rebuild,
             monitor_api.MonitorReply]),

@@ -14,6 +14,7 @@ from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import CreateDataset, DatasetProgress, SampleRequest, SplitSpec, progress_subject
 
 from ..client import connect
+from ..data_upload import expand, send_files
 from ..errors import UserError
 from ..identity import add_credential_argument, user_credential
 
@@ -32,7 +33,8 @@ def register(subparsers) -> None:
 
     create = sub.add_parser("create", help="train a tokenizer (or reuse one), tokenize, cut a validation split")
     create.add_argument("name")
-    create.add_argument("--files", nargs="+", required=True, help="text files, folders (recursive) or .jsonl files")
+    create.add_argument("--files", nargs="+", required=True,
+                        help="text files, folders (recursive) or .jsonl files; uploaded unless the service reads them as they are")
     create.add_argument("--vocab-size", type=int, default=4096)
     create.add_argument("--split", default="random-doc:0.1", help="random-doc|tail|hash-doc[:FRACTION] (default random-doc:0.1)")
     create.add_argument("--split-name", default="val", help="name of the held-out split")
@@ -84,6 +86,7 @@ def _run(args, work) -> object:
 
 
 def _create(args) -> int:
+    expand(args.files)  # a missing file is reported before anything is sent
     try:
         request = CreateDataset(
             name=args.name,
@@ -104,10 +107,12 @@ def _create(args) -> int:
         raise UserError(str(exc)) from None
 
     async def work(nc, subjects):
+        sent = await send_files(nc, subjects, request.files, progress=not args.quiet)
+        creation = request.model_copy(update={"files": sent.files, "uploads": sent.uploads})
         bars = _ProgressBars(enabled=not args.quiet)
         sub = await nc.subscribe(progress_subject(subjects, args.name), cb=bars.on_message)
         try:
-            return await client.create_dataset(nc, subjects, request, timeout=args.timeout)
+            return await client.create_dataset(nc, subjects, creation, timeout=args.timeout)
         finally:
             await sub.unsubscribe()
             bars.close()

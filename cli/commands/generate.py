@@ -13,7 +13,8 @@ import sys
 
 from pydantic import ValidationError
 
-from computeall.protocol.dataset_api import EOT_TOKEN
+from computeall.protocol.prompts import PromptCodec
+from computeall.protocol.sampling import SamplingConfig
 
 from ..errors import UserError
 from ..session_checkpoint import add_checkpoint_args, checkpoint_from_args, trained_model
@@ -33,26 +34,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenizers import Tokenizer
+    from computeall.tensorcore.generation import GenerationError, Generator
 
-    from computeall.tensorcore.generation import GenerationError, Generator, SamplingConfig
-
-    checkpoint = asyncio.run(checkpoint_from_args(args))
-    tokenizer = Tokenizer.from_str(checkpoint.tokenizer_json.decode())
-    eot = tokenizer.token_to_id(EOT_TOKEN)
-    try:
+    try:  # the flags first: a mistake there needs no trip to the bus
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-            seed=args.seed, stop_token=eot, vocab_size=tokenizer.get_vocab_size(),
+            seed=args.seed,
         )
     except ValidationError as exc:
         raise UserError("; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors())) from None
-    prompt = ([eot] if eot is not None else []) + tokenizer.encode(args.prompt, add_special_tokens=False).ids
+    checkpoint = asyncio.run(checkpoint_from_args(args))
+    codec = PromptCodec.from_json(checkpoint.tokenizer_json)
+    prompt = codec.prompt(args.prompt)
     try:
         generator = Generator(trained_model(checkpoint))
-        tokens = generator.generate(prompt, sampling)
+        tokens = generator.generate(prompt, codec.limits(sampling))
         sys.stdout.write(args.prompt)
-        new = _write(tokens, tokenizer, args.stream)
+        new = _write(tokens, codec, args.stream)
     except GenerationError as exc:
         raise UserError(f"session {checkpoint.session_id}, step {checkpoint.step}: {exc}") from None
     sys.stdout.write("\n")
@@ -61,17 +59,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(tokens, tokenizer, stream: bool) -> int:
+def _write(tokens, codec: PromptCodec, stream: bool) -> int:
     """Print the new tokens' text (with `stream`, each piece as soon as it is whole UTF-8); how many there were."""
     ids: list[int] = []
     shown = ""
     for token in tokens:
         ids.append(token)
         if stream:
-            text = tokenizer.decode(ids, skip_special_tokens=True)
+            text = codec.text(ids)
             if not text.endswith("\ufffd"):  # a character split over tokens: wait for its last byte
                 sys.stdout.write(text[len(shown):])
                 sys.stdout.flush()
                 shown = text
-    sys.stdout.write(tokenizer.decode(ids, skip_special_tokens=True)[len(shown):])
+    sys.stdout.write(codec.text(ids)[len(shown):])
     return len(ids)

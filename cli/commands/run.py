@@ -9,9 +9,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from computeall.network import NetworkError, load_network_file
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.sampling import SamplingConfig
 
+from ..data_upload import with_sent_data
 from ..default_corpus import stdlib_files
 from ..embedded import running_cluster
 from ..errors import UserError
@@ -47,6 +51,14 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
                    help="record each block's update-to-weight ratio every N steps (default %(default)s); 0 never")
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
+    p.add_argument("--data-start-step", type=int, default=0, metavar="N",
+                   help="step k trains on the batch of step N+k: go on with another session's data (same data, seed, batch size)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (default: only at the end)")
+    p.add_argument("--validate-every", type=int, default=0, help="steps between validations (default: never)")
+    p.add_argument("--sample-every", type=int, default=0, help="steps between text samples of the model (default: never)")
+    p.add_argument("--sample-prompt", action="append", default=None, dest="sample_prompts",
+                   help="a prompt the samples continue (repeat for several; default: a new document)")
+    p.add_argument("--sample-tokens", type=int, default=48, help="tokens per sample")
 
 
 def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
@@ -55,15 +67,15 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
         load_network_file(network_path)
     except NetworkError as exc:
         raise UserError(str(exc)) from None
-    if args.dataset:
-        data = DataConfig(dataset=args.dataset)
-    else:
-        files = args.data or stdlib_files()
-        missing = [f for f in files if not Path(f).exists()]
-        if missing:
-            raise UserError(f"data not found: {', '.join(missing)}")
-        data = DataConfig(files=[str(Path(f).resolve()) for f in files])
     try:
+        if args.dataset:
+            data = DataConfig(dataset=args.dataset, start_step=args.data_start_step)
+        else:
+            files = args.data or stdlib_files()
+            missing = [f for f in files if not Path(f).exists()]
+            if missing:
+                raise UserError(f"data not found: {', '.join(missing)}")
+            data = DataConfig(files=[str(Path(f).resolve()) for f in files], start_step=args.data_start_step)
         return SessionConfig(
             network_yaml=network_path.read_text(),
             data=data,
@@ -77,9 +89,19 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             grad_clip=args.grad_clip,
             update_ratio_every=args.update_ratio_every,
             min_pnodes=min_pnodes,
+            checkpoint_every=args.checkpoint_every,
+            validate_every=args.validate_every,
+            sample_every=args.sample_every,
+            sample_prompts=args.sample_prompts or [""],
+            sampling=SamplingConfig(max_new_tokens=args.sample_tokens, temperature=0.8, top_k=50, seed=args.seed),
         )
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    except ValidationError as exc:
+        raise UserError(_flag_errors(exc)) from None
+
+
+def _flag_errors(exc: ValidationError) -> str:
+    """What is wrong with the session config, one field per clause (`steps: ...; sampling.max_new_tokens: ...`)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -91,6 +113,7 @@ async def run(args: argparse.Namespace) -> int:
     ok = False
     try:
         async with running_cluster(data_dir, args.pnodes) as (client, _):
+            config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
                 client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command_id

@@ -38,9 +38,11 @@ from computeall.protocol.session_state import fold
 from computeall.protocol.subjects import LOG_STREAM
 
 from ..client import Client, connect
+from ..data_upload import with_sent_data
 from ..identity import add_credential_argument, user_credential
 from ..errors import UserError
-from ..follow import start_session
+from ..follow import new_session_id, start_session
+from ..init_from import init_from
 from ..session_view import find_session, report, session_events, session_ids, summary, visible
 from .run import add_training_args, session_config
 from .user import ask_monitor, resolve_api_key
@@ -62,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     create = verbs.add_parser("create", help="create a session (it starts unless --no-start)")
     create.add_argument("--network", required=True, help="network YAML")
     add_training_args(create)
-    create.add_argument("--checkpoint-every", type=int, default=0)
-    create.add_argument("--validate-every", type=int, default=0)
+    create.add_argument("--init-from", metavar="SID[@STEP]|DIR", default=None,
+                        help="start from the weights of a session's checkpoint (the newest unless @STEP) or of a "
+                             "local Hugging Face Llama directory; the optimizer starts fresh")
     create.add_argument("--min-pnodes", type=int, default=1, help="wait for this many PNodes before allocating")
     create.add_argument("--no-start", action="store_true")
     _common(create)
@@ -110,11 +113,14 @@ async def _user(args: argparse.Namespace, credential: Credential) -> str | None:
 
 async def _create(args: argparse.Namespace) -> int:
     config = session_config(args, min_pnodes=args.min_pnodes)
-    config = config.model_copy(update={"checkpoint_every": args.checkpoint_every, "validate_every": args.validate_every})
     credential = user_credential(args)
     actor = await _user(args, credential) or "local"
     async with connect(credential, args.prefix) as client:
-        sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start)
+        config = await with_sent_data(client.nc, client.subjects, config)
+        sid = new_session_id()
+        if args.init_from:
+            config = config.model_copy(update={"init_from": await init_from(client, args.init_from, config.network_yaml, sid)})
+        sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start, sid=sid)
         await _await_effect(client, sid, command_id, (SessionCreated,), after_seq=0)
     print(json.dumps({"session_id": sid}) if args.json else f"session {sid} created")
     return 0
@@ -190,10 +196,15 @@ async def _show(args: argparse.Namespace) -> int:
     else:
         print(f"session {data['session_id']}: {data['status']}, step {data['step']}/{data['steps']}, "
               f"last loss {data['last_loss']}, owner {data['owner']}")
+        if data["initialized_from"]:
+            print(f"  started from {data['initialized_from']}")
         for v in data["validations"]:
             print(f"  validation at step {v['step']}: loss {v['loss']:.4f}, perplexity {v['perplexity']:.1f}")
         for c in data["checkpoints"]:
             print(f"  checkpoint at step {c['step']}: {c['bytes']} bytes in {c['seconds']:.2f}s{' (pruned)' if c['pruned'] else ''}")
+        for sampled in data["samples"]:
+            for sample in sampled["samples"]:
+                print(f"  sample at step {sampled['step']}: {sample['prompt'] + sample['text']!r}")
         for f in data["failovers"]:
             print(f"  failover at step {f['at_step']}: lost {', '.join(f['lost'])}, {len(f['moves'])} VNodes moved, "
                   f"back to step {f.get('rolled_back_to')}, {f.get('steps_rerun', 0)} steps re-run")

@@ -18,6 +18,7 @@ from computeall.protocol.monitor_api import DEFAULT_KEY, DefaultKey, MonitorRepl
 from computeall.protocol.credentials import Credential
 
 from ..client import Client, connect
+from ..data_upload import with_sent_data
 from ..cluster_file import data_dir, read
 from ..embedded import wait_for_event_log
 from ..errors import UserError
@@ -35,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
     p.add_argument("--monitor-port", type=int, default=0, help="dashboard/GraphQL port (default: a free one)")
     p.add_argument("--train", metavar="NETWORK", default=None, help="also create a session for this network YAML")
+    p.add_argument("--data-root", action="append", default=[], metavar="DIR",
+                   help="let the dataset service read files under DIR as they are (repeatable; others are uploaded)")
     add_training_args(p)
     p.set_defaults(func=lambda args: asyncio.run(up(args)))
 
@@ -61,7 +64,7 @@ async def up(args: argparse.Namespace) -> int:
         url = nats_server.url
         supervisor = Supervisor(directory, url, nats_server.process.pid, nats_server)
         local_user = nats_server.credential("user")
-    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port))
+    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -94,6 +97,7 @@ async def up(args: argparse.Namespace) -> int:
 
 
 async def _train(client: Client, config, stop: asyncio.Event) -> None:
+    config = await with_sent_data(client.nc, client.subjects, config)
     sid, command_id = await start_session(client, config)
     follow = asyncio.create_task(follow_session(client.eventlog, sid, config.steps, command_id=command_id))
     stopped = asyncio.create_task(stop.wait())

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from computeall.protocol.credentials import Role
-from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket
+from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
 
 
@@ -87,7 +87,8 @@ def orchestrator(name: str, s: Subjects) -> Permissions:
 def dataset(name: str, s: Subjects) -> Permissions:
     p = s.prefix
     return Permissions(
-        publish=(f"{p}.evt.dataset.>", f"{p}.ds.progress.*", ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s))),
+        publish=(f"{p}.evt.dataset.>", f"{p}.ds.progress.*", ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s)),
+                 *manage_bucket(uploads_bucket(s))),
         subscribe=(f"{p}.ds.*", _inbox("dataset", name)),
     )
 
@@ -128,8 +129,14 @@ def user(name: str, s: Subjects) -> Permissions:
             f"{p}.cmd.session.*",
             s.dataset_api("*"), f"{p}.mon.auth", f"{p}.mon.user.default-key",
             *read_stream(LOG_STREAM), *use_bucket(checkpoint_bucket(s)), *use_bucket(dataset_bucket(s)),
+            *use_bucket(uploads_bucket(s)),  # the files of `dataset create --files` / `session create --data`
         ),
         subscribe=(f"{p}.ds.progress.*", _inbox("user", name)),
+        notes=(
+            f"may read and replace any object of `{uploads_bucket(s)}`, others' uploads too: the Object Store names "
+            "chunks by random ids, so a subject cannot say whose they are. Parts are named by their digest and the "
+            "dataset service checks every one, so a replaced part is refused (and removed), never used",
+        ),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import heapq
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -28,19 +29,20 @@ class Graph:
 
     @cached_property
     def order(self) -> list[str]:
-        """Topological order, stable: ties keep the file's order (Kahn's algorithm)."""
+        """Topological order, stable: ties keep the file's order (Kahn's algorithm over file positions)."""
         indegree = {vid: sum(1 for i in v.inputs if i in self.vnodes) for vid, v in self.vnodes.items()}
-        position = {v.id: n for n, v in enumerate(self.spec.vnodes)}
-        ready = sorted((vid for vid, d in indegree.items() if d == 0), key=position.get)
+        ids = [v.id for v in self.spec.vnodes]
+        position = {vid: n for n, vid in enumerate(ids)}
+        ready = [position[vid] for vid, d in indegree.items() if d == 0]
+        heapq.heapify(ready)
         out: list[str] = []
         while ready:
-            vid = ready.pop(0)
+            vid = ids[heapq.heappop(ready)]
             out.append(vid)
             for consumer in self.consumers(vid):
                 indegree[consumer] -= 1
                 if indegree[consumer] == 0:
-                    ready.append(consumer)
-                    ready.sort(key=position.get)
+                    heapq.heappush(ready, position[consumer])
         if len(out) != len(self.vnodes):
             raise ValueError("the network has a cycle")
         return out
@@ -55,7 +57,16 @@ class Graph:
         return self._params[vid]
 
     def consumers(self, vid: str) -> list[str]:
-        return [v.id for v in self.spec.vnodes if vid in v.inputs]
+        """The VNodes reading `vid`, in file order (each once, however often it reads it)."""
+        return self._consumers.get(vid, [])
+
+    @cached_property
+    def _consumers(self) -> dict[str, list[str]]:
+        readers: dict[str, list[str]] = {}
+        for v in self.spec.vnodes:
+            for name in dict.fromkeys(v.inputs):
+                readers.setdefault(name, []).append(v.id)
+        return readers
 
     @cached_property
     def out_features(self) -> dict[str, int | None]:

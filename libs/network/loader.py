@@ -9,8 +9,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from computeall.protocol.limits import NETWORK_VNODES
+
 from .ops import DATA_INPUTS, OPS, OpSpec, n_inputs
 from .schema import NetworkFile, NetworkSpec, RepeatEntry, VNodeEntry, VNodeSpec
+from .yaml_shape import SAFE_LOADER, shape_problem
 
 _PLACEHOLDER = re.compile(r"\{(i|in)\}")
 
@@ -33,8 +36,12 @@ def load_network_file(path: str | Path) -> NetworkSpec:
 
 
 def load_network(text: str, source: str = "<network>") -> NetworkSpec:
+    """Within the limits of `computeall.protocol.limits` (checked first, cheaply), or a `NetworkError`."""
+    too_big = shape_problem(text, source)
+    if too_big:
+        raise NetworkError([too_big])
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise NetworkError([f"{source} is not valid YAML: {exc}"]) from None
     if not isinstance(raw, dict):
@@ -43,6 +50,9 @@ def load_network(text: str, source: str = "<network>") -> NetworkSpec:
         file = NetworkFile.model_validate(raw)
     except ValidationError as exc:
         raise NetworkError([_describe(err) for err in exc.errors()]) from None
+    count = vnode_count(file)
+    if count > NETWORK_VNODES:
+        raise NetworkError([f"{source} has {count:,} VNodes once `repeat` is expanded; the limit is {NETWORK_VNODES:,}"])
     spec = NetworkSpec(
         name=file.name,
         vocab_size=file.vocab_size,
@@ -53,6 +63,11 @@ def load_network(text: str, source: str = "<network>") -> NetworkSpec:
     if problems:
         raise NetworkError(problems)
     return spec
+
+
+def vnode_count(file: NetworkFile) -> int:
+    """How many VNodes `expand` would make, without making them."""
+    return sum(len(e.repeat.vnodes) * e.repeat.count if isinstance(e, RepeatEntry) else 1 for e in file.vnodes)
 
 
 def expand(file: NetworkFile) -> list[VNodeEntry]:
@@ -142,7 +157,8 @@ def validate(spec: NetworkSpec) -> list[str]:
 
     cycle = find_cycle(spec)
     if cycle:
-        problems.append(f"vnode {cycle[0]!r}, field 'inputs': cycle {' -> '.join(cycle)}")
+        shown = cycle if len(cycle) <= 12 else [*cycle[:5], f"... {len(cycle) - 10} more ...", *cycle[-5:]]
+        problems.append(f"vnode {cycle[0]!r}, field 'inputs': cycle {' -> '.join(shown)}")
     if not problems:
         problems += _check_features(spec)
     if not any(OPS[v.op].is_loss for v in spec.vnodes if v.op in OPS):
@@ -177,7 +193,7 @@ def _check_features(spec: NetworkSpec) -> list[str]:
     graph = Graph(spec)
     feats: dict[str, int | None] = {name: None for name in DATA_INPUTS}
     for vid in graph.order:
-        v, op, params = spec.vnode(vid), graph.op(vid), graph.params(vid)
+        v, op, params = graph.vnodes[vid], graph.op(vid), graph.params(vid)
         vnode_inputs = [i for i in v.inputs if i not in DATA_INPUTS]
         got = [feats[i] for i in vnode_inputs]
         if op.out_features is None:  # elementwise: inputs agree, output matches
@@ -193,32 +209,29 @@ def _check_features(spec: NetworkSpec) -> list[str]:
 
 
 def find_cycle(spec: NetworkSpec) -> list[str]:
-    """A cycle as a list of ids (first == last), or [] when the graph is acyclic."""
+    """A cycle as a list of ids (first == last), or [] when the graph is acyclic.
+
+    Depth-first with an explicit stack: a chain of thousands of VNodes must not hit Python's recursion limit.
+    """
     ids = {v.id: v for v in spec.vnodes}
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(vid: str) -> list[str]:
-        state[vid] = 1
-        stack.append(vid)
-        for dep in ids[vid].inputs:
-            if dep not in ids:
-                continue
-            if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        state[vid] = 2
-        return []
-
-    for vid in ids:
-        if vid not in state:
-            found = visit(vid)
-            if found:
-                return found
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in ids:
+        if root in state:
+            continue
+        path = [root]
+        pending = [iter(ids[root].inputs)]
+        state[root] = 1
+        while pending:
+            dep = next((d for d in pending[-1] if d in ids and state.get(d) != 2), None)
+            if dep is None:
+                state[path.pop()] = 2
+                pending.pop()
+            elif state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            else:
+                state[dep] = 1
+                path.append(dep)
+                pending.append(iter(ids[dep].inputs))
     return []
 
 

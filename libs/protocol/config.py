@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .uploads import UploadedFile
+from .object_store import CheckpointObject
+from .sampling import SamplingConfig
+
 Precision = Literal["fp32", "bf16", "fp16"]
+MAX_SAMPLE_PROMPTS = 8
+MAX_SAMPLE_TOKENS = 512  # per prompt: a SamplesGenerated event stays far below the log's 1 MiB
 
 
 class LrSchedule(BaseModel):
@@ -64,18 +70,24 @@ class LossScaleConfig(BaseModel):
 
 
 class DataConfig(BaseModel):
-    """Where batches come from: a dataset by name, or files turned into one on the fly."""
+    """Where batches come from: a dataset by name, or files turned into one on the fly (`files` on the
+    dataset service's machine, then `uploads`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     dataset: str | None = None
-    files: list[str] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list, description="paths the dataset service reads, inside its data roots")
+    uploads: list[UploadedFile] = Field(default_factory=list, description="files the client put in the uploads bucket")
     split: str = "train"
     validation_split: str = "val"
+    start_step: int = Field(
+        0, ge=0, description="step k trains on the batch of step start_step + k: go on with the data where another "
+                             "session (same data, seed and batch size) stopped instead of repeating it",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
-        if not self.dataset and not self.files:
+        if not self.dataset and not self.files and not self.uploads:
             raise ValueError("name a dataset or give data files")
         return self
 
@@ -88,6 +100,44 @@ class ReplayOf(BaseModel):
     session_id: str
     from_step: int = Field(..., ge=0)
     to_step: int = Field(..., ge=1, description="exclusive")
+
+
+class UploadedWeights(BaseModel):
+    """Weights a client converted (from a Hugging Face directory) and put in the Object Store, one object per VNode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(..., max_length=500, description="what they were made from, for people to read")
+    bucket: str
+    objects: list[CheckpointObject] = Field(..., min_length=1)
+    tokenizer_digest: str = Field(..., description="digest of the tokenizer file the weights were trained with")
+
+
+class InitFrom(BaseModel):
+    """A new session's first weights: another session's kept checkpoint, or uploaded weights.
+
+    Only the weights: the optimizer starts fresh, like any new session (`session resume` is how a
+    session goes on with its own optimizer state).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = None
+    step: int | None = Field(None, ge=0, description="the checkpoint after this many steps (the CLI pins the newest)")
+    uploaded: UploadedWeights | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "InitFrom":
+        if (self.session_id is None) == (self.uploaded is None):
+            raise ValueError("init_from names a session (session_id and step) or uploaded weights, not both or neither")
+        if self.session_id is not None and self.step is None:
+            raise ValueError(f"init_from session {self.session_id}: name the checkpoint's step")
+        return self
+
+    def describe(self) -> str:
+        if self.uploaded:
+            return self.uploaded.source
+        return f"session {self.session_id} at step {self.step}"
 
 
 class SessionConfig(BaseModel):
@@ -123,6 +173,13 @@ class SessionConfig(BaseModel):
     )
     slow_after_s: float = Field(60.0, gt=0, description="report a PNode still working on a request after this long")
     replay_of: ReplayOf | None = None
+    init_from: InitFrom | None = Field(None, description="start from these weights instead of the seeded init")
+    sample_every: int = Field(0, ge=0, description="record text samples every this many steps (and at the end); 0 = never")
+    sample_prompts: list[Annotated[str, Field(max_length=1000)]] = Field(
+        default_factory=lambda: [""], min_length=1, max_length=MAX_SAMPLE_PROMPTS,
+        description="what the samples continue; \"\" starts a new document",
+    )
+    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_new_tokens=48, temperature=0.8, top_k=50))
 
     @model_validator(mode="after")
     def _micro_divides_batch(self) -> "SessionConfig":
@@ -130,6 +187,12 @@ class SessionConfig(BaseModel):
             raise ValueError(
                 f"batch_size {self.batch_size} is not a multiple of micro_batches {self.micro_batches}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _samples_stay_small(self) -> "SessionConfig":
+        if self.sampling.max_new_tokens > MAX_SAMPLE_TOKENS:
+            raise ValueError(f"sampling.max_new_tokens is {self.sampling.max_new_tokens}; samples are at most {MAX_SAMPLE_TOKENS} tokens")
         return self
 
     @property

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .config import DataConfig
+from .limits import DATA_FILES_PER_REQUEST
 from .subjects import Subjects, check_token
+from .uploads import SHA256, UploadedFile
 
 BYTE_ALPHABET = 256
 EOT_TOKEN = "<|endoftext|>"  # between documents in every token stream
@@ -25,6 +28,7 @@ SPECIAL_TOKENS = [EOT_TOKEN, PAD_TOKEN]
 MIN_VOCAB = BYTE_ALPHABET + len(SPECIAL_TOKENS)
 MAX_VOCAB = 262144
 SPLIT_METHODS = ("random-doc", "tail", "hash-doc")
+MANIFEST_FILE = "manifest.json"  # the dataset service publishes `<dataset>/manifest.json` in its bucket, last
 
 
 class _Request(BaseModel):
@@ -64,10 +68,14 @@ class SplitSpec(BaseModel):
 
 
 class CreateDataset(_Request):
-    """`ca.ds.create`: train (or reuse) a tokenizer, tokenize, cut the splits. Replies when done."""
+    """`ca.ds.create`: train (or reuse) a tokenizer, tokenize, cut the splits. Replies when done.
+
+    The corpus is `files` (paths the service reads, inside its data roots) then `uploads`.
+    """
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    files: list[str] = Field(..., min_length=1)
+    files: list[str] = Field(default_factory=list, description="files or folders on the service's machine, inside its data roots")
+    uploads: list[UploadedFile] = Field(default_factory=list, description="files the client put in the uploads bucket")
     vocab_size: int = Field(4096, le=MAX_VOCAB)
     split: SplitSpec = Field(default_factory=SplitSpec)
     tokenizer_from: str | None = Field(None, description="reuse the tokenizer of this dataset instead of training one")
@@ -79,6 +87,12 @@ class CreateDataset(_Request):
     shard_tokens: int = Field(1 << 24, ge=1024, description="tokens per shard file (the last one may be shorter)")
     if_exists: Literal["error", "reuse"] = "error"
 
+    @model_validator(mode="after")
+    def _some_input(self) -> "CreateDataset":
+        if not self.files and not self.uploads:
+            raise ValueError("give files or uploads to make the dataset from")
+        return self
+
     @field_validator("vocab_size")
     @classmethod
     def _vocab_covers_bytes(cls, value: int) -> int:
@@ -88,6 +102,23 @@ class CreateDataset(_Request):
                 f"({BYTE_ALPHABET} bytes + {len(SPECIAL_TOKENS)} special tokens)"
             )
         return value
+
+
+class LocalFile(BaseModel):
+    """A file as the client sees it: where, and what is in it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(..., min_length=1)
+    sha256: str = Field(..., pattern=SHA256)
+    size: int = Field(..., ge=0)
+
+
+class LocateFiles(_Request):
+    """`ca.ds.locate`: which of these files the service reads as they are (the same path holds the
+    same bytes there, inside its data roots). The client uploads the others. Replies `readable`."""
+
+    files: list[LocalFile] = Field(..., min_length=1, max_length=DATA_FILES_PER_REQUEST)
 
 
 class GetDataset(_Request):
@@ -133,6 +164,21 @@ class SampleRequest(_Request):
     seed: int = 0
 
 
+class EncodePrompts(_Request):
+    """`ca.ds.encode`: texts -> the token ids a generation continues (see `protocol.prompts`), with the
+    dataset's end-of-text id and vocabulary size, which bound what generation may draw."""
+
+    dataset: str
+    texts: list[Annotated[str, Field(max_length=10_000)]] = Field(..., min_length=1, max_length=64)
+
+
+class DecodeTokens(_Request):
+    """`ca.ds.decode`: generated token ids -> their text (special tokens left out)."""
+
+    dataset: str
+    tokens: list[Annotated[list[int], Field(max_length=1 << 16)]] = Field(..., min_length=1, max_length=64)
+
+
 class DatasetProgress(BaseModel):
     """Progress of one stage of a create: `done` of `total` `unit`s."""
 
@@ -149,14 +195,26 @@ class DatasetReply(BaseModel):
     dataset: dict[str, Any] | None = None  # the manifest: name, vocab_size, documents, splits, shards, digests
     datasets: list[dict[str, Any]] | None = None
     samples: list[str] | None = None
+    readable: list[str] | None = None  # the paths of a `locate` the service reads as they are
+    tokens: list[list[int]] | None = None  # encode
+    texts: list[str] | None = None  # decode
+    eot_id: int | None = None  # encode
+    vocab_size: int | None = None  # encode
 
 
 def progress_subject(subjects: Subjects, name: str) -> str:
     return subjects.dataset_api(f"progress.{check_token(name, 'dataset name')}")
 
 
-def files_dataset_name(files: list[str], vocab_size: int) -> str:
+def session_dataset(data: DataConfig, vocab_size: int) -> str:
+    """The dataset a session trains on: the one it names, else the one made from its files."""
+    return data.dataset or files_dataset_name(data, vocab_size)
+
+
+def files_dataset_name(data: DataConfig, vocab_size: int) -> str:
     """The dataset a session on plain files trains on: a stable name for 'these files with this vocabulary',
     so a rerun reuses the dataset and a client finds the session's tokenizer."""
-    key = "\n".join(sorted(str(Path(f).resolve()) for f in files)) + f"\n{vocab_size}"
+    names = sorted(str(Path(f).resolve()) for f in data.files)
+    names += sorted(f"upload:{u.sha256}:{u.name}" for u in data.uploads)
+    key = "\n".join(names) + f"\n{vocab_size}"
     return "files-" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()

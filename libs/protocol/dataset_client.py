@@ -9,7 +9,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ValidationError
 
 from . import wire
-from .dataset_api import BatchRequest, CreateDataset, DatasetReply, GetDataset, ListDatasets, SampleRequest
+from .dataset_api import (
+    BatchRequest, CreateDataset, DatasetReply, DecodeTokens, EncodePrompts, GetDataset, ListDatasets,
+    LocateFiles, SampleRequest,
+)
 from .subjects import Subjects
 
 
@@ -59,3 +62,17 @@ async def list_datasets(nc, subjects: Subjects, timeout: float) -> list[dict]:
 
 async def sample_text(nc, subjects: Subjects, request: SampleRequest, timeout: float) -> list[str]:
     return _reply(await _request(nc, subjects.dataset_api("sample"), request, timeout)).samples or []
+
+
+async def locate_files(nc, subjects: Subjects, request: LocateFiles, timeout: float) -> list[str]:
+    """The paths of `request` the service reads as they are (the client uploads the others)."""
+    return _reply(await _request(nc, subjects.dataset_api("locate"), request, timeout)).readable or []
+
+async def encode_prompts(nc, subjects: Subjects, dataset: str, texts: list[str], timeout: float) -> DatasetReply:
+    """The prompts as token ids (`tokens`), and the dataset's `eot_id` and `vocab_size`."""
+    return _reply(await _request(nc, subjects.dataset_api("encode"), EncodePrompts(dataset=dataset, texts=texts), timeout))
+
+
+async def decode_tokens(nc, subjects: Subjects, dataset: str, tokens: list[list[int]], timeout: float) -> list[str]:
+    request = DecodeTokens(dataset=dataset, tokens=tokens)
+    return _reply(await _request(nc, subjects.dataset_api("decode"), request, timeout)).texts or []

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -31,8 +31,19 @@ class Envelope(BaseModel, Generic[P]):
     ts: float = Field(default_factory=time.time)
     actor: str = "system"
     session_id: str | None = None
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = Field(SCHEMA_VERSION, description=f"always {SCHEMA_VERSION}; any other version is refused")
     payload: P
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        # a message of another version may mean something else by the same fields: refuse it, never guess
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {version} is not supported: this system reads schema_version {SCHEMA_VERSION}; "
+                "use a client of the same computeall version"
+            )
+        return version
 
     @model_validator(mode="after")
     def _type_matches_payload(self) -> "Envelope[P]":

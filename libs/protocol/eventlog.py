@@ -19,11 +19,16 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from .commands import CommandEnvelope
 from .events import EventEnvelope
+from .limits import COMMAND_BYTES
 from .subjects import LOG_STREAM, TEL_STREAM, Subjects
 
 
 class ConcurrencyError(RuntimeError):
     """Another writer appended to the session first."""
+
+
+class CommandTooLarge(ValueError):
+    """A command over `limits.COMMAND_BYTES`; the message says by how much."""
 
 
 @dataclass
@@ -86,12 +91,17 @@ class EventLog:
         return ack.seq
 
     async def publish_command(self, command: CommandEnvelope) -> int:
-        """Record a command; a repeated command id is dropped by JetStream's duplicate window."""
+        """Record a command; a repeated command id is dropped by JetStream's duplicate window.
+        Raises `CommandTooLarge` rather than send what the orchestrator would refuse unread."""
         sid = command.session_id
         assert sid, "session commands carry a session id"
-        ack = await self.js.publish(
-            self.subjects.session_cmd(sid), command.model_dump_json().encode(), headers={"Nats-Msg-Id": command.id}
-        )
+        data = command.model_dump_json().encode()
+        if len(data) > COMMAND_BYTES:
+            raise CommandTooLarge(
+                f"the {command.type} command is {len(data):,} bytes; a command may have at most {COMMAND_BYTES:,} "
+                "(see the limits in docs/protocol.md)"
+            )
+        ack = await self.js.publish(self.subjects.session_cmd(sid), data, headers={"Nats-Msg-Id": command.id})
         return ack.seq
 
     async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512) -> list[Recorded]:

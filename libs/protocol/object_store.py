@@ -1,12 +1,22 @@
-"""The JetStream Object Store buckets of a deployment (checkpoints, dataset shards)."""
+"""The JetStream Object Store buckets of a deployment (checkpoints, dataset shards, uploaded files)."""
 
 from __future__ import annotations
 
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError
 from nats.js.object_store import ObjectStore
+from pydantic import BaseModel
 
 from .subjects import Subjects
+
+
+class CheckpointObject(BaseModel):
+    """One VNode's safetensors object in a bucket, as a checkpoint (or uploaded weights) names it."""
+
+    vnode: str
+    object: str  # name in the bucket
+    digest: str  # blake2b-128 of the object's bytes
+    bytes: int
 
 
 def checkpoint_bucket(subjects: Subjects) -> str:
@@ -16,6 +26,11 @@ def checkpoint_bucket(subjects: Subjects) -> str:
 def dataset_bucket(subjects: Subjects) -> str:
     """Where the dataset service keeps tokenizers and shards (its `--bucket` can name another)."""
     return f"{subjects.prefix}-datasets"
+
+
+def uploads_bucket(subjects: Subjects) -> str:
+    """Where clients put the files a dataset is made from (`protocol.uploads`); the dataset service creates it."""
+    return f"{subjects.prefix}-uploads"
 
 
 async def open_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:

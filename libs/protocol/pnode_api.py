@@ -11,7 +11,8 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import OptimizerConfig
-from .events import CheckpointObject
+from .object_store import CheckpointObject
+from .sampling import SamplingConfig
 
 
 class _Request(BaseModel):
@@ -27,6 +28,7 @@ class BatchSource(BaseModel):
     micro_batch_size: int
     context: int
     validation_split: str = "val"
+    start_step: int = 0  # training step k reads the batch of step start_step + k (validation is not shifted)
 
 
 class LoadPlan(_Request):
@@ -102,6 +104,20 @@ class LoadCheckpoint(_Request):
     step: int
     bucket: str
     objects: list[CheckpointObject]
+    weights_only: bool = False  # a new session's first weights: the optimizer state stays fresh
+
+
+class GenerateSamples(_Request):
+    """Continue each prompt (token ids) from a committed checkpoint, beside the PNode's training work."""
+
+    type: Literal["GenerateSamples"] = "GenerateSamples"
+    session_id: str
+    step: int
+    network_yaml: str
+    bucket: str
+    objects: list[CheckpointObject]
+    prompts: list[list[int]] = Field(..., min_length=1)
+    sampling: SamplingConfig
 
 
 class Reset(_Request):
@@ -112,7 +128,7 @@ class Reset(_Request):
 
 
 PNodeRequest = Annotated[
-    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint, Reset],
+    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint, GenerateSamples, Reset],
     Field(discriminator="type"),
 ]
 
@@ -135,3 +151,4 @@ class PNodeReply(BaseModel):
     compute_s: float = 0.0
     wait_s: float = 0.0
     checkpoint: list[CheckpointObject] | None = None
+    samples: list[list[int]] | None = None  # GenerateSamples: the new token ids of each prompt

@@ -22,6 +22,7 @@ from .events import (
     EventEnvelope,
     PauseRequested,
     Reallocated,
+    SamplesGenerated,
     SessionClaimed,
     SessionCompleted,
     SessionCreated,
@@ -79,6 +80,7 @@ class SessionState(BaseModel):
     pause_reason: str | None = None
     auto_resume: bool = False  # paused by the orchestrator (capacity), resumes by itself
     fuse_heads: bool = True  # the config's setting, or the last resume's that changed it
+    last_sampled_step: int = -1  # the newest step whose samples are recorded: a re-run never samples it again
 
     @property
     def last_checkpoint(self) -> CheckpointCommitted | None:
@@ -211,6 +213,10 @@ class SessionState(BaseModel):
     @applies(CheckpointCommitted)
     def _on_checkpoint(self, e: CheckpointCommitted) -> None:
         self.checkpoints.append(e)
+
+    @applies(SamplesGenerated)
+    def _on_samples(self, e: SamplesGenerated) -> None:
+        self.last_sampled_step = max(self.last_sampled_step, e.step)
 
     @applies(CheckpointPruned)
     def _on_pruned(self, e: CheckpointPruned) -> None:

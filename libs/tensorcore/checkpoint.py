@@ -32,8 +32,15 @@ def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str) -> by
     return save_tensors(tensors, metadata={"vnode": vid})
 
 
-def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data: bytes) -> None:
-    """Load one VNode's state in place."""
+def weights_object(vid: str, module: torch.nn.Module) -> bytes:
+    """A VNode's object with its weights and no optimizer state: a new session's first weights."""
+    tensors = {f"{PARAM}{vid}.{name}": p.detach().contiguous().cpu() for name, p in module.named_parameters()}
+    return save_tensors(tensors, metadata={"vnode": vid})
+
+
+def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data: bytes, weights_only: bool = False) -> None:
+    """Load one VNode's state in place; `weights_only` keeps the optimizer's moments and step as they are
+    (fresh, for a new session's first weights) and takes the fp32 masters from the saved weights."""
     try:
         tensors = load_tensors(data)
     except Exception as exc:  # safetensors raises its own error types for bad headers
@@ -48,5 +55,8 @@ def load_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str, data:
             if saved.shape != p.shape:
                 raise CheckpointError(f"checkpoint of {name} has shape {list(saved.shape)}, the network needs {list(p.shape)}")
             p.copy_(saved.to(p.dtype))  # copy, never rebind: optimizers may hold views of p
-    optimizer.load_state_dict({k[len(OPTIM) :]: v for k, v in tensors.items() if k.startswith(OPTIM)})
+    optim = {k[len(OPTIM) :]: v for k, v in tensors.items() if k.startswith(OPTIM)}
+    if weights_only:  # the saved master is the more precise copy of a low-precision weight, when there is one
+        optim = {f"{n}.master": optim.get(f"{n}.master", tensors[PARAM + n]).float() for n in params}
+    optimizer.load_state_dict(optim)
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from computeall.network.ops import OPS
+from computeall.protocol.sampling import SamplingConfig
 
 from .ops.attention import apply_rope, rope_tables
 from .trained_model import TrainedModel
@@ -30,20 +30,6 @@ TARGETS = "data.targets"  # read by the loss VNode only, which has no targets he
 
 class GenerationError(ValueError):
     """A request the model cannot serve (a prompt too long for its context, ...)."""
-
-
-class SamplingConfig(BaseModel):
-    """How the next token is drawn from the logits; temperature 0 is greedy."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_new_tokens: int = Field(64, ge=1)
-    temperature: float = Field(1.0, ge=0)
-    top_k: int | None = Field(None, ge=1, description="keep only the k most likely tokens")
-    top_p: float | None = Field(None, gt=0, le=1, description="keep the smallest set whose probability reaches p")
-    seed: int = 0
-    stop_token: int | None = Field(None, description="end early after this token (it is returned)")
-    vocab_size: int | None = Field(None, ge=1, description="ids from here on have no text (the tokenizer is smaller): never drawn")
 
 
 class KVCache:

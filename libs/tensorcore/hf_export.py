@@ -152,26 +152,55 @@ def _rope_to_half(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
     return w.view(heads, head_dim // 2, 2, -1).transpose(1, 2).reshape(heads * head_dim, -1)
 
 
+def _rope_from_half(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """The inverse of `_rope_to_half`."""
+    return w.view(heads, 2, head_dim // 2, -1).transpose(1, 2).reshape(heads * head_dim, -1)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A Hugging Face tensor that is one block of rows of one of our weights."""
+
+    name: str
+    rope: bool = False  # q or k rows: RoPE pairs reordered on the way (see the module's docstring)
+
+
+def llama_pieces(layout: LlamaLayout) -> dict[str, list[Piece]]:
+    """Each of our weights (`<vnode>.<param>`) and the Llama tensors it is made of, as equal blocks of rows
+    in order: qkv is [q; k; v], gate_up is [gate; up]. The LM head is tied, so it has none of its own."""
+    out = {f"{layout.embed}.weight": [Piece("model.embed_tokens.weight")], f"{layout.norm}.weight": [Piece("model.norm.weight")]}
+    for i, b in enumerate(layout.blocks):
+        layer = f"model.layers.{i}"
+        out.update({
+            f"{b.norm1}.weight": [Piece(f"{layer}.input_layernorm.weight")],
+            f"{b.attn}.qkv.weight": [Piece(f"{layer}.self_attn.q_proj.weight", rope=True),
+                                     Piece(f"{layer}.self_attn.k_proj.weight", rope=True),
+                                     Piece(f"{layer}.self_attn.v_proj.weight")],
+            f"{b.attn}.proj.weight": [Piece(f"{layer}.self_attn.o_proj.weight")],
+            f"{b.norm2}.weight": [Piece(f"{layer}.post_attention_layernorm.weight")],
+            f"{b.mlp}.gate_up.weight": [Piece(f"{layer}.mlp.gate_proj.weight"), Piece(f"{layer}.mlp.up_proj.weight")],
+            f"{b.mlp}.down.weight": [Piece(f"{layer}.mlp.down_proj.weight")],
+        })
+    return out
+
+
+def to_llama(piece: Piece, rows: torch.Tensor, layout: LlamaLayout) -> torch.Tensor:
+    """Our block of rows as the Llama tensor `piece`."""
+    return _rope_to_half(rows, layout.heads, layout.head_dim) if piece.rope else rows
+
+
+def from_llama(piece: Piece, tensor: torch.Tensor, layout: LlamaLayout) -> torch.Tensor:
+    """The Llama tensor `piece` as our block of rows."""
+    return _rope_from_half(tensor, layout.heads, layout.head_dim) if piece.rope else tensor
+
+
 def llama_state(model: TrainedModel, layout: LlamaLayout) -> dict[str, torch.Tensor]:
     """The `LlamaForCausalLM` state dict (the LM head is tied, so not stored)."""
-    w = model.weights()
-    width = layout.heads * layout.head_dim
-    out = {"model.embed_tokens.weight": w[f"{layout.embed}.weight"], "model.norm.weight": w[f"{layout.norm}.weight"]}
-    for i, b in enumerate(layout.blocks):
-        prefix = f"model.layers.{i}"
-        q, k, v = w[f"{b.attn}.qkv.weight"].split(width, dim=0)
-        gate, up = w[f"{b.mlp}.gate_up.weight"].chunk(2, dim=0)
-        out.update({
-            f"{prefix}.input_layernorm.weight": w[f"{b.norm1}.weight"],
-            f"{prefix}.self_attn.q_proj.weight": _rope_to_half(q, layout.heads, layout.head_dim),
-            f"{prefix}.self_attn.k_proj.weight": _rope_to_half(k, layout.heads, layout.head_dim),
-            f"{prefix}.self_attn.v_proj.weight": v,
-            f"{prefix}.self_attn.o_proj.weight": w[f"{b.attn}.proj.weight"],
-            f"{prefix}.post_attention_layernorm.weight": w[f"{b.norm2}.weight"],
-            f"{prefix}.mlp.gate_proj.weight": gate,
-            f"{prefix}.mlp.up_proj.weight": up,
-            f"{prefix}.mlp.down_proj.weight": w[f"{b.mlp}.down.weight"],
-        })
+    weights = model.weights()
+    out = {}
+    for ours, pieces in llama_pieces(layout).items():
+        for piece, rows in zip(pieces, weights[ours].chunk(len(pieces), dim=0)):
+            out[piece.name] = to_llama(piece, rows, layout)
     return {k: t.detach().contiguous().clone() for k, t in out.items()}
 
 

@@ -70,26 +70,34 @@ class TrainedModel:
 
     @classmethod
     def from_weights(cls, spec: NetworkSpec, weights: Mapping[str, torch.Tensor]) -> "TrainedModel":
+        model = cls.untrained(spec)
+        model.load(weights)
+        return model
+
+    @classmethod
+    def untrained(cls, spec: NetworkSpec) -> "TrainedModel":
+        """The network's modules with placeholder weights (the seed is irrelevant: `load` overwrites them)."""
         graph = Graph(spec)
         modules: dict[str, nn.Module] = {}
-        # tied VNodes point at their partner, so build the partners (embeddings) first; the seed is
-        # irrelevant: every parameter is overwritten below
+        # tied VNodes point at their partner, so build the partners (embeddings) first
         for vid in sorted(graph.order, key=lambda v: graph.vnodes[v].tie is not None):
             modules[vid] = build_vnode(graph.vnodes[vid], 0, torch.device("cpu"), tied=modules)
-        with torch.no_grad():
-            for vid in graph.order:
-                for name, p in modules[vid].named_parameters():
-                    key = f"{vid}.{name}"
-                    if key not in weights:
-                        raise ModelLoadError(f"the checkpoint has no {key}: it was not written for this network")
-                    if tuple(weights[key].shape) != tuple(p.shape):
-                        raise ModelLoadError(
-                            f"the checkpoint's {key} has shape {list(weights[key].shape)}, the network needs {list(p.shape)}"
-                        )
-                    p.copy_(weights[key])
         for m in modules.values():
             m.eval().requires_grad_(False)
         return cls(graph, {vid: modules[vid] for vid in graph.order})
+
+    def load(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Copy every parameter from `weights` (`<vnode>.<param>` -> tensor); `ModelLoadError` names one
+        that is missing or shaped otherwise."""
+        with torch.no_grad():
+            for key, p in self.weights().items():
+                if key not in weights:
+                    raise ModelLoadError(f"the checkpoint has no {key}: it was not written for this network")
+                if tuple(weights[key].shape) != tuple(p.shape):
+                    raise ModelLoadError(
+                        f"the checkpoint's {key} has shape {list(weights[key].shape)}, the network needs {list(p.shape)}"
+                    )
+                p.copy_(weights[key])
 
     @property
     def spec(self) -> NetworkSpec:

@@ -1,4 +1,9 @@
-"""`python -m computeall.dataset --nats URL [--credential FILE] --data-dir DIR [--prefix ca]`: run one dataset service."""
+"""`python -m computeall.dataset --nats URL [--credential FILE] --data-dir DIR [--data-root DIR ...] [--prefix ca]`:
+run one dataset service.
+
+It reads paths only inside its data roots: the Python standard library (the demo's corpus) and each
+`--data-root`; uploaded files only for the requests that name them.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,16 @@ from pathlib import Path
 
 from computeall.protocol.bus import BusConnectError, add_bus_arguments, connect, credential_from_args
 from computeall.protocol.credentials import CredentialError
+from computeall.protocol.data_files import stdlib_root
 from computeall.protocol.eventlog import ensure_streams
 from computeall.protocol.object_store import dataset_bucket
 from computeall.protocol.subjects import Subjects
+from computeall.protocol.object_store import uploads_bucket
 
+from .data_roots import DataRoots
 from .service import DatasetService
 from .store import DatasetStore
+from .uploads import UploadCache
 
 log = logging.getLogger("computeall.dataset")
 
@@ -30,6 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", required=True, type=Path, help="where datasets are kept (datasets/<name>/)")
     parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
     parser.add_argument("--bucket", default=None, help="Object Store bucket for shards (default: <prefix>-datasets)")
+    parser.add_argument("--data-root", action="append", type=Path, default=[], metavar="DIR",
+                        help="also read files under DIR (repeatable); the Python stdlib is always read")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -42,14 +53,18 @@ async def serve(args: argparse.Namespace) -> None:
     await ensure_streams(js, subjects)
     store = DatasetStore(args.data_dir, js, args.bucket or dataset_bucket(subjects), min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
     await store.open()
-    service = DatasetService(nc, subjects, store)
+    uploads = UploadCache(args.data_dir / "uploads", js, uploads_bucket(subjects))
+    await uploads.open()
+    roots = DataRoots([stdlib_root(), *args.data_root])
+    service = DatasetService(nc, subjects, store, roots, uploads)
     await service.start()
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("dataset service ready (data dir %s, bucket %s)", args.data_dir, store.bucket)
+    log.info("dataset service ready (data dir %s, bucket %s, data roots %s)", args.data_dir, store.bucket,
+             ", ".join(map(str, roots.roots)))
     await stop.wait()
     log.info("stopping")
     await service.stop()

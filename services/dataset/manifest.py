@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from computeall.protocol.dataset_api import SplitSpec
+from computeall.protocol.dataset_api import MANIFEST_FILE, SplitSpec
 
 FORMAT_VERSION = 1
-MANIFEST_FILE = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
 
 

@@ -13,35 +13,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
-from tokenizers import Tokenizer
 
 from computeall.protocol import wire
 from computeall.protocol.dataset_api import (
     BatchRequest,
     CreateDataset,
     DatasetReply,
+    DecodeTokens,
+    EncodePrompts,
     GetDataset,
     ListDatasets,
+    LocateFiles,
     SampleRequest,
 )
 from computeall.protocol.envelope import Envelope
+from computeall.protocol.prompts import PromptCodec
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import DatasetCreated, SplitCreated, Tokenized, TokenizerTrained
 from computeall.protocol.subjects import Subjects, is_inbox
+from computeall.protocol.uploads import sha256_of
 
 from . import builder, tokenizer as bpe
 from .batches import make_batch
+from .data_roots import DataRoots
 from .errors import DatasetUserError
 from .manifest import Manifest
 from .progress import ProgressReporter
 from .shards import SplitStream
 from .sources import Reader
 from .store import DatasetStore
+from .uploads import UploadCache
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +63,13 @@ class _Open:
     manifest: Manifest
     root: Path
     streams: dict[str, SplitStream] = field(default_factory=dict)
-    tokenizer: Tokenizer | None = None
+    _codec: PromptCodec | None = None
+
+    def codec(self) -> PromptCodec:
+        """The dataset's tokenizer, loaded on first use."""
+        if self._codec is None:
+            self._codec = PromptCodec(bpe.load(self.root / self.manifest.tokenizer.file))
+        return self._codec
 
     def stream(self, split: str) -> SplitStream:
         if split not in self.manifest.splits:
@@ -69,10 +82,12 @@ class _Open:
 
 
 class DatasetService:
-    def __init__(self, nc, subjects: Subjects, store: DatasetStore) -> None:
+    def __init__(self, nc, subjects: Subjects, store: DatasetStore, roots: DataRoots, uploads: UploadCache) -> None:
         self.nc = nc
         self.subjects = subjects
         self.store = store
+        self.roots = roots
+        self.uploads = uploads
         self.events = EventLog(nc.jetstream(), subjects)
         self._open: dict[str, _Open] = {}
         self._creating: dict[str, asyncio.Event] = {}  # name -> set when its creation ends
@@ -84,6 +99,9 @@ class DatasetService:
             "list": (ListDatasets, self.list_datasets),
             "batch": (BatchRequest, self.batch),
             "sample": (SampleRequest, self.sample),
+            "locate": (LocateFiles, self.locate),
+            "encode": (EncodePrompts, self.encode),
+            "decode": (DecodeTokens, self.decode),
         }
 
     async def start(self) -> None:
@@ -139,7 +157,11 @@ class DatasetService:
 
     async def _create(self, request: CreateDataset) -> DatasetReply:
         reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)
-        scan = await asyncio.to_thread(reader.scan, request.files)
+        for name in request.files:
+            self.roots.check(name)  # refused before any upload is fetched
+        uploaded = [await self.uploads.local(u) for u in request.uploads]
+        readable = self.roots.including([path.parent for path in uploaded])  # just these uploads
+        scan = await asyncio.to_thread(reader.scan, [*request.files, *map(str, uploaded)], readable)
         tokenizer_from = None
         if request.tokenizer_from:
             source = await self.store.find(request.tokenizer_from)
@@ -254,10 +276,33 @@ class DatasetService:
         dataset = await self._dataset(request.dataset)
         batch_request = BatchRequest(dataset=request.dataset, split=request.split, seed=request.seed, step=0, batch=request.n, context=request.context)
         tokens = make_batch(dataset.stream(request.split), batch_request, f"{request.dataset}/{request.split}")
-        if dataset.tokenizer is None:
-            dataset.tokenizer = bpe.load(dataset.root / dataset.manifest.tokenizer.file)
-        texts = [dataset.tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
+        texts = [dataset.codec().tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
         return DatasetReply(ok=True, samples=texts)
+
+    async def locate(self, request: LocateFiles) -> DatasetReply:
+        """The paths this service reads with the bytes the client has; outside the roots a path is never looked at."""
+        readable = []
+        for file in request.files:
+            path = Path(file.path)
+            if not path.is_absolute() or not self.roots.holds(path):
+                continue
+            real = Path(os.path.realpath(path))
+            try:
+                same = real.is_file() and real.stat().st_size == file.size and await asyncio.to_thread(sha256_of, real) == file.sha256
+            except OSError:  # unreadable here: the client uploads it
+                same = False
+            if same:
+                readable.append(file.path)
+        return DatasetReply(ok=True, readable=readable)
+
+    async def encode(self, request: EncodePrompts) -> DatasetReply:
+        codec = await asyncio.to_thread((await self._dataset(request.dataset)).codec)
+        tokens = await asyncio.to_thread(lambda: [codec.prompt(t) for t in request.texts])
+        return DatasetReply(ok=True, tokens=tokens, eot_id=codec.eot, vocab_size=codec.tokenizer.get_vocab_size())
+
+    async def decode(self, request: DecodeTokens) -> DatasetReply:
+        codec = await asyncio.to_thread((await self._dataset(request.dataset)).codec)
+        return DatasetReply(ok=True, texts=await asyncio.to_thread(lambda: [codec.text(ids) for ids in request.tokens]))
 
     async def _dataset(self, name: str) -> _Open:
         if name not in self._open:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from computeall.protocol.data_files import binary_at, folder_files
+
+from .data_roots import DataRoots
 from .errors import DatasetUserError
 
 log = logging.getLogger(__name__)
 
 _PARAGRAPHS = re.compile(rb"\n(?:[ \t\r]*\n)+")
-_SNIFF_BYTES = 8192
 
 
 @dataclass
@@ -55,8 +57,9 @@ class Reader:
         for source in files:
             yield from (doc for doc, bad in self._file_documents(source) if not bad)
 
-    def scan(self, paths: list[str]) -> Scan:
-        files, skipped_binary = _expand(paths)
+    def scan(self, paths: list[str], roots: DataRoots) -> Scan:
+        """`paths` must lie inside `roots` (files found in folders too: a link out of them is skipped)."""
+        files, skipped_binary = _expand(paths, roots)
         digest = hashlib.blake2b(digest_size=16)
         documents = text_bytes = skipped = 0
         for source in files:
@@ -136,45 +139,31 @@ class Reader:
             ) from None
 
 
-def _expand(paths: list[str]) -> tuple[list[SourceFile], list[str]]:
-    """Named files must be text; inside folders, binary and hidden files are skipped (and reported)."""
+def _expand(paths: list[str], roots: DataRoots) -> tuple[list[SourceFile], list[str]]:
+    """Named files must be text; inside folders, binary, empty and hidden files are skipped (and reported)."""
     files: list[SourceFile] = []
     skipped_binary: list[str] = []
     for name in paths:
-        path = Path(name)
+        path = roots.check(name)  # before anything else: nothing is said about paths outside
         if not path.exists():
             raise DatasetUserError(f"{name}: no such file or folder (paths are read by the dataset service, on its machine)")
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
-            before = len(files)
-            for p in found:
-                if _binary_at(p) is not None or p.stat().st_size == 0:
-                    skipped_binary.append(str(p))
-                    continue
-                files.append(SourceFile(p, p.suffix == ".jsonl", p.stat().st_size))
-            if len(files) == before:
+            text, skipped = folder_files(path)
+            inside = [p for p in text if roots.holds(p)]
+            skipped_binary += [str(p) for p in skipped] + [str(p) for p in text if p not in inside]
+            if not inside:
                 raise DatasetUserError(f"{name}: the folder holds no non-empty text files")
+            files += [SourceFile(p, p.suffix == ".jsonl", p.stat().st_size) for p in inside]
             continue
         if not os.access(path, os.R_OK):
             raise DatasetUserError(f"{name}: not readable by the dataset service (check its permissions)")
         size = path.stat().st_size
         if size == 0:
             raise DatasetUserError(f"{name}: the file is empty; remove it from the list")
-        nul = _binary_at(path)
+        nul = binary_at(path)
         if nul is not None:
             raise DatasetUserError(f"{name}: looks binary (NUL byte at offset {nul}); give text or JSONL files only")
         files.append(SourceFile(path, path.suffix == ".jsonl", size))
     if skipped_binary:
-        log.warning("skipped %d binary or empty files inside folders", len(skipped_binary))
+        log.warning("skipped %d binary, empty or out-of-root files inside folders", len(skipped_binary))
     return files, skipped_binary
-
-
-def _binary_at(path: Path) -> int | None:
-    with open(path, "rb") as f:
-        head = f.read(_SNIFF_BYTES)
-    index = head.find(b"\0")
-    return index if index >= 0 else None
-
-
-def _hidden(relative: Path) -> bool:
-    return any(part.startswith(".") for part in relative.parts)

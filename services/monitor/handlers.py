@@ -12,8 +12,8 @@ import json
 from computeall.protocol.commands import CreateSession
 from computeall.protocol.events import (
     Allocated, CheckpointCommitted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined, PNodeLeft,
-    PNodeLost, Reallocated, SessionCompleted, SessionCreated, SessionFailed, SessionPaused, SplitCreated,
-    StepCompleted, Tokenized, TokenizerTrained, UpdateRatios, ValidationCompleted,
+    PNodeLost, Reallocated, SamplesGenerated, SessionCompleted, SessionCreated, SessionFailed, SessionPaused,
+    SplitCreated, StepCompleted, Tokenized, TokenizerTrained, UpdateRatios, ValidationCompleted,
 )
 
 from .projection import Batch, Header, Message, projects, type_name
@@ -117,6 +117,15 @@ def validation_completed(batch: Batch, h: Header, p: ValidationCompleted, msg: M
         ("INSERT OR REPLACE INTO validations VALUES (?, ?, ?, ?, ?)",
          [h.session_id, p.step, h.ts, p.loss, json.dumps(h.payload)])
     )
+
+
+@projects(SamplesGenerated)
+def samples_generated(batch: Batch, h: Header, p: SamplesGenerated, msg: Message) -> None:
+    batch.ops += [
+        ("INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+         [h.session_id, p.step, i, h.ts, s.prompt, s.text, s.tokens])
+        for i, s in enumerate(p.samples)
+    ]
 
 
 @projects(CheckpointCommitted)

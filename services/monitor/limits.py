@@ -1,17 +1,21 @@
-"""Query depth and cost limits: abusive queries are rejected at validation, before any read.
+"""Document size, query depth and cost limits: abusive queries are rejected before any read.
 
-Cost: list fields cost their size argument, multiplied by the sizes of the lists they are
+Size: a document over `GRAPHQL_DOCUMENT_BYTES` is refused before it is parsed (parsing and
+validating megabytes of GraphQL costs seconds and hundreds of MiB, on the event loop every
+user shares). Depth and cost are checked at validation. Cost: list fields cost their size argument, multiplied by the sizes of the lists they are
 nested in, so `sessions(limit: 100) { steps(maxPoints: 1000) }` costs 100,000 and is refused
 while a dashboard's `session(id) { steps(maxPoints: 1000) }` (1,000) passes.
 """
 
 from __future__ import annotations
 
-from graphql import GraphQLError
-from graphql.language import FieldNode, FragmentSpreadNode, InlineFragmentNode, OperationDefinitionNode, SelectionSetNode
+from graphql import GraphQLError, parse
+from graphql.language import DocumentNode, FieldNode, FragmentSpreadNode, InlineFragmentNode, OperationDefinitionNode, SelectionSetNode
 from graphql.validation import ValidationRule
 
 from ariadne.validation import cost_validator
+
+from computeall.protocol.limits import GRAPHQL_DOCUMENT_BYTES
 
 MAX_DEPTH = 8
 MAX_COST = 50_000
@@ -26,6 +30,7 @@ COST_MAP = {
         "steps": {"complexity": 1, "multipliers": ["max_points"]},  # Python argument names
         "events": {"complexity": 1, "multipliers": ["limit"]},
         "validations": {"complexity": 100},
+        "samples": {"complexity": 8, "multipliers": ["limit"]},  # up to 8 prompts a step
         "checkpoints": {"complexity": 10},
     },
     "PNode": {
@@ -33,6 +38,15 @@ COST_MAP = {
         "requests": {"complexity": 1, "multipliers": ["limit"]},
     },
 }
+
+
+def parse_within_limit(context: object, data: dict) -> DocumentNode:
+    """ariadne's `query_parser`, for HTTP and websocket alike: measure, then parse."""
+    query = data.get("query")
+    size = len(query.encode()) if isinstance(query, str) else 0
+    if size > GRAPHQL_DOCUMENT_BYTES:
+        raise GraphQLError(f"the document is {size:,} bytes; the limit is {GRAPHQL_DOCUMENT_BYTES:,}")
+    return parse(query)
 
 
 class DepthLimit(ValidationRule):

@@ -60,6 +60,20 @@ def validations(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]
     return rows
 
 
+def samples(cur: duckdb.DuckDBPyConnection, sid: str, limit: int) -> list[dict[str, Any]]:
+    """The newest `limit` steps that have samples, newest first, each with its samples in prompt order."""
+    rows = _rows(cur, ("step", "ts", "prompt", "text", "tokens"),
+                 "SELECT step, ts, prompt, text, tokens FROM samples WHERE session_id = ? AND step IN "
+                 "(SELECT DISTINCT step FROM samples WHERE session_id = ? ORDER BY step DESC LIMIT ?) "
+                 "ORDER BY step DESC, idx", [sid, sid, limit])
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        if not out or out[-1]["step"] != r["step"]:
+            out.append({"step": r["step"], "ts": r["ts"], "texts": []})
+        out[-1]["texts"].append({"prompt": r["prompt"], "text": r["text"], "tokens": r["tokens"]})
+    return out
+
+
 def checkpoints(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]]:
     rows = _rows(cur, ("step", "ts", "detail"),
                  "SELECT step, ts, detail FROM checkpoints WHERE session_id = ? ORDER BY step", [sid])

@@ -96,6 +96,11 @@ async def resolve_validations(s: dict, info: GraphQLResolveInfo) -> list[dict]:
     return await ctx(info).services.db.read(reads.validations, s["id"])
 
 
+@session_type.field("samples")
+async def resolve_samples(s: dict, info: GraphQLResolveInfo, limit: int = 20) -> list[dict]:
+    return await ctx(info).services.db.read(reads.samples, s["id"], min(max(limit, 0), MAX_LIST))
+
+
 @session_type.field("checkpoints")
 async def resolve_checkpoints(s: dict, info: GraphQLResolveInfo) -> list[dict]:
     return await ctx(info).services.db.read(reads.checkpoints, s["id"])

@@ -19,8 +19,10 @@ from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from computeall.protocol.limits import GRAPHQL_REQUEST_BYTES
+
 from .context import Context, Services
-from .limits import validation_rules
+from .limits import parse_within_limit, validation_rules
 from .mutations import mutation
 from .resolvers import BINDABLES
 from .subscriptions import subscription
@@ -71,6 +73,7 @@ class MonitorApp:
         self.graphql = GraphQL(
             schema(),
             context_value=context,
+            query_parser=parse_within_limit,
             validation_rules=validation_rules,
             websocket_handler=GraphQLTransportWSHandler(on_connect=on_connect),
         )
@@ -89,19 +92,46 @@ class MonitorApp:
                 await _unauthorized(send)
                 return
             scope[USER_SCOPE_KEY] = user
+            body = await _body_within_limit(receive)
+            if body is None:
+                await _reply(send, 413, f"the request body is over {GRAPHQL_REQUEST_BYTES:,} bytes; send a smaller query")
+                return
+            receive = _replay(body, receive)
         await self.graphql(scope, receive, send)
 
 
+async def _body_within_limit(receive: Receive) -> bytes | None:
+    """The whole request body, or None as soon as it grows past the limit (the rest is never read)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None  # the client went away
+        body += message.get("body", b"")
+        if len(body) > GRAPHQL_REQUEST_BYTES:
+            return None
+        if not message.get("more_body"):
+            return bytes(body)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the body already read, then what the client sends next."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> dict:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
 async def _unauthorized(send: Send) -> None:
-    body = json.dumps(
-        {"errors": [{"message": "missing or invalid API key: send `Authorization: Bearer KEY` "
-                                "(create one with `computeall user create NAME`)"}]}
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-        }
-    )
+    await _reply(send, 401, "missing or invalid API key: send `Authorization: Bearer KEY` "
+                            "(create one with `computeall user create NAME`)", [(b"www-authenticate", b"Bearer")])
+
+
+async def _reply(send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """A plain HTTP error whose body has GraphQL's error shape."""
+    body = json.dumps({"errors": [{"message": message}]}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *headers]})
     await send({"type": "http.response.body", "body": body})

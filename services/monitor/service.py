@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from computeall.protocol import bus
 from computeall.protocol import monitor_api as api
 from computeall.protocol.eventlog import EventLog, ensure_streams
+from computeall.protocol.limits import GRAPHQL_REQUEST_BYTES
 from computeall.protocol.subjects import Subjects
 
 from . import nats_api, retention
@@ -124,7 +125,8 @@ class Monitor:
         # ACK would otherwise stall every request by ~40 ms. Accepted sockets inherit the option.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((s.host, s.port))
-        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        # a websocket message over the request limit closes the connection before it is parsed
+        config = uvicorn.Config(app, lifespan="off", log_level="warning", ws_max_size=GRAPHQL_REQUEST_BYTES)
         server = _Server(config)
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not serving.done():

@@ -16,6 +16,7 @@ from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
 from computeall.protocol.session_state import SessionLog
 
 from .errors import SessionError
+from .initial_weights import InitialWeights
 from .placement import Placement
 from .recorder import SessionRecorder
 from .session_pnodes import SessionPNodes
@@ -24,10 +25,13 @@ log = logging.getLogger("computeall.orchestrator.checkpoints")
 
 
 class Checkpoints:
-    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement) -> None:
+    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement,
+                 initial: InitialWeights | None = None) -> None:
         self.recorder = recorder
         self.pnodes = pnodes
         self.placement = placement
+        self.initial = initial  # where a session that starts from another model's weights gets them
+        self.pinned: set[int] = set()  # steps still being read (for samples): pruned at a later save
         self.subjects = pnodes.calls.subjects
 
     async def save(self, step: int) -> None:
@@ -47,7 +51,7 @@ class Checkpoints:
     async def _prune(self, bucket: str) -> None:
         """Keep the newest `keep_checkpoints`; the log says pruned before any object is deleted."""
         state = self.recorder.state
-        excess = state.checkpoints[: -state.config.keep_checkpoints]
+        excess = [c for c in state.checkpoints[: -state.config.keep_checkpoints] if c.step not in self.pinned]
         if not excess:
             return
         store = await open_bucket(self.pnodes.calls.nc.jetstream(), bucket)
@@ -60,7 +64,8 @@ class Checkpoints:
                     log.warning("could not delete %s: %s", obj.object, exc)
 
     async def restore(self) -> int:
-        """Load the newest checkpoint whose objects are intact; the step to continue from (0: none)."""
+        """Load the newest checkpoint whose objects are intact; the step to continue from (0: none, and
+        then the initial weights, when the session starts from another model's)."""
         state = self.recorder.state
         for checkpoint in reversed(await self._candidates()):
             request = LoadCheckpoint(session_id=state.id, step=checkpoint.step, bucket=checkpoint.bucket,
@@ -73,6 +78,9 @@ class Checkpoints:
                 log.warning("session %s: checkpoint at step %d unusable (%s); trying an older one",
                             state.id, checkpoint.step, exc)
                 await self.placement.load_plan()  # back to a clean, freshly initialised stage
+        if self.initial:
+            await self.initial.load()
+            await self.save(0)  # from now on the session's own checkpoints are all it needs
         return 0
 
     async def _candidates(self) -> list[CheckpointCommitted]:

@@ -17,13 +17,16 @@ from computeall.protocol.subjects import Subjects
 from .checkpoints import Checkpoints
 from .claim import claim
 from .errors import DriverDone, LostClaim, SessionError
+from .initial_weights import InitialWeights
 from .loss_scale import uses_dynamic_scaling
+from .network_jobs import NetworkJobs
 from .placement import Placement
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 from .preparation import prepare, wait_for_pnodes
 from .recorder import SessionRecorder
 from .recovery import Recovery
+from .samples import Sampler
 from .session_pnodes import SessionPNodes
 from .step import TrainingStep
 from .training import Trainer
@@ -41,12 +44,14 @@ class SessionDriver:
         session: SessionLog,
         registry: PNodeRegistry,
         orchestrator_id: str,
+        jobs: NetworkJobs,
         takeover_from: str | None = None,
         pnode_wait_s: float = 120.0,
     ) -> None:
         self.calls = calls
         self.subjects = subjects
         self.registry = registry
+        self.jobs = jobs
         self.pnode_wait_s = pnode_wait_s
         self.recorder = SessionRecorder(session, orchestrator_id, takeover_from)
         self.pnodes = SessionPNodes(calls, self.recorder)
@@ -74,11 +79,17 @@ class SessionDriver:
     async def _drive(self) -> None:
         if not await claim(self.recorder):
             return
-        prepared = await prepare(self.state, self.calls.nc, self.subjects)
-        placement = Placement(self.recorder, self.registry, self.pnodes, prepared.graph, prepared.dataset)
-        checkpoints = Checkpoints(self.recorder, self.pnodes, placement)
+        prepared = await prepare(self.state, self.calls.nc, self.subjects, self.jobs)
+        placement = Placement(self.recorder, self.registry, self.pnodes, self.jobs, prepared.graph, prepared.dataset)
+        initial = InitialWeights(self.recorder, self.pnodes, prepared) if self.state.config.init_from else None
+        checkpoints = Checkpoints(self.recorder, self.pnodes, placement, initial)
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)
         precisions = [v.precision for v in prepared.graph.spec.vnodes]
         training_step = TrainingStep(self.recorder, self.pnodes, uses_dynamic_scaling(self.state.config.loss_scale, precisions))
+        sampler = Sampler(self.recorder, placement, checkpoints)
+        await sampler.start()
         await wait_for_pnodes(self.state, self.registry, self.pnode_wait_s)
-        await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step).train()
+        try:
+            await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step, sampler).train()
+        finally:
+            sampler.abandon()

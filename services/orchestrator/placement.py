@@ -15,8 +15,9 @@ from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNodePlacement
 from computeall.protocol.pnode_api import BatchSource, LoadPlan
 
-from .allocator import Allocation, AllocationError, PNodeCapacity, allocate
+from .allocator import Allocation, AllocationError, PNodeCapacity
 from .errors import DriverDone
+from .network_jobs import NetworkJobs
 from .pnodes import PNodeRegistry
 from .recorder import SessionRecorder
 from .session_pnodes import SessionPNodes
@@ -40,10 +41,11 @@ class NoRoom:
 
 class Placement:
     def __init__(self, recorder: SessionRecorder, registry: PNodeRegistry, pnodes: SessionPNodes,
-                 graph: Graph, dataset: str) -> None:
+                 jobs: NetworkJobs, graph: Graph, dataset: str) -> None:
         self.recorder = recorder
         self.registry = registry
         self.session_pnodes = pnodes
+        self.jobs = jobs
         self.graph = graph
         self.dataset = dataset
         self.allocation: Allocation | None = None
@@ -61,19 +63,19 @@ class Placement:
         """Allocate on the live PNodes (but `exclude`), record it and load the plans; pauses the
         session (`DriverDone`) when they cannot hold the network."""
         try:
-            allocation = self._allocate(set(exclude))
+            allocation = await self._allocate(set(exclude))
         except AllocationError as exc:
             await self.pause_for_capacity(str(exc))
         await self.adopt(allocation, reason)
 
-    def rebalance(self, at_checkpoint: bool) -> Move | NoRoom | None:
+    async def rebalance(self, at_checkpoint: bool) -> Move | NoRoom | None:
         """At a step boundary: move VNodes off leaving PNodes, and onto joined ones at a checkpoint."""
         leaving = {p for p in self.pnodes if self.registry.is_leaving(p)}
         joined = {hb.pnode for hb in self.registry.live()} - set(self.pnodes)
         if not leaving and not (joined and at_checkpoint and self.config.rebalance == "on-join"):
             return None
         try:
-            allocation = self._allocate(leaving)
+            allocation = await self._allocate(leaving)
         except AllocationError as exc:
             if not leaving:
                 return None  # the joined PNodes do not make a better placement possible
@@ -103,6 +105,7 @@ class Placement:
             batches=BatchSource(
                 dataset=self.dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,
                 context=self.graph.spec.context, validation_split=config.data.validation_split,
+                start_step=config.data.start_step,
             ),
             micro_batches=config.micro_batches,
             optimizer=config.optimizer,
@@ -118,9 +121,9 @@ class Placement:
             await self.recorder.record(event)
         raise DriverDone("paused until there is capacity again")
 
-    def _allocate(self, exclude: set[str]) -> Allocation:
+    async def _allocate(self, exclude: set[str]) -> Allocation:
         live = [hb for hb in self.registry.live() if hb.pnode not in exclude]
-        return allocate(
+        return await self.jobs.allocate(  # off the event loop
             self.graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live],
             self.config.batch_size, self.config.micro_batch_size,
         )

@@ -11,14 +11,14 @@ from typing import Awaitable, Callable
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from computeall.network import Graph, NetworkError, NetworkSpec, load_network
-from computeall.network.head_fusion import fuse_heads
+from computeall.network import Graph
 from computeall.protocol.dataset_api import CreateDataset, files_dataset_name
 from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
 from computeall.protocol.session_state import SessionState
 from computeall.protocol.subjects import Subjects
 
 from .errors import SessionError
+from .network_jobs import NetworkJobs
 from .pnodes import PNodeRegistry
 
 log = logging.getLogger("computeall.orchestrator.preparation")
@@ -28,17 +28,22 @@ log = logging.getLogger("computeall.orchestrator.preparation")
 class Prepared:
     graph: Graph  # after the session's precision override and head fusion: what the allocator places
     dataset: str  # the name the PNodes fetch batches from
+    tokenizer_digest: str  # of the dataset's tokenizer file: which token id means which text
 
 
-async def prepare(state: SessionState, nc: NATS, subjects: Subjects) -> Prepared:
-    spec = session_network(state)
+async def prepare(state: SessionState, nc: NATS, subjects: Subjects, jobs: NetworkJobs) -> Prepared:
+    graph, lines = await jobs.session_graph(state)  # off the event loop
+    for line in lines:
+        log.info("session %s: %s", state.id, line)
+    spec = graph.spec
     config = state.config
     if config.data.dataset:
         manifest = await dataset_call(lambda: get_dataset(nc, subjects, config.data.dataset, timeout=30.0))
     else:
         request = CreateDataset(
-            name=files_dataset_name(config.data.files, spec.vocab_size),
+            name=files_dataset_name(config.data, spec.vocab_size),
             files=config.data.files,
+            uploads=config.data.uploads,
             vocab_size=spec.vocab_size,
             if_exists="reuse",
         )
@@ -48,24 +53,7 @@ async def prepare(state: SessionState, nc: NATS, subjects: Subjects) -> Prepared
             f"dataset {manifest['name']} has {manifest['vocab_size']} tokens but network {spec.name} "
             f"embeds only {spec.vocab_size}; raise the network's vocab_size"
         )
-    return Prepared(Graph(spec), manifest["name"])
-
-
-def session_network(state: SessionState) -> NetworkSpec:
-    """The config's network with the session's precision override, heads fused when the session says so."""
-    config = state.config
-    try:
-        spec = load_network(config.network_yaml)
-    except NetworkError as exc:
-        raise SessionError(str(exc)) from None
-    if config.precision:
-        for v in spec.vnodes:
-            v.precision = config.precision
-    if state.fuse_heads:  # before allocation: the allocator places the fused VNodes
-        spec, lines = fuse_heads(spec)
-        for line in lines:
-            log.info("session %s: %s", state.id, line)
-    return spec
+    return Prepared(graph, manifest["name"], manifest["tokenizer"]["digest"])
 
 
 async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0) -> dict:

@@ -21,7 +21,7 @@ import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
-from computeall.network import NetworkError, load_network
+from computeall.network import NetworkError
 from computeall.protocol import bus
 from computeall.protocol.commands import (
     CommandEnvelope,
@@ -35,6 +35,7 @@ from computeall.protocol.commands import (
 from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
 from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
+from computeall.protocol.limits import COMMAND_BYTES
 from computeall.protocol.session_state import Rejected, SessionLog, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects, pnode_of
@@ -42,12 +43,14 @@ from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
-from .allocator import AllocationError, PNodeCapacity, allocate
+from .allocator import PNodeCapacity
 from .driver import SessionDriver
+from .lanes import Lanes
+from .network_jobs import NetworkJobs
+from .initial_weights import check_source
 from .membership import MembershipRecorder
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
-from .session_graph import session_graph
 
 log = logging.getLogger("computeall.orchestrator")
 
@@ -72,6 +75,8 @@ class Orchestrator:
         self.peers: dict[str, float] = {}  # other orchestrators -> last heartbeat (monotonic)
         self.sessions: dict[str, SessionLog] = {}
         self.drivers: dict[str, asyncio.Task] = {}
+        self.jobs = NetworkJobs()  # network checks and allocation, in child processes
+        self._capacity_checks: dict[str, tuple] = {}  # session -> the live PNodes it did not fit on
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -95,7 +100,9 @@ class Orchestrator:
             stream=LOG_STREAM,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL, ack_wait=60.0),
         )
-        tasks = [asyncio.create_task(t) for t in (self._heartbeat(), self._adopt_orphans(), self._watch_pnodes())]
+        background = (self._heartbeat(), self._adopt_orphans(), self._watch_pnodes(), self.jobs.offloop.warm())
+        tasks = [asyncio.create_task(t) for t in background]
+        lanes = Lanes()
         log.info("orchestrator %s ready on %s", self.id, ", ".join(self.credential.servers))
         while not self._stop.is_set():
             try:
@@ -103,8 +110,8 @@ class Orchestrator:
             except (nats.errors.TimeoutError, TimeoutError):
                 continue
             for msg in msgs:
-                await self._handle_command(msg)
-                await msg.ack()
+                await lanes.submit(msg.subject, lambda msg=msg: self._handle_and_ack(msg))
+        lanes.cancel()
         for task in [*tasks, *self.drivers.values()]:
             task.cancel()
         # close, not drain: draining waits on the pull subscription's open fetch for up to 30 s
@@ -193,7 +200,7 @@ class Orchestrator:
                 if state.status == SessionStatus.RUNNING and not self._alive(state.claimed_by):
                     log.info("session %s is running without a live driver (was %s); taking it over", sid, state.claimed_by)
                     self._drive(session, takeover_from=state.claimed_by)
-                elif state.waits_for_capacity and self._fits(state):
+                elif state.waits_for_capacity and await self._fits(state):
                     log.info("session %s: capacity is back; resuming it", sid)
                     try:
                         await session.record("orchestrator", state.resume_for_capacity())
@@ -202,18 +209,19 @@ class Orchestrator:
                     self._drive(session)
             await asyncio.sleep(1.0)
 
-    def _fits(self, state: SessionState) -> bool:
-        """Whether the live PNodes can hold the session's network now."""
-        try:
-            graph, _ = session_graph(state)
-            capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
-            allocate(graph, capacities, state.config.batch_size, state.config.micro_batch_size)
-        except (AllocationError, NetworkError):
+    async def _fits(self, state: SessionState) -> bool:
+        """Whether the live PNodes can hold the session's network now (asked again only when they change)."""
+        capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
+        asked = (tuple(sorted(capacities, key=lambda c: c.pnode)), state.fuse_heads, state.config)
+        if self._capacity_checks.get(state.id) == asked:
             return False
-        return True
+        fits = await self.jobs.fits(state, capacities)
+        if not fits:
+            self._capacity_checks[state.id] = asked
+        return fits
 
     def _drive(self, session: SessionLog, takeover_from: str | None = None) -> None:
-        driver = SessionDriver(self.calls, self.subjects, session, self.registry, self.id, takeover_from)
+        driver = SessionDriver(self.calls, self.subjects, session, self.registry, self.id, self.jobs, takeover_from)
         task = asyncio.create_task(driver.run())
         self.drivers[session.state.id] = task
         task.add_done_callback(lambda t: self._driver_done(session.state.id, t))
@@ -224,14 +232,34 @@ class Orchestrator:
             log.error("session %s: driver crashed", sid, exc_info=task.exception())
 
     # -- commands -------------------------------------------------------------------------
+    async def _handle_and_ack(self, msg) -> None:
+        """Handle one command and acknowledge it; a command the orchestrator fails on is rejected, never
+        redelivered into the same failure (that would crash-loop every orchestrator)."""
+        try:
+            await self._handle_command(msg)
+        except nats.errors.Error as exc:  # the bus failed mid-command: unacknowledged, it comes back
+            log.warning("command on %s not handled, it will be redelivered: %s", msg.subject, exc)
+            return
+        except Exception as exc:
+            log.exception("failed on a command on %s", msg.subject)
+            sid = msg.subject.rsplit(".", 1)[-1]
+            reason = f"the orchestrator failed on this command ({type(exc).__name__}); see its log"
+            await self._reject(sid, _command_id(msg), "?", reason)
+        await msg.ack()
+
     async def _handle_command(self, msg) -> None:
         sid = msg.subject.rsplit(".", 1)[-1]
+        if len(msg.data) > COMMAND_BYTES:  # refused unread: parsing is what a huge command would cost
+            size = f"{len(msg.data):,} bytes; a command may have at most {COMMAND_BYTES:,}"
+            log.warning("rejected a command of %s for %s", size, sid)
+            await self._reject(sid, (msg.headers or {}).get("Nats-Msg-Id", "?"), "?", f"the command is {size}")
+            return
         try:
             command = CommandEnvelope.model_validate_json(msg.data)
         except ValidationError as exc:
             reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
             log.warning("rejected a malformed command for %s: %s", sid, reason)
-            await self._reject(sid, _command_id(msg.data), "?", f"malformed command: {reason}")
+            await self._reject(sid, _command_id(msg), "?", f"malformed command: {reason}")
             return
         if command.session_id != sid:
             await self._reject(sid, command.id, command.type, f"session_id {command.session_id!r} does not match the subject")
@@ -254,7 +282,11 @@ class Orchestrator:
         was = session.state.status
         events = DECIDE[type(command.payload)](session.state, command.payload, command.actor)
         if isinstance(command.payload, CreateSession) and events:
-            _check_network(command.payload.config.network_yaml)
+            try:  # a network that does not load is rejected before anything is recorded
+                await self.jobs.check(command.payload.config.network_yaml)
+            except NetworkError as exc:
+                raise Rejected(str(exc)) from None
+            await check_source(session.eventlog, command.payload.config.init_from, command.actor)
         await session.record(command.actor, events)
         if was != SessionStatus.RUNNING and session.state.status == SessionStatus.RUNNING:
             self._drive(session)
@@ -270,18 +302,14 @@ class Orchestrator:
             log.warning("could not record CommandRejected for %s: %s", sid, exc)
 
 
-def _check_network(network_yaml: str) -> None:
-    """A network that does not load is rejected before anything is recorded (protocol cannot load it)."""
+def _command_id(msg) -> str:
+    """The id of a command left unread or malformed, so the sender can match the rejection: `Nats-Msg-Id`,
+    which publishers set to it, else the JSON's `id` when there is one."""
+    header = (msg.headers or {}).get("Nats-Msg-Id")
+    if header:
+        return header
     try:
-        load_network(network_yaml)
-    except NetworkError as exc:
-        raise Rejected(str(exc)) from None
-
-
-def _command_id(data: bytes) -> str:
-    """The id of a command that failed validation, when it has one, so the sender can match the rejection."""
-    try:
-        value = json.loads(data).get("id")
-    except (ValueError, AttributeError):
+        value = json.loads(msg.data).get("id")
+    except (ValueError, AttributeError, RecursionError):
         return "?"
     return value if isinstance(value, str) else "?"

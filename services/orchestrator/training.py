@@ -16,6 +16,7 @@ from .errors import LostClaim, PNodeFailure, SessionError
 from .placement import NoRoom, Placement
 from .recorder import SessionRecorder
 from .recovery import Recovery
+from .samples import Sampler
 from .session_pnodes import SessionPNodes
 from .step import TrainingStep
 from .validation import validate
@@ -25,13 +26,14 @@ log = logging.getLogger("computeall.orchestrator.training")
 
 class Trainer:
     def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement,
-                 checkpoints: Checkpoints, recovery: Recovery, training_step: TrainingStep) -> None:
+                 checkpoints: Checkpoints, recovery: Recovery, training_step: TrainingStep, sampler: Sampler) -> None:
         self.recorder = recorder
         self.pnodes = pnodes
         self.placement = placement
         self.checkpoints = checkpoints
         self.recovery = recovery
         self.training_step = training_step
+        self.sampler = sampler
 
     async def train(self) -> None:
         config = self.recorder.state.config
@@ -51,9 +53,12 @@ class Trainer:
                     await self.checkpoints.save(step)
                 if config.validate_every and step % config.validate_every == 0:
                     await validate(self.recorder, self.pnodes, step)
+                if self.sampler.due(step, end):
+                    await self.sampler.request(step)  # written beside the next steps, recorded at a boundary
                 await self._rebalance(step, at_checkpoint)
             except PNodeFailure as failure:
                 step = await self.recovery.recover(failure, step)
+        await self.sampler.drain()
         state = self.recorder.state
         await self.recorder.record(SessionCompleted(steps=step, final_loss=state.last_loss))
         log.info("session %s completed at loss %.4f", state.id, state.last_loss or float("nan"))
@@ -63,9 +68,11 @@ class Trainer:
         state = await self.recorder.refresh()
         if state.claimed_by != self.recorder.orchestrator_id:
             raise LostClaim(f"session {state.id} is driven by {state.claimed_by}")
+        await self.sampler.record_ready()
         ending = state.at_boundary(step)  # a pending stop or pause
         if ending:
             await self.checkpoints.save(step)
+            await self.sampler.drain()
             for event in ending:
                 await self.recorder.record(event)
             return True
@@ -76,7 +83,7 @@ class Trainer:
     async def _rebalance(self, step: int, at_checkpoint: bool) -> None:
         """Act on placement's decision; the state moves through a checkpoint of this very step,
         so nothing is rolled back."""
-        decision = self.placement.rebalance(at_checkpoint)
+        decision = await self.placement.rebalance(at_checkpoint)
         if decision is None:
             return
         await self.checkpoints.save(step)

@@ -22,6 +22,8 @@ class BatchFeed:
         self.source = source
         self.split = split
         self.micro_batches = micro_batches
+        # a session that goes on with another's data reads its training batches `start_step` steps on
+        self.start_step = source.start_step if split == source.split else 0
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
 
     def _fetch(self, step: int, micro: int) -> asyncio.Task:
@@ -31,7 +33,7 @@ class BatchFeed:
                 dataset=self.source.dataset,
                 split=self.split,
                 seed=self.source.seed,
-                step=step,
+                step=self.start_step + step,
                 micro=micro,
                 micro_batches=self.micro_batches,
                 batch=self.source.micro_batch_size,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nats.js import JetStreamContext
 from nats.js.errors import ObjectNotFoundError
+from nats.js.object_store import ObjectStore
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
@@ -32,20 +33,21 @@ async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoin
     return objects
 
 
+async def fetch(store: ObjectStore, bucket: str, entry: CheckpointObject) -> bytes:
+    """One object's bytes; `CheckpointError` when it is missing or its digest does not match the log."""
+    try:
+        data = (await store.get(entry.object)).data
+    except ObjectNotFoundError:
+        raise CheckpointError(f"checkpoint object {entry.object} is missing from {bucket}") from None
+    if digest(data) != entry.digest:
+        raise CheckpointError(f"checkpoint object {entry.object} is corrupted (digest mismatch)")
+    return data
+
+
 async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoint) -> None:
     """Raise `CheckpointError` when an object is missing or its digest does not match the log."""
     store = await existing_bucket(js, request.bucket)
     by_vnode = {o.vnode: o for o in request.objects}
-
-    async def fetch(vid: str) -> bytes:
-        entry = by_vnode[vid]
-        try:
-            data = (await store.get(entry.object)).data
-        except ObjectNotFoundError:
-            raise CheckpointError(f"checkpoint object {entry.object} is missing from {request.bucket}") from None
-        if digest(data) != entry.digest:
-            raise CheckpointError(f"checkpoint object {entry.object} is corrupted (digest mismatch)")
-        return data
 
     spec = stage.graph.spec
     same_topology = set(by_vnode) == {v.id for v in spec.vnodes}
@@ -56,11 +58,11 @@ async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoin
         if same_topology or source_vnodes(spec, vid) == [vid]:
             if vid not in by_vnode:
                 raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
-            data = await fetch(vid)
+            data = await fetch(store, request.bucket, by_vnode[vid])
         else:  # the checkpoint may come from the other topology (heads fused or not): map it
-            objects = {s: load_tensors(await fetch(s)) for s in sources}
+            objects = {s: load_tensors(await fetch(store, request.bucket, by_vnode[s])) for s in sources}
             try:
                 data = save_tensors(await stage._compute(vnode_state, objects, spec, vid))
             except StateMappingError as exc:
                 raise CheckpointError(f"checkpoint at step {request.step} cannot be mapped onto {vid}: {exc}") from None
-        await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, data)
+        await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, data, request.weights_only)

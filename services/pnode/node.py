@@ -20,6 +20,7 @@ from computeall.protocol.credentials import Credential
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.pnode_api import (
     ApplyStep,
+    GenerateSamples,
     LoadCheckpoint,
     LoadPlan,
     PNodeReply,
@@ -37,7 +38,7 @@ from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
-from . import checkpoints
+from . import checkpoints, sampling
 from .batches import BatchFeed
 from .memory import bytes_by_category
 from .routing import TensorRoute
@@ -68,6 +69,7 @@ class PNode:
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
+        self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
         self.rejected_frames = 0
@@ -98,6 +100,7 @@ class PNode:
         except (nats.errors.Error, TimeoutError):
             pass  # the server went away first
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.sampling_executor.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
         """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's
@@ -175,6 +178,9 @@ class PNode:
             self.stages[request.session_id] = stage
             log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
             return PNodeReply(ok=True, pnode=self.name)
+        if isinstance(request, GenerateSamples):  # reads a checkpoint, not the stage: off the compute executor
+            samples = await sampling.generate(self.js, request, self.sampling_executor)
+            return PNodeReply(ok=True, pnode=self.name, step=request.step, samples=samples)
         stage = self.stages.get(request.session_id)
         if stage is None:
             return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")

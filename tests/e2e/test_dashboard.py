@@ -3,7 +3,8 @@
 One test walks the whole path a user takes (the system takes a while to start, so it starts
 once): a wrong key is refused, the right key logs in, the running session is listed, its loss
 chart gains points while it trains beside the gradient norm, each PNode's tokens per second and
-the update ratios, the topology shows a VNode's memory, the PNodes view lists
+the update ratios, the text its model writes appears by step, newest first, the topology shows a
+VNode's memory, the PNodes view lists
 both PNodes, and pausing from the UI changes the session's state. Screenshots of every page go
 to test-artifacts/e2e/.
 """
@@ -16,6 +17,7 @@ import pytest
 
 from computeall.cli.follow import start_session
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.sampling import SamplingConfig
 
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
 from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, chromium_path, default_key, ensure_dashboard_built
@@ -31,12 +33,14 @@ PNODES = ["pnode-0", "pnode-1"]
 # long enough to still be training when the test pauses it; the cluster is torn down after
 STEPS = 20_000
 UI_TIMEOUT_MS = 30_000
+SAMPLE_PROMPT = "def "
 
 
 def session_config() -> SessionConfig:
     return SessionConfig(
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
         lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
+        sample_every=10, sample_prompts=[SAMPLE_PROMPT], sampling=SamplingConfig(max_new_tokens=16, temperature=0.8, seed=1),
     )
 
 
@@ -129,6 +133,15 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     await page.get_by_role("button", name="Reset zoom").click()
     await page.locator("[data-zoom]").wait_for(state="detached")
 
+    # what the model writes appears by step as it trains, newest first, each text after its prompt
+    sections = page.locator("[data-samples] [data-sample-step]")
+    await wait_for(lambda: _at_least(sections, 2), 120, "two steps of samples on the session page")
+    shown = [int(await sections.nth(i).get_attribute("data-sample-step")) for i in range(await sections.count())]
+    assert shown == sorted(shown, reverse=True) and shown[0] % 10 == 0, shown
+    text = await sections.first.locator("[data-sample]").first.inner_text()
+    assert text.startswith(SAMPLE_PROMPT) and len(text) > len(SAMPLE_PROMPT), text
+    await page.locator("[data-samples]").screenshot(path=str(ARTIFACTS / "session-samples.png"))
+
     # the topology: click a VNode in the graph and read its memory
     await page.click('[data-nav="topology"]')
     await page.wait_for_selector("[data-topology-graph] canvas")
@@ -161,6 +174,10 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     await page.wait_for_selector('[data-session-status][data-status="paused"]', timeout=60_000)
     await page.screenshot(path=str(ARTIFACTS / "session-paused.png"), full_page=True)
     assert await status.inner_text() == "paused"
+
+
+async def _at_least(locator, n: int) -> bool:
+    return await locator.count() >= n
 
 
 async def _more(page, n: int) -> bool:

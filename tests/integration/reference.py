@@ -34,7 +34,7 @@ async def run_session(client, config: SessionConfig) -> tuple[Allocated, list[St
 
 async def fetch_batches(client, config: SessionConfig, spec: NetworkSpec) -> dict:
     """The batches the PNodes trained on, asked of the same dataset service: (step, micro) -> tokens."""
-    dataset = files_dataset_name(config.data.files, spec.vocab_size)
+    dataset = files_dataset_name(config.data, spec.vocab_size)
     out = {}
     for step in range(config.steps):
         for micro in range(config.micro_batches):

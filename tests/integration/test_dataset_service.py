@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from computeall.cli.data_upload import send_files
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import BatchRequest, CreateDataset, SampleRequest, SplitSpec
 from computeall.cli.nats_server import EmbeddedNats
@@ -24,11 +25,13 @@ SUBJECTS = Subjects("ca")
 
 
 class DatasetProcess:
-    """`python -m computeall.dataset` in its own process, with its own data directory."""
+    """`python -m computeall.dataset` in its own process, with its own data directory; it reads files
+    under `roots` (by default the test's folder) besides the stdlib."""
 
-    def __init__(self, server: EmbeddedNats, data_dir: Path) -> None:
+    def __init__(self, server: EmbeddedNats, data_dir: Path, roots: list[Path] | None = None) -> None:
         self.server = server
         self.data_dir = data_dir
+        self.roots = [data_dir.parent] if roots is None else roots
         self.log = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen | None = None
 
@@ -36,7 +39,8 @@ class DatasetProcess:
         seen = self.log.stat().st_size if self.log.exists() else 0  # a restart appends to the same log
         self.process = subprocess.Popen(
             [sys.executable, "-m", "computeall.dataset", "--credential", str(self.server.credential_file("dataset")),
-             "--data-dir", str(self.data_dir), "--prefix", "ca"],
+             "--data-dir", str(self.data_dir), "--prefix", "ca",
+             *(arg for root in self.roots for arg in ("--data-root", str(root)))],
             stdout=subprocess.DEVNULL,
             stderr=open(self.log, "ab"),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -65,6 +69,10 @@ def service(nats_server: EmbeddedNats, tmp_path: Path):
         proc.stop()
 
 
+async def send(nc, subjects, paths, timeout):
+    return await send_files(nc, subjects, paths, progress=False, wait_s=timeout)
+
+
 async def call(server: EmbeddedNats, fn, *args, timeout: float = 60.0):
     nc = await connect_as(server)
     try:
@@ -79,7 +87,10 @@ def batch_array(server: EmbeddedNats, request: BatchRequest) -> np.ndarray:
 
 
 def test_create_get_batch_restart_and_fetch_elsewhere(service: DatasetProcess, nats_server: EmbeddedNats, shakespeare: Path, tmp_path: Path):
-    request = CreateDataset(name="shk", files=[str(shakespeare)], vocab_size=1024, split=SplitSpec(method="random-doc", fraction=0.1), shard_tokens=1 << 16)
+    sent = asyncio.run(call(nats_server, send, [str(shakespeare)]))  # outside the service's roots: uploaded
+    assert sent.files == [] and [u.name for u in sent.uploads] == ["tinyshakespeare.txt"]
+    assert sent.uploaded_bytes == shakespeare.stat().st_size
+    request = CreateDataset(name="shk", uploads=sent.uploads, vocab_size=1024, split=SplitSpec(method="random-doc", fraction=0.1), shard_tokens=1 << 16)
     manifest = asyncio.run(call(nats_server, client.create_dataset, request))
     assert manifest["name"] == "shk" and manifest["vocab_size"] == 1024 and manifest["dtype"] == "uint16"
     assert set(manifest["splits"]) == {"train", "val"}
@@ -174,6 +185,14 @@ def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess
             await nc.close()
 
     assert asyncio.run(events()) == ["TokenizerTrained", "Tokenized", "SplitCreated", "SplitCreated", "DatasetCreated"]
+
+    # prompts and generated ids through the dataset's tokenizer: a prompt starts a new document
+    encoded = asyncio.run(call(nats_server, client.encode_prompts, "js", ["record 7 says", ""]))
+    assert encoded.eot_id is not None and encoded.vocab_size == first["vocab_size"]
+    assert [ids[0] for ids in encoded.tokens] == [encoded.eot_id] * 2 and encoded.tokens[1] == [encoded.eot_id]
+    assert asyncio.run(call(nats_server, client.decode_tokens, "js", encoded.tokens)) == ["record 7 says", ""]
+    with pytest.raises(client.DatasetError, match="no dataset named 'nope'"):
+        asyncio.run(call(nats_server, client.encode_prompts, "nope", ["x"]))
 
 
 def test_vocab_262144_serves_uint32_batches(service: DatasetProcess, nats_server: EmbeddedNats, tmp_path: Path):

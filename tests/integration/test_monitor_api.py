@@ -13,7 +13,9 @@ import websockets
 
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.eventlog import EventLog
-from computeall.protocol.events import Allocated, EdgeTraffic, EventEnvelope, PNodeJoined, StepCompleted, VNodePlacement
+from computeall.protocol.events import (
+    Allocated, EdgeTraffic, EventEnvelope, PNodeJoined, Sample, SamplesGenerated, StepCompleted, VNodePlacement,
+)
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
 
@@ -132,6 +134,24 @@ def test_a_key_sees_and_commands_only_its_own_sessions(system, keys, sessions):
 
     commands = [json.loads(r.data) for r in asyncio.run(recorded_commands())]
     assert [(c["type"], c["actor"], c["id"]) for c in commands] == [("PauseSession", "bob", paused["commandId"])]
+
+
+def test_samples_by_step_newest_first_and_only_the_owners(system, keys, sessions):
+    def written(step: int) -> EventEnvelope:
+        texts = [Sample(prompt="ROMEO:", text=f" at {step}", tokens=3), Sample(prompt="", text=f"new {step}", tokens=2)]
+        return EventEnvelope(session_id="sa", actor="orchestrator",
+                             payload=SamplesGenerated(step=step, samples=texts, pnode="p1", seconds=0.1))
+
+    seq = asyncio.run(publish(system.server, event_items([written(s) for s in (10, 30, 20)])))
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    query = '{ session(id: "sa") { samples(limit: 2) { step texts { prompt text tokens } } } }'
+    shown = data(system.url, keys["alice"], query)["session"]["samples"]
+    assert shown == [
+        {"step": step, "texts": [{"prompt": "ROMEO:", "text": f" at {step}", "tokens": 3},
+                                 {"prompt": "", "text": f"new {step}", "tokens": 2}]}
+        for step in (30, 20)
+    ]
+    assert data(system.url, keys["bob"], query) == {"session": None}
 
 
 def test_create_session_is_published_as_the_user(system, keys):
@@ -257,6 +277,32 @@ def test_depth_and_cost_limits(system, keys):
     assert "query depth" in response["errors"][0]["message"]
     costly = gql(system.url, keys["alice"], "{ sessions(limit: 1000) { steps(maxPoints: 1000) { step } } }").json()
     assert "cost" in costly["errors"][0]["message"].lower()
+
+
+def test_oversized_documents_are_refused_unparsed_and_the_monitor_keeps_answering(system, keys):
+    pid = system.process.pid
+    huge = "{ " + "me { name } " * 400_000 + "}"  # 4.8 MB: parsing it took 18 s and 679 MiB
+    refused = gql(system.url, keys["alice"], huge)
+    assert refused.status_code == 413 and "request body is over" in refused.json()["errors"][0]["message"]
+    long = "{ " + "me { name } " * 8_000 + "}"  # 96 KB: under the body limit, over the document limit
+    assert f"the document is {len(long):,} bytes" in gql(system.url, keys["alice"], long).json()["errors"][0]["message"]
+
+    async def over_websocket():
+        ws = await _ws_connect(system.url, {"apiKey": keys["alice"]})
+        assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": long}}))
+        answer = json.loads(await asyncio.wait_for(ws.recv(), 5))
+        await ws.send(json.dumps({"id": "2", "type": "subscribe", "payload": {"query": huge}}))
+        with pytest.raises(websockets.ConnectionClosed):  # over the message limit: closed unread
+            await asyncio.wait_for(ws.recv(), 5)
+        return answer
+
+    answer = asyncio.run(over_websocket())
+    assert answer["type"] == "error" and "the document is" in json.dumps(answer["payload"])
+    started = time.monotonic()
+    assert data(system.url, keys["alice"], "{ me { name } }") == {"me": {"name": "alice"}}
+    assert time.monotonic() - started < 1.0, "the next query is answered within a second"
+    assert system.process.poll() is None and system.process.pid == pid, "no restart"
 
 
 def test_revoked_key_stops_working_at_once(system, keys):

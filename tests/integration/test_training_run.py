@@ -1,6 +1,7 @@
 """`computeall run`, as a user runs it: same losses on 1 and on 3 PNodes, and the loss falls."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +13,12 @@ NETWORK = REPO / "examples" / "networks" / "micro-gpt.yaml"
 COMPUTEALL = Path(sys.executable).parent / "computeall"
 
 
-def run(tmp_path: Path, pnodes: int) -> list[dict]:
+def run(tmp_path: Path, pnodes: int, data: list[str]) -> list[dict]:
     metrics = tmp_path / f"m{pnodes}.jsonl"
     result = subprocess.run(
-        [str(COMPUTEALL), "run", str(NETWORK), "--data", *stdlib_corpus(), "--steps", "20", "--pnodes", str(pnodes),
-         "--seed", "1", "--grad-clip", "0.5", "--metrics-out", str(metrics), "--no-progress"],
+        [str(COMPUTEALL), "run", str(NETWORK), "--data", *data, "--steps", "20", "--pnodes", str(pnodes),
+         "--seed", "1", "--grad-clip", "0.5", "--metrics-out", str(metrics), "--no-progress",
+         "--data-dir", str(tmp_path / f"cluster{pnodes}")],
         capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -25,7 +27,15 @@ def run(tmp_path: Path, pnodes: int) -> list[dict]:
 
 
 def test_same_losses_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
-    one, three = run(tmp_path, 1), run(tmp_path, 3)
+    # the 3-PNode run reads a copy outside the dataset service's data roots: it is uploaded, with the same result
+    copy = tmp_path / "corpus"
+    copy.mkdir()
+    for name in stdlib_corpus():
+        shutil.copy(name, copy)
+    one, three = run(tmp_path, 1, stdlib_corpus()), run(tmp_path, 3, [str(copy)])
+    assert not list((tmp_path / "cluster1" / "dataset" / "uploads").iterdir()), "the stdlib is read where it is"
+    uploaded = sorted(p.name for p in (tmp_path / "cluster3" / "dataset" / "uploads").glob("*/*"))
+    assert uploaded == sorted(p.name for p in copy.iterdir())
     assert [r["step"] for r in one] == list(range(20)) == [r["step"] for r in three]
     for a, b in zip(one, three):
         assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a, b)

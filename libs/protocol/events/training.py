@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..object_store import CheckpointObject
 from .base import DomainEvent, recorded_as
 
 
@@ -87,13 +88,6 @@ class ValidationCompleted(DomainEvent):
     tokens: int
 
 
-class CheckpointObject(BaseModel):
-    vnode: str
-    object: str  # name in the session's Object Store bucket
-    digest: str  # blake2b-128 of the object's bytes
-    bytes: int
-
-
 @recorded_as("session")
 class CheckpointCommitted(DomainEvent):
     """The state after `step` steps; counts only once this event is in the log."""
@@ -109,3 +103,33 @@ class CheckpointCommitted(DomainEvent):
 class CheckpointPruned(DomainEvent):
     type: Literal["CheckpointPruned"] = "CheckpointPruned"
     step: int
+
+
+@recorded_as("session")
+class InitializedFrom(DomainEvent):
+    """The PNodes loaded the session's first weights from its `init_from` (the optimizer starts fresh);
+    checkpoint 0 follows, so nothing later needs the source again."""
+
+    type: Literal["InitializedFrom"] = "InitializedFrom"
+    source: str  # "session SID at step N", or what uploaded weights were made from
+    session_id: str | None = None
+    step: int | None = None
+    bucket: str
+    objects: list[CheckpointObject]
+
+
+class Sample(BaseModel):
+    prompt: str
+    text: str  # what the model wrote after the prompt
+    tokens: int  # how many it wrote
+
+
+@recorded_as("session")
+class SamplesGenerated(DomainEvent):
+    """Text the model wrote from the checkpoint after `step` steps, one sample per configured prompt."""
+
+    type: Literal["SamplesGenerated"] = "SamplesGenerated"
+    step: int
+    samples: list[Sample]
+    pnode: str  # who generated them
+    seconds: float

@@ -10,13 +10,14 @@ from pydantic import ValidationError
 
 from computeall.dataset import builder, tokenizer as bpe
 from computeall.dataset.shards import SplitStream
+from computeall.dataset.data_roots import DataRoots
 from computeall.dataset.sources import Reader
 from computeall.protocol.dataset_api import EOT_TOKEN, MAX_VOCAB, CreateDataset, SplitSpec
 
 
 def _build(tmp_path: Path, request: CreateDataset):
     reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)
-    scan = reader.scan(request.files)
+    scan = reader.scan(request.files, DataRoots([tmp_path, *(Path(f).parent for f in request.files)]))
     staging = tmp_path / "staging"
     staging.mkdir()
     return builder.build(request, scan, reader, staging, lambda *a: None).manifest, staging
@@ -32,7 +33,7 @@ def test_tokenizer_round_trip_on_real_text(tmp_path, shakespeare):
     assert tokenizer.decode(ids) == text
     assert len(ids) < len(text.encode()) / 2  # it learned merges
     assert manifest.splits["train"].tokens + manifest.splits["val"].tokens == manifest.documents + sum(
-        len(tokenizer.encode(d).ids) for d in Reader().documents(Reader().scan([str(shakespeare)]).files)
+        len(tokenizer.encode(d).ids) for d in Reader().documents(Reader().scan([str(shakespeare)], DataRoots([shakespeare.parent])).files)
     )
 
 

@@ -17,7 +17,8 @@ from computeall.monitor.session_status import STATUSES
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import (
-    Allocated, CheckpointCommitted, CheckpointPruned, CheckpointObject, CommandRejected, EventEnvelope, LossScaleChanged, PauseRequested,
+    Allocated, CheckpointCommitted, CheckpointPruned, CheckpointObject, CommandRejected, EventEnvelope, InitializedFrom,
+    LossScaleChanged, PauseRequested, Sample, SamplesGenerated,
     PNodeLost, PNodeSlow, Reallocated, RolledBack, SessionClaimed, SessionCompleted, SessionCreated, SessionEvent,
     SessionFailed, SessionPaused, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
     StepSkipped, StopRequested, UpdateRatios, ValidationCompleted, ValidationRequested, VNodePlacement,
@@ -52,7 +53,10 @@ STORIES = {
         StopRequested(), SessionStopped(step=6),
     ],
     "completed": [
-        SessionCreated(config=CONFIG, owner="bob"), SessionStarted(), step(0), SessionCompleted(steps=1, final_loss=3.0),
+        SessionCreated(config=CONFIG, owner="bob"), SessionStarted(),
+        InitializedFrom(source="session s0 at step 4", session_id="s0", step=4, bucket="b", objects=checkpoint(4).objects),
+        checkpoint(0), step(0), SamplesGenerated(step=1, samples=[Sample(prompt="", text="to be", tokens=2)], pnode="p1", seconds=0.2),
+        SessionCompleted(steps=1, final_loss=3.0),
     ],
     "failed": [
         SessionCreated(config=CONFIG, owner="bob"), SessionStarted(), SessionFailed(reason="no PNode can host embed"),

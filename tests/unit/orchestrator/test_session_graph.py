@@ -41,11 +41,11 @@ def test_head_fusion_follows_the_sessions_setting():
     assert "fused_attention_heads" not in {v.op for v in apart.spec.vnodes}
 
 
-def test_a_bf16_session_fits_where_only_bf16_fits():
+async def test_a_bf16_session_fits_where_only_bf16_fits():
     fp32, bf16 = session(), session(precision="bf16")
     assert need_bytes(bf16) < need_bytes(fp32)  # activations are half the size
     memory = (need_bytes(bf16) + need_bytes(fp32)) // 2
     orchestrator = Orchestrator(Credential(role="orchestrator", name="orchestrator"), Subjects("test"))
     orchestrator.registry.beat(Heartbeat(pnode="p0", host="h", os_pid=1, device="cpu", memory_bytes=memory, ts=time.time()))
-    assert orchestrator._fits(bf16), "sized at bf16, as the driver will place it"
-    assert not orchestrator._fits(fp32)
+    assert await orchestrator._fits(bf16), "sized at bf16, as the driver will place it"
+    assert not await orchestrator._fits(fp32)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from computeall.tensorcore.generation import GenerationError, Generator, KVCache, SamplingConfig
+from computeall.protocol.sampling import SamplingConfig
+from computeall.tensorcore.generation import GenerationError, Generator, KVCache
 from computeall.tensorcore.trained_model import ModelLoadError, TrainedModel
 
 from .trained import checkpoint, network_yaml, reference_logits

@@ -50,3 +50,25 @@ def test_unreadable_or_mismatched_objects_are_refused():
         load_vnode(runtime, optimizer, "b0.mlp", b"not safetensors")
     with pytest.raises(CheckpointError, match="lacks"):
         load_vnode(runtime, optimizer, "b0.mlp", save_vnode(runtime, optimizer, "embed"))
+
+
+def test_weights_only_takes_the_weights_and_their_masters_and_leaves_the_optimizer_fresh():
+    """A new session's first weights: from a trained bf16 run, its fp32 masters; Adam starts from zero."""
+    graph = tiny_graph("bf16", embed="fp32", head="fp32")
+    runtime, optimizer = _setup(graph, 0)
+    _train(graph, runtime, optimizer, 2)
+    blobs = {v: save_vnode(runtime, optimizer, v) for v in graph.order}
+    trained = optimizer.state_dict()
+
+    runtime2, optimizer2 = _setup(graph, 1)
+    fresh = optimizer2.state_dict()
+    for v, blob in blobs.items():
+        load_vnode(runtime2, optimizer2, v, blob, weights_only=True)
+    loaded = optimizer2.state_dict()
+    for name, p in runtime.parameters().items():
+        assert torch.equal(runtime2.parameters()[name], p)
+        if f"{name}.master" in trained:
+            assert torch.equal(loaded[f"{name}.master"], trained[f"{name}.master"])
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(loaded[f"{name}.{key}"], fresh[f"{name}.{key}"]), (name, key)
+    assert not torch.equal(loaded["b0.mlp.gate_up.weight.exp_avg"], trained["b0.mlp.gate_up.weight.exp_avg"])

@@ -26,6 +26,10 @@ export const DIAGNOSTICS = `query Diagnostics($id: ID!) {
 
 export const VALIDATIONS = `query Validations($id: ID!) { session(id: $id) { validations { step ts loss } } }`;
 
+export const SAMPLES = `query Samples($id: ID!) {
+  session(id: $id) { samples(limit: 20) { step ts texts { prompt text tokens } } }
+}`;
+
 // StepCompleted is in the step charts already; hundreds of thousands of them would drown the timeline
 export const TIMELINE = `query Timeline($id: ID!) {
   session(id: $id) { events(limit: 500, excludeTypes: ["StepCompleted"]) { seq id type ts actor payload } }

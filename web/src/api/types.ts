@@ -38,6 +38,13 @@ export interface Validation {
   loss: number | null;
 }
 
+/** What the model wrote from the checkpoint after `step` steps, one text per prompt. */
+export interface StepSamples {
+  step: number;
+  ts: number;
+  texts: { prompt: string; text: string; tokens: number }[];
+}
+
 export interface SessionEvent {
   seq: number;
   id: string;
