@@ -63,6 +63,7 @@ def describe(spec: NetworkSpec) -> dict:
                 "op": graph.vnodes[vid].op,
                 "inputs": graph.vnodes[vid].inputs,
                 "precision": graph.vnodes[vid].precision,
+                "wire": graph.wire(vid),
                 "params": graph.vnodes[vid].params,
                 "param_count": graph.param_count(vid),
                 "out_features": graph.out_features[vid],
@@ -82,6 +83,8 @@ def render(spec: NetworkSpec) -> list[str]:
         for key in ("tie", "recompute"):
             if v.get(key):
                 settings[key] = v[key]
+        if v["wire"] != "fp32":
+            settings["wire"] = v["wire"]
         if "head_ids" in settings:
             ids = settings["head_ids"]
             settings["head_ids"] = f"{ids[0]}..{ids[-1]}" if len(ids) > 2 else ",".join(ids)

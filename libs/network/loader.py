@@ -57,6 +57,7 @@ def load_network(text: str, source: str = "<network>") -> NetworkSpec:
         name=file.name,
         vocab_size=file.vocab_size,
         context=file.context,
+        wire=file.defaults.wire,
         vnodes=_resolve(file, expand(file)),
     )
     problems = validate(spec)
@@ -115,6 +116,7 @@ def _resolve(file: NetworkFile, entries: list[VNodeEntry]) -> list[VNodeSpec]:
                 inputs=e.inputs,
                 tie=e.tie,
                 precision=e.precision or defaults.precision,
+                wire=e.wire,
                 params=params,
                 recompute=defaults.recompute if e.recompute is None else e.recompute,
             )

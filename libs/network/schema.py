@@ -1,12 +1,12 @@
 """The network YAML, as typed models: what users write and what it resolves to.
 
-A file holds network-level settings, `defaults` (op parameters, precision and recompute that
+A file holds network-level settings, `defaults` (op parameters, and the precision, wire and recompute that
 every VNode inherits) and a list of entries: a VNode or a `repeat` macro.
 
     name: tiny-gpt
     vocab_size: 4096
     context: 256
-    defaults: {dim: 256, heads: 8, hidden: 688, precision: fp32}
+    defaults: {dim: 256, heads: 8, hidden: 688, precision: fp32, wire: fp32}
     vnodes:
       - {id: embed, op: embedding, inputs: [data.tokens]}
       - repeat: {count: 4, input: embed, output: "b{i}.res2", vnodes: [...]}
@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from computeall.protocol.wire import Wire
 
 Precision = Literal["fp32", "bf16", "fp16"]
 
@@ -33,6 +35,7 @@ class VNodeEntry(BaseModel):
     tie: str | None = None
     precision: Precision | None = None
     recompute: bool | None = None
+    wire: Wire | None = None
 
     @property
     def op_params(self) -> dict[str, Any]:
@@ -66,6 +69,7 @@ class NetworkDefaults(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     precision: Precision = "fp32"
+    wire: Wire = "fp32"
     recompute: bool = False
 
     @property
@@ -93,6 +97,7 @@ class VNodeSpec(BaseModel):
     inputs: list[str]
     tie: str | None = None
     precision: Precision
+    wire: Wire | None = None  # None: the network's default (`NetworkSpec.wire`)
     params: dict[str, Any]
     # keep only the inputs in forward and run the forward again in backward: activation memory for compute
     recompute: bool = False
@@ -106,6 +111,7 @@ class NetworkSpec(BaseModel):
     name: str
     vocab_size: int
     context: int
+    wire: Wire = "fp32"  # for VNodes that name none; a session's `wire` replaces it
     vnodes: list[VNodeSpec]
 
     def vnode(self, vid: str) -> VNodeSpec:

@@ -62,7 +62,8 @@ class TrainingStep:
             await self.recorder.record(LossScaleChanged(step=step, old=decision.old, new=decision.new, reason=decision.reason))
         await self.recorder.record(
             StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
-                          compute_s=compute, wait_s=max(0.0, elapsed - compute), grad_norm=clip.grad_norm,
+                          compute_s=compute, wait_s=max(0.0, elapsed - compute),
+                          wire_bytes=sum(sum(r.sent_bytes.values()) for r in replies), grad_norm=clip.grad_norm,
                           clipped=clip.clipped, compute_s_by_pnode={r.pnode: r.compute_s for r in replies})
         )
         if measure:

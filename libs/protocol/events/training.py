@@ -44,6 +44,7 @@ class StepCompleted(DomainEvent):
     loss_scale: float = 1.0
     compute_s: float = 0.0
     wait_s: float = 0.0
+    wire_bytes: int = 0  # tensor bytes sent PNode to PNode in the step, every link together
     grad_norm: float | None = None  # global L2 norm of the unscaled gradients, before clipping; None: skipped
     clipped: bool = False  # the gradients were scaled down to the session's grad_clip
     compute_s_by_pnode: dict[str, float] = Field(default_factory=dict)  # each PNode's compute seconds

@@ -19,7 +19,7 @@ describe("alignNamed", () => {
 describe("clippedNorms", () => {
   it("keeps the norm of clipped steps only", () => {
     const s = emptySeries();
-    const base = { ts: 0, loss: 1, tokens: 1, stepTimeS: 1, lr: 1, lossScale: 1, computeS: 1, waitS: 0 };
+    const base = { ts: 0, loss: 1, tokens: 1, stepTimeS: 1, lr: 1, lossScale: 1, computeS: 1, waitS: 0, wireBytes: 0 };
     appendSteps(s, [
       { ...base, step: 0, gradNorm: 3, clipped: true },
       { ...base, step: 1, gradNorm: 0.5, clipped: false },
