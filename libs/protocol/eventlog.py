@@ -104,8 +104,9 @@ class EventLog:
         ack = await self.js.publish(self.subjects.session_cmd(sid), data, headers={"Nats-Msg-Id": command.id})
         return ack.seq
 
-    async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512) -> list[Recorded]:
-        """Every message on `filter_subject` from `start_seq` up to now, in log order."""
+    async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512,
+                   stream: str = LOG_STREAM) -> list[Recorded]:
+        """Every message on `filter_subject` from `start_seq` up to now, in log order (or `stream`'s)."""
         config = ConsumerConfig(
             filter_subject=filter_subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -113,7 +114,7 @@ class EventLog:
             ack_policy=AckPolicy.NONE,
             inactive_threshold=30.0,
         )
-        sub = await self.js.pull_subscribe(filter_subject, stream=LOG_STREAM, config=config)
+        sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
         out: list[Recorded] = []
         try:
             info = await sub.consumer_info()

@@ -33,21 +33,24 @@ from computeall.protocol.pnode_api import (
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.throughput import Throughput
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.wire import tensor_from_wire
 
-from . import checkpoints, sampling
+from . import checkpoints, sampling, throughput
 from .batches import BatchFeed
 from .memory import bytes_by_category
 from .outbox import Link
 from .routing import TensorRoute
 from .stage import SessionStage, StepAborted
+from .step_timing import StepClock
 
 log = logging.getLogger("computeall.pnode")
 
 REQUESTS = TypeAdapter(PNodeRequest)
+REMEASURE_S = 120.0  # how often a PNode hosting nothing measures its link again
 
 
 class PNode:
@@ -82,6 +85,8 @@ class PNode:
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
+        self.throughput: Throughput | None = None
+        self.clock = StepClock(self.name)
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -92,9 +97,13 @@ class PNode:
             self.subjects.pnode_tensor(self.name), cb=self._on_tensor, pending_bytes_limit=1 << 30
         )
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
+        flops = await asyncio.get_running_loop().run_in_executor(self.executor, throughput.compute_flops_per_s, self.device)
+        await self._measure(flops)  # before the first heartbeat: the one the orchestrator records as PNodeJoined
         # no event of its own: the orchestrator records PNodeJoined/PNodeLeft from the heartbeats
-        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, ", ".join(self.credential.servers), self.device, self.memory_bytes / 2**30)
-        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
+        log.info("pnode %s ready on %s (%s, %.1f GiB; measured %s)", self.name, ", ".join(self.credential.servers),
+                 self.device, self.memory_bytes / 2**30, self.throughput)
+        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry()),
+                 asyncio.create_task(self._remeasure(flops))]
         await self._stop.wait()
         for t in tasks:
             t.cancel()
@@ -133,8 +142,22 @@ class PNode:
         return Heartbeat(
             pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
             memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving or left,
-            incarnation=self.incarnation, left=left,
+            incarnation=self.incarnation, left=left, throughput=self.throughput,
         )
+
+    # -- what it measures of itself ---------------------------------------------
+    async def _measure(self, flops_per_s: float) -> None:
+        try:
+            self.throughput = await throughput.measure(self.nc, self.subjects.pnode_probe(self.name), flops_per_s)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("could not measure the link to the bus (%s); keeping %s", exc, self.throughput)
+
+    async def _remeasure(self, flops_per_s: float) -> None:
+        """Links change: measure again now and then, only while hosting nothing (a probe would slow a step)."""
+        while True:
+            await asyncio.sleep(REMEASURE_S)
+            if not self.stages and not self.pending:
+                await self._measure(flops_per_s)
 
     # -- control requests ---------------------------------------------------------
     async def _on_ctl(self, msg) -> None:
@@ -190,9 +213,16 @@ class PNode:
         if stage is None:
             return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
         if isinstance(request, RunStep):
-            return await stage.run_step(request, self.step_deadline_s)
+            self.clock.run_started(request.session_id, request.step)
+            reply = await stage.run_step(request, self.step_deadline_s)
+            self.clock.run_done(request.session_id, reply)
+            return reply
         if isinstance(request, ApplyStep):
-            return await stage.apply(request)
+            t0 = time.monotonic()
+            reply = await stage.apply(request)
+            if timing := self.clock.applied(request.session_id, request.step, t0, time.monotonic() - t0):
+                await self.nc.publish(self.subjects.tel(self.name, "step"), timing.model_dump_json().encode())
+            return reply
         if isinstance(request, RunValidation):
             return await stage.run_validation(request, self.step_deadline_s)
         if isinstance(request, SaveCheckpoint):
