@@ -25,11 +25,14 @@ def measured_update(
     the weights as they were before; `owners` maps each parameter name to its VNode."""
     masters = optimizer.masters()
     names = sorted(masters)
+    if not names:  # a PNode hosting only parameter-free VNodes (a residual add)
+        step()
+        return {}, {}
     before = [masters[n].clone() for n in names]
-    weight_norms = torch.stack(torch._foreach_norm(before)) if before else torch.zeros(0)
+    weight_norms = torch.stack(torch._foreach_norm(before))
     step()
     torch._foreach_sub_(before, [masters[n] for n in names])  # before - after: the update, negated
-    update_norms = torch.stack(torch._foreach_norm(before)) if before else torch.zeros(0)
+    update_norms = torch.stack(torch._foreach_norm(before))
     updates: dict[str, float] = {}
     weights: dict[str, float] = {}
     for name, u, w in zip(names, update_norms.double().tolist(), weight_norms.double().tolist()):
