@@ -11,7 +11,10 @@ machine is shared and noisy) and its median over all of them is the reference.
 The system runs the same YAML on an embedded cluster (`computeall.cli.embedded`):
 - 1 PNode with every core: tokens/s vs the anchor (target >= 0.9).
 - 1 and 3 PNodes, as written and with `recompute: true` on every VNode: every PNode's peak RSS
-  (Linux's VmHWM of each process), recompute / without (target <= 0.6).
+  (Linux's VmHWM of each process), recompute / without (target <= 0.6). The 3 PNodes run 4
+  micro-batches, as a pipeline does (with one, the allocator packs the network on one PNode).
+- 2 PNodes with NATS on loopback and served over TLS (as `up --listen` does; every connection is
+  authenticated in both): their ratio is what security costs (target >= 0.97).
 In this process, on the same model, back to back: a step's time, the part of it clipping adds
 (each VNode's gradient norm; the factor itself rides on the optimizer's unscaling divide; target
 <= 2%), and the bytes a step allocates at most, with and without recompute (the process's RSS
@@ -38,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.wanlab.torch_gpt import GPT, GPTShape, batch, loss_fn  # noqa: E402
 from computeall.cli.embedded import running_cluster  # noqa: E402
+from computeall.cli.nats_server import free_port  # noqa: E402
 from computeall.cli.follow import follow_session, start_session  # noqa: E402
 from computeall.network import Graph, load_network  # noqa: E402
 from computeall.network.head_fusion import fuse_heads  # noqa: E402
@@ -98,14 +102,15 @@ class Run:
 
 
 async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes: int, warmup: int,
-                     **settings) -> Run:
+                     tls: bool = False, **settings) -> Run:
     config = SessionConfig(
         network_yaml=network_yaml, data=DataConfig(files=corpus()), steps=steps + warmup, batch_size=size,
         lr=LrSchedule(peak=1e-3, warmup_steps=2, min_lr=1e-4), min_pnodes=pnodes, **settings,
     )
     with tempfile.TemporaryDirectory() as tmp:
         # one PNode takes every core, as the anchor does; several share them
-        async with running_cluster(Path(tmp), pnodes, processes_on_machine=pnodes) as (client, supervisor):
+        listen = f"127.0.0.1:{free_port()}" if tls else None
+        async with running_cluster(Path(tmp), pnodes, processes_on_machine=pnodes, listen=listen) as (client, supervisor):
             sid, command_id = await start_session(client, config)
             metrics = Path(tmp) / "m.jsonl"
             outcome = await follow_session(client.eventlog, sid, config.steps, metrics, False, command_id)
@@ -162,16 +167,19 @@ def main() -> None:
     context = load_network(text).context
     tokens_per_step = args.batch * context
 
+    pipelined = {"micro_batches": 4}
     plans = [
-        ("1 PNode", 1, text),
-        ("1 PNode, recompute", 1, with_recompute(text)),
-        ("3 PNodes", 3, text),
-        ("3 PNodes, recompute", 3, with_recompute(text)),
+        ("1 PNode", 1, text, {}),
+        ("1 PNode, recompute", 1, with_recompute(text), {}),
+        ("3 PNodes", 3, text, pipelined),
+        ("3 PNodes, recompute", 3, with_recompute(text), pipelined),
+        ("2 PNodes", 2, text, {}),
+        ("2 PNodes, TLS", 2, text, {"tls": True}),
     ]
     anchor_times = plain_torch(args.network, steps, args.batch, warmup)
     runs = []
-    for name, pnodes, yaml_text in plans:
-        runs.append(asyncio.run(computeall(name, yaml_text, steps, args.batch, pnodes, warmup)))
+    for name, pnodes, yaml_text, settings in plans:
+        runs.append(asyncio.run(computeall(name, yaml_text, steps, args.batch, pnodes, warmup, **settings)))
         anchor_times += plain_torch(args.network, steps, args.batch, warmup)
     anchor_s = statistics.median(anchor_times)
     by_name = {r.name: r for r in runs}
@@ -204,6 +212,7 @@ def main() -> None:
         "recompute_step_peak_bytes_ratio": recompute_work.peak_bytes / plain_work.peak_bytes,
         "recompute_step_time_ratio": recompute_work.step_s / plain_work.step_s,
         "clip_share_of_step": plain_work.norm_s / plain_work.step_s,  # target <= 0.02
+        "tls_vs_loopback_2_pnodes": by_name["2 PNodes"].step_s / by_name["2 PNodes, TLS"].step_s,  # target >= 0.97
         "in_process": {"plain": plain_work.__dict__, "recompute": recompute_work.__dict__},
     }
     rows.append(summary)
@@ -224,6 +233,7 @@ def main() -> None:
           f"its time {summary['recompute_step_time_ratio']:.2f}x")
     print(f"clipping: the gradient norms take {summary['clip_share_of_step']:.2%} of a step "
           f"({plain_work.norm_s * 1e3:.0f} ms of {plain_work.step_s:.2f} s; target <= 2%)")
+    print(f"2 PNodes over TLS / over loopback: {summary['tls_vs_loopback_2_pnodes']:.3f} (target >= 0.97)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -1,7 +1,9 @@
 """The nats-server configuration of a deployment, generated: listen address, JetStream, limits,
 TLS, and `authorization` with one user per active member (its public nkey and its role's
 permissions). `computeall up`, the embedded test servers and docker-compose.yml all come from
-`server_config`; a later cluster (routes) or leaf-node setup adds its block to `ServerSettings`.
+`server_config`. A cluster (routes to peer servers) or leaf nodes extend it with a `ConfigSection`
+each, passed in `ServerSettings.sections` (and `EmbeddedNats(sections=...)`): one more block of the
+same generated file, never a second generator.
 
 Every value is written as JSON, which the nats-server config format accepts, so a subject such as
 `$JS.API.>` is a quoted string and never read as a variable reference.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from computeall.protocol.subjects import Subjects
 
@@ -28,6 +30,15 @@ class TlsFiles:
     key_file: str
 
 
+class ConfigSection(Protocol):
+    """A top-level block beyond one server's basics (`cluster`, `leafnodes`, ...): its key and its
+    value, which may use the server's settings (its TLS files for a route's or leaf's listener)."""
+
+    key: str
+
+    def block(self, settings: "ServerSettings") -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     host: str
@@ -36,6 +47,7 @@ class ServerSettings:
     max_payload: int = MAX_PAYLOAD
     tls: TlsFiles | None = None
     authorization: bool = True  # False: anyone may connect (only a server nobody else can reach)
+    sections: tuple[ConfigSection, ...] = ()
 
 
 def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]) -> str:
@@ -50,6 +62,10 @@ def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]
         config["tls"] = {"cert_file": settings.tls.cert_file, "key_file": settings.tls.key_file, "timeout": 5}
     if settings.authorization:
         config["authorization"] = {"users": [{"nkey": nkey, "permissions": permission_block(p)} for nkey, p in users]}
+    for section in settings.sections:
+        if section.key in config:
+            raise ValueError(f"the server config has a `{section.key}` block already; a section adds a new one")
+        config[section.key] = section.block(settings)
     return "".join(f"{key}: {json.dumps(value, indent=2)}\n" for key, value in config.items())
 
 

@@ -91,7 +91,8 @@ class EventLog:
         return ack.seq
 
     async def publish_command(self, command: CommandEnvelope) -> int:
-        """Record a command; a repeated command id is dropped by JetStream's duplicate window.
+        """Record a command on its actor's subject (the orchestrator believes the subject, and
+        refuses a command whose actor differs); a repeated id is dropped by the duplicate window.
         Raises `CommandTooLarge` rather than send what the orchestrator would refuse unread."""
         sid = command.session_id
         assert sid, "session commands carry a session id"
@@ -101,12 +102,14 @@ class EventLog:
                 f"the {command.type} command is {len(data):,} bytes; a command may have at most {COMMAND_BYTES:,} "
                 "(see the limits in docs/protocol.md)"
             )
-        ack = await self.js.publish(self.subjects.session_cmd(sid), data, headers={"Nats-Msg-Id": command.id})
+        ack = await self.js.publish(
+            self.subjects.session_cmd(sid, command.actor), data, headers={"Nats-Msg-Id": command.id}
+        )
         return ack.seq
 
     async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512,
-                   stream: str = LOG_STREAM) -> list[Recorded]:
-        """Every message on `filter_subject` from `start_seq` up to now, in log order (or `stream`'s)."""
+                   stream: str = LOG_STREAM, limit: int | None = None) -> list[Recorded]:
+        """Every message on `filter_subject` from `start_seq` up to now (at most `limit`), in log order (or `stream`'s)."""
         config = ConsumerConfig(
             filter_subject=filter_subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -118,7 +121,7 @@ class EventLog:
         out: list[Recorded] = []
         try:
             info = await sub.consumer_info()
-            pending = info.num_pending
+            pending = info.num_pending if limit is None else min(limit, info.num_pending)
             while pending > 0:
                 try:
                     msgs = await sub.fetch(min(batch, pending), timeout=5.0)
@@ -126,7 +129,7 @@ class EventLog:
                     break
                 for msg in msgs:
                     out.append(Recorded(msg.metadata.sequence.stream, msg.subject, msg.data))
-                    pending = msg.metadata.num_pending
+                    pending = msg.metadata.num_pending if limit is None else min(msg.metadata.num_pending, limit - len(out))
         finally:
             try:
                 await sub.unsubscribe()

@@ -12,7 +12,8 @@ import socket
 
 import psutil
 
-from computeall.protocol.bus import process_credential
+from computeall.protocol.bus import BusConnectError, process_credential
+from computeall.protocol.invites import Invite, InviteError
 from computeall.protocol.credentials import Credential, CredentialError
 from computeall.protocol.sizes import parse_size
 from computeall.protocol.subjects import Subjects, check_token
@@ -29,12 +30,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def pnode_credential(args: argparse.Namespace) -> Credential:
-    """The PNode's identity: its credential's name (a `--name` must agree), else `--name`/host-pid."""
+    """The PNode's identity: its invite's or credential's name (a `--name` must agree), else
+    `--name`/host-pid. An invite also says how much memory to offer, unless `--memory` does."""
     try:
-        default = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
-        url = args.nats or (None if args.credential else "nats://127.0.0.1:4222")
-        credential = process_credential(args.credential, url, "pnode", default)
-    except (CredentialError, ValueError) as exc:
+        if args.join:
+            invite = Invite.from_token(args.join)
+            args.memory = args.memory or invite.memory
+            credential = invite.credential().at(args.nats)
+        else:
+            default = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
+            url = args.nats or (None if args.credential else "nats://127.0.0.1:4222")
+            credential = process_credential(args.credential, url, "pnode", default)
+    except (CredentialError, InviteError, ValueError) as exc:
         raise SystemExit(f"computeall pnode: {exc}") from None
     if args.name and args.name != credential.name:
         raise SystemExit(f"computeall pnode: the credential is PNode {credential.name!r}'s; leave out --name {args.name}")
@@ -56,7 +63,12 @@ def run(args: argparse.Namespace) -> None:
             loop.add_signal_handler(sig, node.stop)
         await node.run()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except BusConnectError as exc:
+        raise SystemExit(f"computeall pnode: {exc}") from None
+    if node.refused:
+        raise SystemExit(f"computeall pnode: {node.refused}")
 
 
 if __name__ == "__main__":

@@ -88,9 +88,11 @@ class PNode:
         self.throughput: Throughput | None = None
         self.clock = StepClock(self.name)
         self._stop = asyncio.Event()
+        self.refused: str | None = None  # why the bus stopped accepting this PNode (revoked, expired)
 
     async def run(self) -> None:
-        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
+        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1,
+                                    error_cb=self._on_bus_error)
         self.js = self.nc.jetstream()
         await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
         await self.nc.subscribe(
@@ -115,6 +117,14 @@ class PNode:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.wire.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _on_bus_error(self, exc: Exception) -> None:
+        if "authorization violation" in str(exc).lower():  # revoked or expired: no reconnect will help
+            self.refused = "the server no longer accepts this PNode's credential (revoked or expired); exiting"
+            log.error("%s", self.refused)
+            self._stop.set()
+        else:
+            log.warning("nats: %s", exc)
 
     def stop(self) -> None:
         """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's
