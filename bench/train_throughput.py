@@ -113,7 +113,7 @@ async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes
         async with running_cluster(Path(tmp), pnodes, processes_on_machine=pnodes, listen=listen) as (client, supervisor):
             sid, command_id = await start_session(client, config)
             metrics = Path(tmp) / "m.jsonl"
-            outcome = await follow_session(client.eventlog, sid, config.steps, metrics, False, command_id)
+            outcome = await follow_session(client, sid, config.steps, metrics, False, command_id)
             if not outcome.ok:
                 raise SystemExit(f"{name}: {outcome.message}")
             peaks = {f"pnode-{i}": supervisor.peak_rss_bytes(f"pnode-{i}") for i in range(pnodes)}

@@ -21,7 +21,7 @@ STEPS = 6
 
 async def run(client, cfg) -> tuple[list[StepCompleted], dict[str, str], list[str], list[UpdateRatios]]:
     sid = await run_to_end(client, cfg)
-    events = [e.payload for _, e in await session_events(client.eventlog, sid)]
+    events = [e.payload for _, e in await session_events(client, sid)]
     digests = {o.vnode: o.digest for o in [e for e in events if isinstance(e, CheckpointCommitted)][-1].objects}
     pnodes = next(e for e in events if isinstance(e, Allocated)).pnodes
     return ([e for e in events if isinstance(e, StepCompleted)], digests, pnodes,
