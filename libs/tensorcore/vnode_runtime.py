@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import torch
 from torch import nn
@@ -41,6 +41,16 @@ class _Saved:
     output: torch.Tensor | None  # with its autograd graph; None: the VNode recomputes it in backward
 
 
+class RuntimeObserver(Protocol):
+    """Sees each VNode result as it is handed on, and hands on what it returns (spot-check ledgers,
+    fault injection: `computeall.pnode.audit`). It must not change a tensor in place."""
+
+    def forward_done(self, vid: str, micro: int, inputs: list[torch.Tensor], output: torch.Tensor) -> torch.Tensor: ...
+
+    def backward_done(self, vid: str, micro: int, input_grads: list[torch.Tensor | None],
+                      param_grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]: ...
+
+
 class VNodeRuntime:
     """The VNodes one PNode hosts, for one session."""
 
@@ -58,6 +68,7 @@ class VNodeRuntime:
         # the owner's, and `finish_backward` adds it: the schedule may interleave the two VNodes'
         # backwards in any way, the shared weight's sum is always (owner's) + (borrower's)
         self._borrowed_grads: dict[str, torch.Tensor] = {}
+        self.observer: RuntimeObserver | None = None
 
     def vnode_parameters(self) -> dict[str, dict[str, nn.Parameter]]:
         """Each hosted VNode's own parameters by name, in graph order (a tied weight under its owner)."""
@@ -93,7 +104,8 @@ class VNodeRuntime:
         # outputs are the same bits (a kernel may take another path without grad)
         out = self._run(vid, args)
         self._saved[(micro, vid)] = _Saved(args, leaves, None if spec.recompute else out)
-        return out.detach()
+        out = out.detach()
+        return out if self.observer is None else self.observer.forward_done(vid, micro, inputs, out)
 
     def _run(self, vid: str, args: list[torch.Tensor]) -> torch.Tensor:
         with torch.enable_grad():
@@ -116,7 +128,10 @@ class VNodeRuntime:
                 held = self._borrowed_grads.get(vid)
                 self._borrowed_grads[vid] = g if held is None else held.add_(g)
         it = iter(grads[: len(leaves)])
-        return [None if leaf is None else next(it) for leaf in saved.leaves]
+        input_grads = [None if leaf is None else next(it) for leaf in saved.leaves]
+        if self.observer is None:
+            return input_grads
+        return self.observer.backward_done(vid, micro, input_grads, grads[len(leaves):])
 
     def finish_backward(self) -> None:
         """Once a step's backwards are all done: add the borrowed weights' gradients to their owners',
