@@ -63,15 +63,24 @@ def vnode_flops_per_token(graph: Graph, vid: str) -> float:
     return graph.op(vid).flops_per_token(graph.params(vid), _site(graph, vid))
 
 
+def activation_elements(graph: Graph, vid: str) -> int:
+    """Elements per token a VNode keeps for its backward: the op's model in the registry, or, when
+    it recomputes, only its inputs (a token id counts as one element), if that is less."""
+    kept = graph.op(vid).activation_elements(graph.params(vid), _site(graph, vid))
+    if graph.vnodes[vid].recompute:
+        inputs = sum(graph.out_features[name] or 1 for name in graph.vnodes[vid].inputs)
+        kept = min(kept, inputs)
+    return kept
+
+
 def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
     """Weights, gradient, fp32 master (low precision only), Adam state, the optimizer's gradient buffer,
-    and a micro-batch's activations (the op's model in the registry)."""
+    and a micro-batch's activations (`activation_elements`)."""
     v = graph.vnodes[vid]
     element = BYTES_PER_ELEMENT[v.precision]
     master = MASTER_BYTES if v.precision != "fp32" else 0
     params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
-    activations = graph.op(vid).activation_elements(graph.params(vid), _site(graph, vid))
-    return params + micro_batch_size * graph.spec.context * activations * element
+    return params + micro_batch_size * graph.spec.context * activation_elements(graph, vid) * element
 
 
 class StageCosts:

@@ -25,6 +25,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import torch
@@ -34,6 +35,7 @@ from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.recompute import Recomputer
+from computeall.tensorcore.update_norms import measured_update
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 from computeall.tensorcore.wire_formats import Encoded, wire_format
 
@@ -90,7 +92,7 @@ class SessionStage:
         self.graph = Graph(NetworkSpec.model_validate(plan.network))
         self.local = [v for v in self.graph.order if plan.assignment[v] == pnode]
         self.runtime = VNodeRuntime(self.graph, self.local, plan.seed, device)
-        self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer)
+        self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer, self.runtime.decay_groups())
         self.train_feed = feeds(plan.batches.split, plan.micro_batches)
         self.feeds = feeds
         self.inbox: dict[ActivationKey | GradientKey, torch.Tensor] = {}
@@ -154,16 +156,24 @@ class SessionStage:
         return _Pass(phase, step, micro_batches, feed, backward, schedule)
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
-        def work() -> None:
+        def work() -> tuple[dict[str, float], dict[str, float]] | None:
             if self.audit:  # before the update: a check recomputes with the parameters the step used
                 self.audit.keep(request.keep)
                 self.audit.release(request.release)
-            if not request.skip:
-                self.optimizer.step(request.lr, self.loss_scale)
+            update = partial(self.optimizer.step, request.lr, self.loss_scale, request.clip_factor)
+            measured = None
+            if request.skip:
+                pass  # every PNode drops this step's gradients
+            elif request.measure_update:
+                measured = measured_update(self.optimizer, self.runtime.owners(), update)
+            else:
+                update()
             self.runtime.zero_grad()
+            return measured
 
-        await self._compute(work)
-        return PNodeReply(ok=True, pnode=self.pnode, step=request.step)
+        measured = await self._compute(work)
+        updates, weights = measured or (None, None)
+        return PNodeReply(ok=True, pnode=self.pnode, step=request.step, update_sq_norms=updates, weight_sq_norms=weights)
 
     async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
         self.current = PassId(p.phase, p.step)
@@ -188,11 +198,12 @@ class SessionStage:
                 task.cancel()
             if not p.backward:
                 self.runtime.drop()
-        finite = await self._compute(self._gradients_finished) if p.backward else True
+        # for the orchestrator's overflow check and global clipping: None when not finite
+        norms = await self._compute(self._gradients_finished) if p.backward else {}
         return PNodeReply(
             ok=True, pnode=self.pnode, step=p.step, loss_sum=p.loss_sum if self.has_loss else None,
-            tokens=p.tokens, grads_finite=finite, compute_s=p.compute_s, wait_s=wait_s,
-            send_s=traffic.send_s, sent_bytes=traffic.sent_bytes,
+            tokens=p.tokens, grads_finite=norms is not None, grad_sq_norms=norms if p.backward else None,
+            compute_s=p.compute_s, wait_s=wait_s, send_s=traffic.send_s, sent_bytes=traffic.sent_bytes,
         )
 
     def _run_ready_items(self, p: _Pass, send: Send) -> int:
@@ -319,10 +330,11 @@ class SessionStage:
                 send(self.plan.assignment[name], encoded,
                      TensorRoute.gradient(self.plan.session_id, p.phase, p.step, m, src=name, consumer=vid))
 
-    def _gradients_finished(self) -> bool:
-        """The step's gradients complete (borrowed weights' added); are they all finite?"""
+    def _gradients_finished(self) -> dict[str, float] | None:
+        """The step's gradients complete (borrowed weights' added): each VNode's unscaled squared norm,
+        or None when one is not finite."""
         self.runtime.finish_backward()
-        return self.runtime.grads_finite()
+        return self.runtime.grad_sq_norms(self.loss_scale)
 
     async def _compute(self, fn, *args):
         """Torch work runs on the PNode's one compute thread, so the event loop keeps heartbeating."""
