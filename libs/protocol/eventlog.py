@@ -107,8 +107,9 @@ class EventLog:
         )
         return ack.seq
 
-    async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512, limit: int | None = None) -> list[Recorded]:
-        """Every message on `filter_subject` from `start_seq` up to now (at most `limit`), in log order."""
+    async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512,
+                   stream: str = LOG_STREAM, limit: int | None = None) -> list[Recorded]:
+        """Every message on `filter_subject` from `start_seq` up to now (at most `limit`), in log order (or `stream`'s)."""
         config = ConsumerConfig(
             filter_subject=filter_subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -116,7 +117,7 @@ class EventLog:
             ack_policy=AckPolicy.NONE,
             inactive_threshold=30.0,
         )
-        sub = await self.js.pull_subscribe(filter_subject, stream=LOG_STREAM, config=config)
+        sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
         out: list[Recorded] = []
         try:
             info = await sub.consumer_info()

@@ -50,6 +50,10 @@ class Subjects:
     def pnode_evt(self, pid: str, type_: str) -> str:
         return f"{self.prefix}.evt.pnode.{check_token(pid, 'pnode id')}.{type_}"
 
+    def pnode_evt_of_type(self, type_: str) -> str:
+        """One event type of every PNode (e.g. each PNodeQuarantined)."""
+        return f"{self.prefix}.evt.pnode.*.{type_}"
+
     def dataset_evt(self, name: str, type_: str) -> str:
         return f"{self.prefix}.evt.dataset.{check_token(name, 'dataset name')}.{type_}"
 
@@ -59,6 +63,9 @@ class Subjects:
     # -- telemetry (CA_TEL) -------------------------------------------------
     def tel(self, pid: str, kind: str) -> str:
         return f"{self.prefix}.tel.{check_token(pid, 'pnode id')}.{kind}"
+
+    def tel_all(self, kind: str) -> str:
+        return f"{self.prefix}.tel.*.{check_token(kind, 'telemetry kind')}"
 
     def tel_subjects(self) -> list[str]:
         return [f"{self.prefix}.tel.>"]
@@ -77,6 +84,10 @@ class Subjects:
     def pnode_tensor(self, pid: str) -> str:
         """Tensors sent to a PNode by other PNodes (activations and gradients)."""
         return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.tensor"
+
+    def pnode_probe(self, pid: str) -> str:
+        """A PNode's own loop through the bus: it publishes here and reads it back to time its link."""
+        return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.probe"
 
     def dataset_api(self, verb: str) -> str:
         return f"{self.prefix}.ds.{verb}"

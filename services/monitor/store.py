@@ -22,6 +22,7 @@ MEMORY_COLUMNS = (
     "pnode", "ts", "rss_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests",
 )
 REQUEST_COLUMNS = ("pnode", "session_id", "request", "step", "state", "ts", "duration_s")
+TIMING_COLUMNS = ("pnode", "session_id", "step", "ts", "step_s", "compute_s", "send_s", "wait_s", "sent_bytes")
 
 
 def positions(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
@@ -37,6 +38,7 @@ def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats
     _steps(db, con, batch)
     db.insert(con, "memory_samples", MEMORY_COLUMNS, batch.memory)
     db.insert(con, "requests", REQUEST_COLUMNS, batch.requests)
+    db.insert(con, "step_timings", TIMING_COLUMNS, batch.timings)
     for s in batch.latest_memory.values():
         con.execute(
             "INSERT INTO pnodes (id, state, rss_bytes, gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, "
@@ -51,11 +53,12 @@ def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats
         )
     for hb in heartbeats:
         con.execute(
-            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, last_heartbeat) "
-            "VALUES (?, ?, ?, ?, ?, 'live', ?) ON CONFLICT (id) DO UPDATE SET host = excluded.host, "
+            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, last_heartbeat, throughput) "
+            "VALUES (?, ?, ?, ?, ?, 'live', ?, ?) ON CONFLICT (id) DO UPDATE SET host = excluded.host, "
             "os_pid = excluded.os_pid, device = excluded.device, memory_bytes = excluded.memory_bytes, "
-            "last_heartbeat = excluded.last_heartbeat",
-            [hb.pnode, hb.host, hb.os_pid, hb.device, hb.memory_bytes, hb.ts],
+            "last_heartbeat = excluded.last_heartbeat, throughput = coalesce(excluded.throughput, pnodes.throughput)",
+            [hb.pnode, hb.host, hb.os_pid, hb.device, hb.memory_bytes, hb.ts,
+             hb.throughput.model_dump_json() if hb.throughput else None],
         )
     malformed: dict[str, int] = {}
     for row in batch.malformed:

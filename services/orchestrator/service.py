@@ -43,7 +43,6 @@ from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
-from .allocator import PNodeCapacity
 from .authorization import authorize
 from .driver import SessionDriver
 from .lanes import Lanes
@@ -96,6 +95,11 @@ class Orchestrator:
         await self.nc.subscribe(self.subjects.session_created_all(), cb=self._on_session_created)
         for record in await self.eventlog.read(self.subjects.session_created_all()):
             self._know(record.subject.split(".")[-2])
+        # a PNode quarantined by any orchestrator, ever, gets no work from this one
+        quarantined = self.subjects.pnode_evt_of_type("PNodeQuarantined")
+        await self.nc.subscribe(quarantined, cb=self._on_quarantined)
+        for record in await self.eventlog.read(quarantined):
+            self.registry.quarantine(record.subject.split(".")[-2])
         # One durable consumer shared by every orchestrator: each command goes to one of them.
         # Explicit acks after handling: a crash mid-command redelivers it, and handlers are idempotent.
         commands = await self.js.pull_subscribe(
@@ -161,6 +165,9 @@ class Orchestrator:
                     log.warning("could not record PNodeLost for %s: %s", pnode, exc)
             await asyncio.sleep(0.5)
 
+    async def _on_quarantined(self, msg) -> None:
+        self.registry.quarantine(msg.subject.split(".")[-2])
+
     async def _on_peer_heartbeat(self, msg) -> None:
         peer = msg.subject.rsplit(".", 1)[-1]
         if peer != self.id:
@@ -215,7 +222,7 @@ class Orchestrator:
 
     async def _fits(self, state: SessionState) -> bool:
         """Whether the live PNodes can hold the session's network now (asked again only when they change)."""
-        capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
+        capacities = self.registry.capacities()
         asked = (tuple(sorted(capacities, key=lambda c: c.pnode)), state.fuse_heads, state.config)
         if self._capacity_checks.get(state.id) == asked:
             return False

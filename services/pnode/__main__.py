@@ -56,8 +56,11 @@ def run(args: argparse.Namespace) -> None:
     credential = pnode_credential(args)
     share = max(1, args.processes_on_machine)
     memory = parse_size(args.memory) if args.memory else psutil.virtual_memory().total // share
+    fault = args.fault
     set_cpu_threads(share)
-    node = PNode(credential, memory, select_device(args.device), Subjects(args.prefix), args.step_deadline)
+    node = PNode(credential, memory, select_device(args.device), Subjects(args.prefix), args.step_deadline, fault=fault)
+    if fault:
+        logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode returns wrong results", fault)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

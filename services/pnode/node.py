@@ -25,29 +25,36 @@ from computeall.protocol.pnode_api import (
     LoadPlan,
     PNodeReply,
     PNodeRequest,
+    Recompute,
     RunStep,
     Reset,
     RunValidation,
     SaveCheckpoint,
+    SendCheckMaterial,
     Unload,
 )
+from computeall.protocol.faults import FaultSpec
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.throughput import Throughput
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
-from computeall.tensorcore.wire import tensor_from_wire
+from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
-from . import checkpoints, sampling
+from . import checkpoints, checks, sampling, throughput
 from .batches import BatchFeed
+from .faults import Faults
 from .memory import bytes_by_category
 from .outbox import Link
-from .routing import TensorRoute
+from .routing import CheckPartRoute, TensorRoute
 from .stage import SessionStage, StepAborted
+from .step_timing import StepClock
 
 log = logging.getLogger("computeall.pnode")
 
 REQUESTS = TypeAdapter(PNodeRequest)
+REMEASURE_S = 120.0  # how often a PNode hosting nothing measures its link again
 
 
 class PNode:
@@ -60,6 +67,7 @@ class PNode:
         step_deadline_s: float = 600.0,
         heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         telemetry_s: float = 2.0,
+        fault: FaultSpec | None = None,
     ) -> None:
         self.credential = credential
         self.name = credential.name  # the identity the server knows it by: its subjects carry it
@@ -69,11 +77,13 @@ class PNode:
         self.step_deadline_s = step_deadline_s
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
+        self.faults = Faults(fault, self.name) if fault else None  # a testing option: wrong results on purpose
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
         # frames in and out (digests, copies, decoding) on their own thread: off the event loop and
         # off the compute thread, so sending and receiving overlap compute
         self.wire = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-wire")
         self.sampling_executor = sampling.sampling_executor(self.name)
+        self.check_executor = checks.check_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
         self.rejected_frames = 0
@@ -82,6 +92,8 @@ class PNode:
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
+        self.throughput: Throughput | None = None
+        self.clock = StepClock(self.name)
         self._stop = asyncio.Event()
         self.refused: str | None = None  # why the bus stopped accepting this PNode (revoked, expired)
 
@@ -94,9 +106,13 @@ class PNode:
             self.subjects.pnode_tensor(self.name), cb=self._on_tensor, pending_bytes_limit=1 << 30
         )
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
+        flops = await asyncio.get_running_loop().run_in_executor(self.executor, throughput.compute_flops_per_s, self.device)
+        await self._measure(flops)  # before the first heartbeat: the one the orchestrator records as PNodeJoined
         # no event of its own: the orchestrator records PNodeJoined/PNodeLeft from the heartbeats
-        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, ", ".join(self.credential.servers), self.device, self.memory_bytes / 2**30)
-        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
+        log.info("pnode %s ready on %s (%s, %.1f GiB; measured %s)", self.name, ", ".join(self.credential.servers),
+                 self.device, self.memory_bytes / 2**30, self.throughput)
+        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry()),
+                 asyncio.create_task(self._remeasure(flops))]
         await self._stop.wait()
         for t in tasks:
             t.cancel()
@@ -111,6 +127,7 @@ class PNode:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.wire.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
+        self.check_executor.shutdown(wait=False, cancel_futures=True)
 
     async def _on_bus_error(self, exc: Exception) -> None:
         if "authorization violation" in str(exc).lower():  # revoked or expired: no reconnect will help
@@ -150,8 +167,22 @@ class PNode:
         return Heartbeat(
             pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
             memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving or left,
-            incarnation=self.incarnation, left=left,
+            incarnation=self.incarnation, left=left, throughput=self.throughput, threads=torch.get_num_threads(),
         )
+
+    # -- what it measures of itself ---------------------------------------------
+    async def _measure(self, flops_per_s: float) -> None:
+        try:
+            self.throughput = await throughput.measure(self.nc, self.subjects.pnode_probe(self.name), flops_per_s)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("could not measure the link to the bus (%s); keeping %s", exc, self.throughput)
+
+    async def _remeasure(self, flops_per_s: float) -> None:
+        """Links change: measure again now and then, only while hosting nothing (a probe would slow a step)."""
+        while True:
+            await asyncio.sleep(REMEASURE_S)
+            if not self.stages and not self.pending:
+                await self._measure(flops_per_s)
 
     # -- control requests ---------------------------------------------------------
     async def _on_ctl(self, msg) -> None:
@@ -192,7 +223,7 @@ class PNode:
 
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link()),
+                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link(), self.faults),
             )
             old = self.stages.get(request.session_id)
             if old is not None:
@@ -207,9 +238,16 @@ class PNode:
         if stage is None:
             return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
         if isinstance(request, RunStep):
-            return await stage.run_step(request, self.step_deadline_s)
+            self.clock.run_started(request.session_id, request.step)
+            reply = await stage.run_step(request, self.step_deadline_s)
+            self.clock.run_done(request.session_id, reply)
+            return reply
         if isinstance(request, ApplyStep):
-            return await stage.apply(request)
+            t0 = time.monotonic()
+            reply = await stage.apply(request)
+            if timing := self.clock.applied(request.session_id, request.step, t0, time.monotonic() - t0):
+                await self.nc.publish(self.subjects.tel(self.name, "step"), timing.model_dump_json().encode())
+            return reply
         if isinstance(request, RunValidation):
             return await stage.run_validation(request, self.step_deadline_s)
         if isinstance(request, SaveCheckpoint):
@@ -219,6 +257,10 @@ class PNode:
             await checkpoints.load(self.js, stage, request)
             stage.rolled_back()
             return PNodeReply(ok=True, pnode=self.name, step=request.step)
+        if isinstance(request, SendCheckMaterial):
+            return await checks.send_material(stage, request, self._send_check_part)
+        if isinstance(request, Recompute):
+            return await checks.run_check(stage, request, self.step_deadline_s, self.check_executor)
         if isinstance(request, Unload):
             self.stages.pop(request.session_id).abort()
             return PNodeReply(ok=True, pnode=self.name)
@@ -232,6 +274,13 @@ class PNode:
     def _link(self) -> Link:
         return Link(self._publish_frames, lambda: self.nc.max_payload, self.wire)
 
+    async def _send_check_part(self, pnode: str, tensor: torch.Tensor, route: CheckPartRoute) -> None:
+        """Check material, to the checker: framed on the wire thread, as the outbox frames a step's tensors."""
+        frames = await asyncio.get_running_loop().run_in_executor(
+            self.wire, tensor_frames, route.wire_key, tensor, self.nc.max_payload, route.wire_meta()
+        )
+        await self._publish_frames(pnode, frames)
+
     async def _publish_frames(self, pnode: str, frames: list[bytes]) -> None:
         subject = self.subjects.pnode_tensor(pnode)
         for frame in frames:
@@ -243,12 +292,15 @@ class PNode:
             if received is None:
                 return
             stage, route, tensor = received
-            stage.receive(route, tensor)
+            if isinstance(route, CheckPartRoute):
+                stage.check_inbox.receive(route, tensor)
+            else:
+                stage.receive(route, tensor)
         except WireError as exc:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
 
-    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute, torch.Tensor] | None:
+    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute | CheckPartRoute, torch.Tensor] | None:
         """On the wire thread: one frame in; the decoded tensor, its stage and route once all its frames are."""
         received = self.reassembler.feed(frame)
         if received is None:
@@ -256,8 +308,11 @@ class PNode:
         stage = self.stages.get(str(received.meta.get("session")))
         if stage is None:
             raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-        route = TensorRoute.from_wire(received.key, received.meta)
-        return stage, route, tensor_from_wire(received, self.device)
+        if received.meta.get("kind") != "check":
+            return stage, TensorRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
+        if stage.check_inbox is None:
+            raise WireError(f"check material {received.key!r} for a session not verified here")
+        return stage, CheckPartRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
 
     # -- liveness and telemetry ----------------------------------------------------
     async def _heartbeat(self) -> None:

@@ -2,8 +2,10 @@
 
 One test walks the whole path a user takes (the system takes a while to start, so it starts
 once): a wrong key is refused, the right key logs in, the running session is listed, its loss
-chart gains points while it trains, the text its model writes appears by step, newest first, the topology shows a VNode's memory, the PNodes view lists
-both PNodes, and pausing from the UI changes the session's state. Screenshots of every page go
+chart gains points while it trains, the text its model writes appears by step, newest first, the
+topology shows a VNode's memory, where each PNode's time goes and the links' measured bandwidth, the
+PNodes view lists both PNodes with what they measured, and pausing from the UI changes the session's
+state. Screenshots of every page go
 to test-artifacts/e2e/.
 """
 
@@ -14,7 +16,7 @@ import asyncio
 import pytest
 
 from computeall.cli.follow import start_session
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
 from computeall.protocol.sampling import SamplingConfig
 
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
@@ -39,6 +41,7 @@ def session_config() -> SessionConfig:
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
         lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
         sample_every=10, sample_prompts=[SAMPLE_PROMPT], sampling=SamplingConfig(max_new_tokens=16, temperature=0.8, seed=1),
+        verify=VerifyConfig(rate=0.2),
     )
 
 
@@ -142,6 +145,20 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     assert await panel.locator('[data-field="precision"]').inner_text() == "fp32"
     memory = await panel.locator('[data-table="vnode-memory"]').inner_text()
     assert "weights" in memory and "KiB" in memory, memory
+    # where the time goes: each PNode's shares of its last steps, the links between them with the
+    # bandwidth the PNodes measured, and that bandwidth on the edges that cross (the page polls)
+    for name in PNODES:
+        await page.wait_for_selector(f'[data-host="{name}"] [data-share="compute"]', timeout=60_000)
+    shares = {k: float(await page.get_attribute(f'[data-host="{PNODES[0]}"] [data-share="{k}"]', "data-value"))
+              for k in ("compute", "send", "wait")}
+    assert 0 < shares["compute"] <= 1 and 0 <= shares["wait"] < 1 and shares["send"] >= 0, shares
+    link = page.locator(f'[data-link="{PNODES[0]}->{PNODES[1]}"]')
+    await link.wait_for()
+    assert "bit/s" in await link.locator('[data-field="bandwidth"]').inner_text()
+    labels = await page.evaluate(
+        """() => document.querySelector('[data-topology-graph]')._cyreg.cy.edges('[?cross]').map(e => e.data('label'))"""
+    )
+    assert labels and all("/step · " in label and "bit/s" in label for label in labels), labels
     await page.screenshot(path=str(ARTIFACTS / "topology.png"), full_page=True)
 
     # the PNodes view: both PNodes live, each with the VNodes it hosts
@@ -150,6 +167,12 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
         await page.wait_for_selector(f'[data-pnode="{name}"][data-state="live"]')
     hosted = await page.locator("[data-pnode] .hosted code").count()
     assert hosted >= 2, "the PNodes should list the VNodes they host"
+    for name in PNODES:  # what each measured of itself, its time shares; its results recomputed by the other agree
+        card = page.locator(f'[data-pnode="{name}"]')
+        assert "bit/s" in await card.locator('[data-field="throughput"]').inner_text()
+        await card.locator('[data-share="wait"]').wait_for()
+        await card.locator('[data-field="checks-passed"]').wait_for()
+        assert await card.locator('[data-field="checks-failed"]').inner_text() == "0"
     await page.screenshot(path=str(ARTIFACTS / "pnodes.png"), full_page=True)
 
     # pause from the UI: the status follows the session's real state

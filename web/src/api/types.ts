@@ -61,10 +61,45 @@ export interface Edge {
   /** carried per step when the edge crosses PNodes */
   bytesPerStep: number;
   crosses: boolean;
+  /** what the link between its PNodes carries, as they measured it (null inside a PNode) */
+  linkBandwidthBytesPerS: number | null;
+}
+
+/** Tensors from one PNode to another over the session's last steps (measured). */
+export interface Link {
+  src: string;
+  dst: string;
+  bytesPerStep: number;
+  bandwidthBytesPerS: number | null;
+  latencyS: number | null;
+}
+
+/** What a PNode measured of its compute and its link to the bus. */
+export interface Throughput {
+  flopsPerS: number;
+  bandwidthBytesPerS: number;
+  rttS: number;
+}
+
+/** Shares of a PNode's last steps; sending overlaps computing, so they need not add up to 1. */
+export interface TimeShare {
+  steps: number;
+  stepS: number;
+  compute: number;
+  send: number;
+  wait: number;
+  sentBytesPerStep: number;
 }
 
 /** What the monitor says of a PNode (services/monitor/reads.py: live unless an event or a silent heartbeat says otherwise). */
-export type PNodeState = "live" | "lost" | "left";
+export type PNodeState = "live" | "lost" | "left" | "quarantined";
+
+/** How the spot checks of a PNode's results went (recomputed elsewhere: equal, different, not finished). */
+export interface CheckCounts {
+  passed: number;
+  failed: number;
+  abandoned: number;
+}
 
 /** Bytes a PNode holds by category, as the PNode measures them. */
 export type BytesByCategory = Record<string, number>;
@@ -82,13 +117,18 @@ export interface PNodeSummary {
   bytesByCategory: BytesByCategory | null;
   pendingRequests: number | null;
   hostedVNodes: string[];
+  quarantinedAt: number | null;
+  quarantineReason: string | null;
+  checks: CheckCounts;
+  throughput: Throughput | null;
 }
 
 export interface Topology {
   sessionId: string;
   vnodes: VNode[];
   edges: Edge[];
-  pnodes: PNodeSummary[];
+  links: Link[];
+  pnodes: PNodeWithTime[];
   bytesAcrossPerStep: number | null;
 }
 
@@ -109,7 +149,11 @@ export interface RequestStatus {
   durationS: number | null;
 }
 
-export interface PNodeDetail extends PNodeSummary {
+export interface PNodeWithTime extends PNodeSummary {
+  timeShare: TimeShare | null;
+}
+
+export interface PNodeDetail extends PNodeWithTime {
   memory: MemoryPoint[];
   requests: RequestStatus[];
 }
