@@ -24,12 +24,13 @@ import sys
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from computeall.cli.client import Client, connect
 from computeall.cli.follow import start_session
 from computeall.cli.supervisor import Supervisor
 from computeall.protocol.config import SessionConfig
+from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import (Allocated, CommandRejected, EventEnvelope, PNodeJoined, SessionCompleted,
                                         SessionFailed, StepCompleted)
 from computeall.protocol.subjects import TEL_STREAM
@@ -89,7 +90,7 @@ async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_
             raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {supervisor.logs}") from None
         run.timings = await _timings(supervisor, run, [pnode_name(node) for node in lab.nodes])
         for node in lab.nodes:
-            run.throughput[pnode_name(node)] = await _joined(client, pnode_name(node))
+            run.throughput[pnode_name(node)] = await _joined(supervisor, pnode_name(node))
         return run
     finally:
         for proc in pnodes:  # SIGTERM: each leaves once the orchestrator unloaded the finished session
@@ -98,13 +99,9 @@ async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_
 
 async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
     run = SessionRun(sid)
-    events = client.eventlog.follow(client.subjects.session_evt_all(sid))
+    events = client.follow(sid)  # the orchestrator serves a user their own session's events
     async with aclosing(events):
-        async for record in events:
-            try:
-                event = EventEnvelope.model_validate_json(record.data)
-            except ValidationError:
-                continue  # a type this reader does not know
+        async for _, event in events:
             p = event.payload
             if isinstance(p, StepCompleted):
                 run.steps.append(p)
@@ -131,7 +128,7 @@ async def _timings(supervisor: Supervisor, run: SessionRun, pnodes: list[str], w
     async with connect(supervisor.credentials.credential("monitor")) as observer:
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
-            records = await observer.eventlog.read(observer.subjects.tel_all("step"), stream=TEL_STREAM)
+            records = await EventLog(observer.js, observer.subjects).read(observer.subjects.tel_all("step"), stream=TEL_STREAM)
             samples = (_TELEMETRY.validate_json(r.data) for r in records)
             timings = [t for t in samples if isinstance(t, StepTiming) and t.session_id == run.session_id]
             if {t.pnode for t in timings if t.step == last} >= set(pnodes) or asyncio.get_running_loop().time() > deadline:
@@ -139,8 +136,10 @@ async def _timings(supervisor: Supervisor, run: SessionRun, pnodes: list[str], w
             await asyncio.sleep(0.2)
 
 
-async def _joined(client: Client, pnode: str) -> Throughput | None:
-    records = await client.eventlog.read(client.subjects.pnode_evt(pnode, "PNodeJoined"))
+async def _joined(supervisor: Supervisor, pnode: str) -> Throughput | None:
+    """What the PNode measured when it joined, from the event log as the monitor reads it (a user may not)."""
+    async with connect(supervisor.credentials.credential("monitor")) as observer:
+        records = await EventLog(observer.js, observer.subjects).read(observer.subjects.pnode_evt(pnode, "PNodeJoined"))
     joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
     return joined[-1].throughput if joined and isinstance(joined[-1], PNodeJoined) else None
 
