@@ -67,7 +67,7 @@ async def replay(eventlog: EventLog, n: int) -> dict:
 async def checkpoint(js) -> dict:
     graph = Graph(load_network_file(REPO / "examples" / "networks" / "tiny-gpt.yaml"))
     runtime = VNodeRuntime(graph, list(graph.vnodes), 1, torch.device("cpu"))
-    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig())
+    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig(), runtime.decay_groups())
     for p in runtime.parameters().values():
         p.grad = torch.zeros_like(p)
     optimizer.step(1e-3)  # so the Adam state exists, as in any real checkpoint

@@ -57,7 +57,7 @@ class OnePNode:
         self.graph = Graph(spec)
         self.device = device
         self.runtime = VNodeRuntime(self.graph, self.graph.order, 1, device)
-        self.optimizer = VNodeOptimizer(self.runtime.parameters(), OptimizerConfig())
+        self.optimizer = VNodeOptimizer(self.runtime.parameters(), OptimizerConfig(), self.runtime.decay_groups())
         self.micro_batches = micro_batches
         self.executor = ThreadPoolExecutor(max_workers=1)  # a PNode's one compute thread
         self.calls = self.tensors = 0

@@ -2,7 +2,7 @@
 
 Usage: python bench/kernels.py [--quick] [--json PATH] [--device cpu|cuda]
 Times are medians over reps (after a warmup run); memory is the peak above the inputs
-(see bench/common.peak_bytes). Every row carries the dispatcher's choice for that case.
+(see computeall.kernels.timing.peak_bytes). Every row carries the dispatcher's choice for that case.
 """
 
 import argparse

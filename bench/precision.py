@@ -54,7 +54,7 @@ def train(network_text: str, precision: str, data: list[torch.Tensor]) -> dict:
         v.precision = precision
     graph = Graph(spec)
     runtime = VNodeRuntime(graph, graph.order, 1, torch.device("cpu"))
-    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig())
+    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig(), runtime.decay_groups())
     scaling = LossScaleConfig()
     scaler = LossScaler(scaling, uses_dynamic_scaling(scaling, [precision]))
     schedule = LrSchedule()

@@ -105,7 +105,7 @@ def config(network: Path, steps: int, rate: float, micro_batches: int = MICRO_BA
 
 async def session(client, cfg: SessionConfig) -> list:
     sid = await run_to_end(client, cfg, timeout=3600)
-    return [e.payload for _, e in await session_events(client.eventlog, sid)]
+    return [e.payload for _, e in await session_events(client, sid)]
 
 
 def final_digests(payloads: list) -> dict[str, str]:

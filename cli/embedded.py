@@ -23,16 +23,18 @@ from .supervisor import Supervisor, default_services
 @asynccontextmanager
 async def running_cluster(
     directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
-    listen: str | None = None, faults: dict[str, FaultSpec] | None = None,
+    pnode_memory: str | None = None, listen: str | None = None, faults: dict[str, FaultSpec] | None = None,
 ) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
     event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
-    PNodes' worth of threads to divide the cores by (default `pnodes`). `listen` ("HOST:PORT")
-    serves NATS there with TLS, as `up --listen` does, and every process connects over it. `faults`
+    PNodes' worth of threads to divide the cores by (default `pnodes`); `pnode_memory` (e.g.
+    "2GiB"): what each PNode offers (default: its share of the RAM). `listen` ("HOST:PORT") serves
+    NATS there with TLS, as `up --listen` does, and every process connects over it. `faults`
     (PNode name -> fault) makes those PNodes return wrong results: a testing option."""
     server = EmbeddedNats(directory / "nats", security=Security(directory / "security"), listen=listen).start()
     supervisor = Supervisor(directory, server.url, server.process.pid, server)
-    services = default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine)
+    services = default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine,
+                                pnode_memory=pnode_memory)
     faults = faults or {}
     supervisor.start([s.with_arg("--fault", str(faults[s.name])) if s.name in faults else s for s in services])
     tasks = [asyncio.create_task(supervisor.watch()), asyncio.create_task(Authority(server).run())]

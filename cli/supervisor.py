@@ -25,6 +25,19 @@ from .cluster_file import ClusterInfo, ServiceStatus, write
 
 log = logging.getLogger("computeall.supervisor")
 
+# signals that mean a crash rather than a stop (SIGTERM) or a kill (SIGKILL, as the failover tests send)
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL}
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+
 # Stop order: the orchestrator first, so a PNode going away during shutdown is never taken for a
 # failure of the session; the monitor last, so it records everything that happened.
 STOP_ORDER = ("orchestrator", "pnode", "dataset", "monitor")
@@ -61,18 +74,19 @@ class ServiceSpec:
         return ServiceSpec(self.name, self.kind, args)
 
 
-def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0,
-                     data_roots: list[str] = (), processes_on_machine: int | None = None) -> list[ServiceSpec]:
+def default_services(
+    pnodes: int, with_monitor: bool = True, monitor_port: int = 0, data_roots: list[str] = (),
+    processes_on_machine: int | None = None, pnode_memory: str | None = None,
+) -> list[ServiceSpec]:
     """What `computeall up` runs; docker-compose.yml mirrors this list. The dataset service reads files
-    under `data_roots` besides the stdlib (and the uploads a request names). The PNodes share the
-    cores among `processes_on_machine` (default: themselves)."""
+    under `data_roots` besides the stdlib (and the uploads a request names). The PNodes share the cores
+    as `processes_on_machine` processes would (default: as many as there are PNodes) and offer
+    `pnode_memory` each (default: their share of the RAM)."""
     roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
     services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset", roots)]
-    share = str(processes_on_machine or pnodes)
-    services += [
-        ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", share])
-        for i in range(pnodes)
-    ]
+    share = ["--processes-on-machine", str(processes_on_machine or pnodes)]
+    memory = ["--memory", pnode_memory] if pnode_memory else []
+    services += [ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", *share, *memory]) for i in range(pnodes)]
     if with_monitor:
         services.append(ServiceSpec("monitor", "monitor", ["--port", str(monitor_port)]))
     return services
@@ -129,6 +143,21 @@ class Supervisor:
         )
         running.state = "running"
 
+    def peak_rss_bytes(self, name: str) -> int | None:
+        """The most resident memory the service's current process has used (Linux's VmHWM), or None
+        where the kernel does not say."""
+        running = self.services.get(name)
+        if running is None or running.process is None:
+            return None
+        try:
+            status = Path(f"/proc/{running.process.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+        return None
+
     def credential_args(self, role: Role, name: str) -> list[str]:
         """`--credential FILE` for a process of this machine: its own identity, issued on first use."""
         if self.credentials is None:
@@ -145,8 +174,10 @@ class Supervisor:
             for running in self.services.values():
                 process = running.process
                 if process is not None and process.poll() is not None and not self._stopping:
-                    log.warning("%s exited with %s; restarting (see %s)", running.spec.name, process.returncode,
-                                self.logs / f"{running.spec.name}.log")
+                    logfile = self.logs / f"{running.spec.name}.log"
+                    log.warning("%s exited with %s; restarting (see %s)", running.spec.name, process.returncode, logfile)
+                    if -process.returncode in CRASH_SIGNALS:  # its faulthandler stack is at the end of its log
+                        log.warning("the end of %s:\n%s", logfile, log_tail(logfile))
                     running.process = None
                     running.state = "restarting"
                     running.restarts += 1

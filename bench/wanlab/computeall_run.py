@@ -88,12 +88,7 @@ async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_
             run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
         except asyncio.TimeoutError:
             raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {supervisor.logs}") from None
-        # telemetry and PNode events are not a user's to read: the bench reads them as the monitor does
-        async with connect(supervisor.credentials.credential("monitor")) as observer:
-            log = EventLog(observer.js, observer.subjects)
-            run.timings = await _timings(log, run, [pnode_name(node) for node in lab.nodes])
-            for node in lab.nodes:
-                run.throughput[pnode_name(node)] = await _joined(log, pnode_name(node))
+        await _observe(supervisor, run, [pnode_name(node) for node in lab.nodes])
         return run
     finally:
         for proc in pnodes:  # SIGTERM: each leaves once the orchestrator unloaded the finished session
@@ -124,8 +119,20 @@ async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
 _TELEMETRY = TypeAdapter(Telemetry)
 
 
+async def _observe(supervisor: Supervisor, run: SessionRun, pnodes: list[str]) -> None:
+    """What the PNodes measured when they joined and their step timings, read from the event log and
+    the telemetry stream as the monitor reads them (a user may read neither)."""
+    async with connect(supervisor.credentials.credential("monitor")) as observer:
+        log = EventLog(observer.js, observer.subjects)
+        run.timings = await _timings(log, run, pnodes)
+        for pnode in pnodes:
+            records = await log.read(observer.subjects.pnode_evt(pnode, "PNodeJoined"))
+            joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
+            run.throughput[pnode] = joined[-1].throughput if joined and isinstance(joined[-1], PNodeJoined) else None
+
+
 async def _timings(log: EventLog, run: SessionRun, pnodes: list[str], wait_s: float = 10.0) -> list[StepTiming]:
-    """The session's step timings from the telemetry stream, once every PNode's timing of the last step is stored."""
+    """The session's step timings, once every PNode's timing of the last step is stored."""
     last = run.steps[-1].step if run.steps else -1
     deadline = asyncio.get_running_loop().time() + wait_s
     while True:
@@ -135,12 +142,6 @@ async def _timings(log: EventLog, run: SessionRun, pnodes: list[str], wait_s: fl
         if {t.pnode for t in timings if t.step == last} >= set(pnodes) or asyncio.get_running_loop().time() > deadline:
             return sorted(timings, key=lambda t: (t.step, t.pnode))
         await asyncio.sleep(0.2)
-
-
-async def _joined(log: EventLog, pnode: str) -> Throughput | None:
-    records = await log.read(log.subjects.pnode_evt(pnode, "PNodeJoined"))
-    joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
-    return joined[-1].throughput if joined and isinstance(joined[-1], PNodeJoined) else None
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from computeall.network import Graph, load_network_file
+from computeall.network.head_fusion import fuse_heads
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,16 @@ class GPTShape:
 
     @classmethod
     def from_network(cls, path: Path) -> GPTShape:
-        graph = Graph(load_network_file(path))
+        """The shape of a network of attention blocks: all heads in one VNode, or one VNode per head
+        (read in its fused form)."""
+        graph = Graph(fuse_heads(load_network_file(path))[0])
         by_op = {}
         for spec in graph.vnodes.values():
             by_op.setdefault(spec.op, []).append(spec)
-        attention, mlp = by_op["attention"][0].params, by_op["swiglu_mlp"][0].params
+        blocks = by_op.get("attention") or by_op["fused_attention_heads"]
+        attention, mlp = blocks[0].params, by_op["swiglu_mlp"][0].params
         return cls(vocab=graph.spec.vocab_size, context=graph.spec.context, dim=attention["dim"],
-                   heads=attention["heads"], hidden=mlp["hidden"], layers=len(by_op["attention"]))
+                   heads=attention["heads"], hidden=mlp["hidden"], layers=len(blocks))
 
 
 class Attention(nn.Module):

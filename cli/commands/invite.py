@@ -14,7 +14,7 @@ import json
 from ..cluster_file import data_dir, read
 from ..errors import UserError
 from ..identity import deployment_security
-from ..security.invitations import InvitationError, invitations, invite_pnode, parse_duration, revoke, state, wait_applied
+from ..security.invitations import InvitationError, invitations, invite, parse_duration, revoke, state, wait_applied
 from ..security.tls import DeploymentTls
 
 
@@ -45,17 +45,17 @@ def _pnode(args: argparse.Namespace) -> int:
     security = deployment_security(args.data_dir)
     try:
         expires_in = parse_duration(args.expires) if args.expires else None
-        invite = invite_pnode(security, info.public_nats, DeploymentTls(security.directory / "tls").trust(),
-                              args.name, expires_in, args.memory)
+        invitation = invite(security, "pnode", info.public_nats, DeploymentTls(security.directory / "tls").trust(),
+                            args.name, expires_in, args.memory)
     except InvitationError as exc:
         raise UserError(str(exc)) from None
-    if not wait_applied(directory / "nats" / "nats.conf", security.members.read().find(invite.id).public_key, True):
+    if not wait_applied(directory / "nats" / "nats.conf", security.members.read().find(invitation.id).public_key, True):
         raise UserError("the running server did not take the invitation within 15s; is `computeall up` still running?")
     if args.json:
-        print(json.dumps({"token": invite.token(), "id": invite.id, "name": invite.name, "expires": invite.expires}))
+        print(json.dumps({"token": invitation.token(), "id": invitation.id, "name": invitation.name, "expires": invitation.expires}))
     else:
-        print(f"invitation {invite.id} for PNode {invite.name}{_until(invite.expires)}; on the other machine run:\n")
-        print(f"  computeall pnode --join {invite.token()}\n")
+        print(f"invitation {invitation.id} for PNode {invitation.name}{_until(invitation.expires)}; on the other machine run:\n")
+        print(f"  computeall pnode --join {invitation.token()}\n")
         print("keep the token secret: it is the PNode's credential")
     return 0
 

@@ -68,6 +68,7 @@ def describe(spec: NetworkSpec) -> dict:
                 "param_count": graph.param_count(vid),
                 "out_features": graph.out_features[vid],
                 **({"tie": graph.vnodes[vid].tie} if graph.vnodes[vid].tie else {}),
+                **({"recompute": True} if graph.vnodes[vid].recompute else {}),
             }
             for vid in graph.order
         ],
@@ -79,8 +80,9 @@ def render(spec: NetworkSpec) -> list[str]:
     rows = [("vnode", "op", "inputs", "params", "out", "settings")]
     for v in d["vnodes"]:
         settings = {k: val for k, val in v["params"].items() if k not in _QUIET}
-        if v.get("tie"):
-            settings["tie"] = v["tie"]
+        for key in ("tie", "recompute"):
+            if v.get(key):
+                settings[key] = v[key]
         if v["wire"] != "fp32":
             settings["wire"] = v["wire"]
         if "head_ids" in settings:

@@ -53,6 +53,11 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=10, help="warmup steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
+    defaults = SessionConfig.model_fields
+    p.add_argument("--grad-clip", type=float, default=defaults["grad_clip"].default,
+                   help="clip the global gradient norm to this (default %(default)s); 0 turns clipping off")
+    p.add_argument("--update-ratio-every", type=int, default=defaults["update_ratio_every"].default,
+                   help="record each block's update-to-weight ratio every N steps (default %(default)s); 0 never")
     p.add_argument("--wire", choices=list(get_args(Wire)), default=None,
                    help="how activations and gradients travel between VNodes, for VNodes that name none "
                         "(default: the network's `defaults.wire`, else fp32: uncompressed)")
@@ -128,6 +133,8 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             wire=args.wire,
             pipeline={"schedule": args.schedule, "in_flight": args.in_flight},  # validated in place: errors say `pipeline.`
             fuse_heads=args.fuse_heads,
+            grad_clip=args.grad_clip,
+            update_ratio_every=args.update_ratio_every,
             min_pnodes=min_pnodes,
             replicas=args.replicas,
             sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps),

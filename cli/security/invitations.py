@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 from computeall.protocol.credentials import TlsTrust, new_nkey_seed, nkey_public
-from computeall.protocol.invites import Invite
+from computeall.protocol.invites import Invitable, Invite
 
 from .deployment import Security
 from .members import Member
@@ -34,18 +34,20 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
-def invite_pnode(security: Security, servers: list[str], tls: TlsTrust, name: str | None = None,
-                 expires_in_s: float | None = None, memory: str | None = None) -> Invite:
+def invite(security: Security, role: Invitable, servers: list[str], tls: TlsTrust, name: str | None = None,
+           expires_in_s: float | None = None, memory: str | None = None) -> Invite:
+    """A new member of `role` that only the returned token's holder can connect as."""
     invite_id = uuid.uuid4().hex[:10]
-    name = name or f"pnode-{invite_id[:6]}"
+    name = name or f"{role}-{invite_id[:6]}"
     seed = new_nkey_seed()
     expires = time.time() + expires_in_s if expires_in_s else None
     with security.members.edit() as members:
-        if any(m.role == "pnode" and m.name == name for m in members.active()):
-            raise InvitationError(f"a PNode named {name} is already a member; choose another --name")
-        members.members.append(Member(id=invite_id, role="pnode", name=name, public_key=nkey_public(seed),
+        if any(m.role == role and m.name == name for m in members.active()):
+            raise InvitationError(f"a {role} named {name} is already a member; choose another --name")
+        members.members.append(Member(id=invite_id, role=role, name=name, public_key=nkey_public(seed),
                                       source="invite", expires=expires, memory=memory))
-    return Invite(id=invite_id, name=name, servers=servers, nkey_seed=seed, tls=tls, expires=expires, memory=memory)
+    return Invite(id=invite_id, role=role, name=name, servers=servers, nkey_seed=seed, tls=tls, expires=expires,
+                  memory=memory)
 
 
 def invitations(security: Security) -> list[Member]:

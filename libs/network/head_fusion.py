@@ -39,6 +39,7 @@ class HeadGroup:
     rope_base: float
     precision: str
     wire: str | None  # the concat's own wire setting: the fused VNode's output is the concat's
+    recompute: bool = False  # the fused VNode recomputes when the concat or any head asked to
 
     @property
     def heads(self) -> int:
@@ -127,6 +128,7 @@ def _match(
             rope_base=hparams[0].rope_base,
             precision=concat.precision,
             wire=concat.wire,
+            recompute=concat.recompute or any(h.recompute for h in heads),
         ),
         "",
     )
@@ -139,7 +141,7 @@ def fused_vnode(group: HeadGroup) -> VNodeSpec:
     )
     return VNodeSpec(
         id=group.fused_id, op=FUSED_OP, inputs=[group.source], tie=None,
-        precision=group.precision, wire=group.wire, params=params.model_dump(),
+        precision=group.precision, wire=group.wire, params=params.model_dump(), recompute=group.recompute,
     )
 
 
@@ -173,5 +175,6 @@ def head_groups(spec: NetworkSpec) -> list[HeadGroup]:
         if v.op == FUSED_OP:
             p = FusedAttentionHeadsParams.model_validate(v.params)
             if p.head_ids:
-                out.append(HeadGroup(v.id, v.inputs[0], tuple(p.head_ids), p.dim, p.head_dim, p.rope_base, v.precision, v.wire))
+                out.append(HeadGroup(v.id, v.inputs[0], tuple(p.head_ids), p.dim, p.head_dim, p.rope_base, v.precision,
+                                     v.wire, v.recompute))
     return out + find_head_groups(spec)[0]

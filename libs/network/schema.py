@@ -1,6 +1,6 @@
 """The network YAML, as typed models: what users write and what it resolves to.
 
-A file holds network-level settings, `defaults` (op parameters, precision and wire that
+A file holds network-level settings, `defaults` (op parameters, and the precision, wire and recompute that
 every VNode inherits) and a list of entries: a VNode or a `repeat` macro.
 
     name: tiny-gpt
@@ -34,6 +34,7 @@ class VNodeEntry(BaseModel):
     inputs: list[str] = Field(default_factory=list)
     tie: str | None = None
     precision: Precision | None = None
+    recompute: bool | None = None
     wire: Wire | None = None
 
     @property
@@ -61,13 +62,28 @@ class RepeatEntry(BaseModel):
     repeat: RepeatSpec
 
 
+class NetworkDefaults(BaseModel):
+    """What every VNode inherits: its settings below, and op parameters (any other key) for the
+    ops that take them."""
+
+    model_config = ConfigDict(extra="allow")
+
+    precision: Precision = "fp32"
+    wire: Wire = "fp32"
+    recompute: bool = False
+
+    @property
+    def op_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class NetworkFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(..., min_length=1)
     vocab_size: int = Field(..., ge=2, le=1 << 20)
     context: int = Field(..., ge=1)
-    defaults: dict[str, Any] = Field(default_factory=dict)
+    defaults: NetworkDefaults = Field(default_factory=NetworkDefaults)
     vnodes: list[Union[RepeatEntry, VNodeEntry]]
 
 
@@ -83,6 +99,8 @@ class VNodeSpec(BaseModel):
     precision: Precision
     wire: Wire | None = None  # None: the network's default (`NetworkSpec.wire`)
     params: dict[str, Any]
+    # keep only the inputs in forward and run the forward again in backward: activation memory for compute
+    recompute: bool = False
 
 
 class NetworkSpec(BaseModel):

@@ -26,6 +26,17 @@ RETRY_S = 1.0
 log = logging.getLogger("computeall.bus")
 
 
+class _TlsEofNotice(logging.Filter):
+    """asyncio warns on every TLS connection nats-py closes ("returning true from eof_received() has
+    no effect when using ssl"): harmless, and it drowned the CLI's output."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
+logging.getLogger("asyncio").addFilter(_TlsEofNotice())
+
+
 class BusConnectError(ConnectionError):
     """The bus refused or could not be reached; the message says which server, as whom and why."""
 

@@ -36,12 +36,21 @@ class LrSchedule(BaseModel):
         return self.min_lr + 0.5 * (self.peak - self.min_lr) * (1 + math.cos(math.pi * progress))
 
 
+# what a parameter is, for weight decay: a matrix of a layer ("weights"), a layer's bias, a norm's
+# scale or shift, or an embedding (the tied LM head's weight is its embedding's)
+DecayGroup = Literal["weights", "bias", "norm", "embedding"]
+
+
 class OptimizerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = Field(0.1, ge=0)
+    no_decay: list[Literal["bias", "norm", "embedding"]] = Field(
+        ["bias", "norm", "embedding"],
+        description="parameter groups that get no weight decay (as nanoGPT and torchtitan); the rest decay",
+    )
 
 
 class LossScaleConfig(BaseModel):
@@ -183,6 +192,13 @@ class SessionConfig(BaseModel):
         True, description="rewrite per-head attention VNodes into one fused VNode per block before allocation"
     )
     loss_scale: LossScaleConfig = Field(default_factory=LossScaleConfig)
+    grad_clip: float = Field(
+        1.0, ge=0, allow_inf_nan=False,
+        description="clip the global gradient norm (over every PNode) to this before the update; 0 = no clipping",
+    )
+    update_ratio_every: int = Field(
+        10, ge=0, description="measure the update-to-weight ratio of every VNode group every this many steps; 0 = never"
+    )
     checkpoint_every: int = Field(0, ge=0, description="0 = only on pause, stop and completion")
     keep_checkpoints: int = Field(3, ge=1, description="older checkpoints are pruned")
     validate_every: int = Field(0, ge=0)

@@ -6,7 +6,8 @@ does not match is refused), and a PNode credential, an nkey seed only this token
 name the server knows. The server accepts the seed's public key until the invite expires or is
 revoked (`computeall invite revoke ID`), and then closes the PNode's connections.
 
-A token is `ca-invite-1.` + base64url(JSON); treat it as a password.
+A token is `ca-invite-1.` + base64url(JSON); treat it as a password. It names the role it admits
+(`INVITABLE`): a PNode today; a server or leaf node joining a cluster is one more role there.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import base64
 import binascii
 import time
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .credentials import NAME_PATTERN, Credential, TlsTrust
 
 TOKEN_PREFIX = "ca-invite-1."
+Invitable = Literal["pnode"]  # the roles another machine may be invited as
 
 
 class InviteError(ValueError):
@@ -30,7 +34,8 @@ class Invite(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(..., description="the invite's id: `computeall invite list|revoke ID`")
-    name: str = Field(..., pattern=NAME_PATTERN, description="the PNode's name, which its subjects carry")
+    role: Invitable = "pnode"
+    name: str = Field(..., pattern=NAME_PATTERN, description="the member's name, which its subjects carry")
     servers: list[str] = Field(..., min_length=1)
     nkey_seed: str
     tls: TlsTrust
@@ -57,4 +62,4 @@ class Invite(BaseModel):
         return invite
 
     def credential(self) -> Credential:
-        return Credential(role="pnode", name=self.name, servers=self.servers, nkey_seed=self.nkey_seed, tls=self.tls)
+        return Credential(role=self.role, name=self.name, servers=self.servers, nkey_seed=self.nkey_seed, tls=self.tls)

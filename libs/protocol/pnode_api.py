@@ -92,13 +92,19 @@ class RunStep(_Request):
 
 
 class ApplyStep(_Request):
-    """Run the optimizer on the accumulated gradients of `step`, or drop them (`skip`)."""
+    """Run the optimizer on the accumulated gradients of `step`, or drop them (`skip`).
+
+    `clip_factor` multiplies every gradient first (global norm clipping, decided from every PNode's
+    `grad_sq_norms`); `measure_update`: reply with the update's and the weights' squared norms.
+    """
 
     type: Literal["ApplyStep"] = "ApplyStep"
     session_id: str
     step: int
     lr: float
     skip: bool = False
+    clip_factor: float = Field(1.0, gt=0, le=1)
+    measure_update: bool = False
     keep: list[KeepMaterial] = Field(default_factory=list)  # items picked for a check: keep what recomputing them needs
     release: list[str] = Field(default_factory=list)  # check ids settled: their material can go
 
@@ -199,6 +205,11 @@ class PNodeReply(BaseModel):
     reduce_bytes: int = 0  # bytes this PNode sent to other replicas (gradient or pseudo-gradient sums)
     tokens: int = 0
     grads_finite: bool = True
+    # per hosted VNode with parameters: its gradients' squared L2 norm, unscaled (RunStep, when finite)
+    grad_sq_norms: dict[str, float] | None = None
+    # per hosted VNode with parameters: the update's and the weights' squared norms (ApplyStep, measured)
+    update_sq_norms: dict[str, float] | None = None
+    weight_sq_norms: dict[str, float] | None = None
     compute_s: float = 0.0  # running work items on the compute thread
     wait_s: float = 0.0  # waiting for inputs from other PNodes or the dataset (the bubble)
     send_s: float = 0.0  # the outbox sending, overlapped with compute

@@ -1,4 +1,4 @@
-"""The optimizer a PNode runs on its own parameters: fused AdamW with fp32 masters, decay on matrices only.
+"""The optimizer a PNode runs on its own parameters: fused AdamW with fp32 masters and weight-decay groups.
 
 Parameters may be fp32, bf16 or fp16 (each VNode's precision). The optimizer keeps an fp32
 master copy of every low-precision parameter and fp32 Adam moments; one fused pass per
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from computeall.kernels import FusedAdamW
-from computeall.protocol.config import OptimizerConfig
+from computeall.protocol.config import DecayGroup, OptimizerConfig
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
 
@@ -25,31 +25,47 @@ class VNodeOptimizer:
     the update is elementwise, so a parameter gets the same update whoever hosts it.
     """
 
-    def __init__(self, params: dict[str, torch.nn.Parameter], config: OptimizerConfig, impl: str = "auto") -> None:
+    def __init__(
+        self,
+        params: dict[str, torch.nn.Parameter],
+        config: OptimizerConfig,
+        groups: dict[str, DecayGroup],
+        impl: str = "auto",
+    ) -> None:
+        """`groups`: every parameter's weight-decay group (`VNodeRuntime.decay_groups()`); those in
+        `config.no_decay` get none."""
+        missing = sorted(set(params) - set(groups))
+        if missing:
+            raise ValueError(f"no weight-decay group for parameters {missing}")
         self.params = params
         names = sorted(params)
-        groups = (
-            ([(n, params[n]) for n in names if params[n].ndim >= 2], config.weight_decay),
-            ([(n, params[n]) for n in names if params[n].ndim < 2], 0.0),
+        split = (
+            ([(n, params[n]) for n in names if groups[n] not in config.no_decay], config.weight_decay),
+            ([(n, params[n]) for n in names if groups[n] in config.no_decay], 0.0),
         )
         self._fused = [
             FusedAdamW(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay, impl=impl)
-            for named, decay in groups
+            for named, decay in split
             if named
         ]
 
     def _buckets(self):
         return [b for opt in self._fused for b in opt._buckets]
 
-    def step(self, lr: float, loss_scale: float = 1.0) -> None:
-        """Update with learning rate `lr`; the gradients carry `loss_scale`, divided out inside the update.
+    def step(self, lr: float, loss_scale: float = 1.0, clip_factor: float = 1.0) -> None:
+        """Update with learning rate `lr`; the gradients carry `loss_scale` and are multiplied by
+        `clip_factor` (global norm clipping), both inside the update's one unscaling divide.
 
         Whether to apply at all is the orchestrator's call (every PNode applies or skips the same
         step), so no overflow check runs here.
         """
         for opt in self._fused:
             opt.lr = lr
-            opt.step(grad_scale=loss_scale, found_inf=torch.zeros(()))
+            opt.step(grad_scale=loss_scale / clip_factor, found_inf=torch.zeros(()))
+
+    def masters(self) -> dict[str, torch.Tensor]:
+        """Every parameter's fp32 master, by name: views into the optimizer's buffers (read, never write)."""
+        return {name: view for b in self._buckets() for name, view in zip(b.names, b.views(b.master))}
 
     def zero_grad(self) -> None:
         for p in self.params.values():

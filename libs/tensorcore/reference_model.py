@@ -12,7 +12,10 @@ from torch import nn
 from computeall.network import Graph
 from computeall.network.ops import OPS
 
+from computeall.protocol.config import DecayGroup
+
 from .ops import build_vnode
+from .param_groups import decay_groups
 from .precision import cast_input, dtype_of
 
 
@@ -25,13 +28,17 @@ class ReferenceModel(nn.Module):
             built[vid] = build_vnode(graph.vnodes[vid], session_seed, torch.device(device), tied=built)
         self.vnodes = nn.ModuleDict({vid.replace(".", "/"): built[vid] for vid in graph.order})
 
+    def vnode_parameters(self) -> dict[str, dict[str, nn.Parameter]]:
+        """Each VNode's own parameters by name, in graph order (a tied weight under its owner)."""
+        return {vid: dict(self.vnodes[vid.replace(".", "/")].named_parameters()) for vid in self.graph.order}
+
     def named_vnode_parameters(self) -> dict[str, nn.Parameter]:
         """Parameters named `<vnode>.<param>` like a PNode names them."""
-        return {
-            f"{vid}.{name}": p
-            for vid in self.graph.order
-            for name, p in self.vnodes[vid.replace(".", "/")].named_parameters()
-        }
+        return {f"{vid}.{name}": p for vid, named in self.vnode_parameters().items() for name, p in named.items()}
+
+    def decay_groups(self) -> dict[str, DecayGroup]:
+        """Every parameter's weight-decay group, named as in `named_vnode_parameters()`."""
+        return decay_groups(self.graph, self.vnode_parameters())
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The summed loss of every loss VNode over the batch."""

@@ -14,6 +14,7 @@ re-bound (`p.data = ...`): the optimizer keeps them as views into its flat buffe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -25,15 +26,20 @@ from computeall.network.ops import DATA_INPUTS
 
 from computeall.kernels import found_nonfinite
 
+from computeall.protocol.config import DecayGroup
+
+from .grad_norms import vnode_grad_sq_norms
 from .micro_gradients import MicroGradients
 from .ops import build_vnode
+from .param_groups import decay_groups
 from .precision import cast_input, dtype_of
 
 
 @dataclass
 class _Saved:
+    args: list[torch.Tensor]  # the inputs as the VNode read them: leaves, and token ids
     leaves: list[torch.Tensor | None]  # None for dataset inputs (token ids)
-    output: torch.Tensor
+    output: torch.Tensor | None  # with its autograd graph; None: the VNode recomputes it in backward
 
 
 class RuntimeObserver(Protocol):
@@ -61,20 +67,28 @@ class VNodeRuntime:
         self._saved: dict[tuple[int, str], _Saved] = {}
         params = self.parameters()
         self._param_names = {id(p): name for name, p in params.items()}
-        owners = {f"{vid}.{name}": vid for vid in self.order for name, _ in self.modules[vid].named_parameters()}
-        self.gradients = MicroGradients(params, owners)
+        self.gradients = MicroGradients(params, self.owners())
         self.observer: RuntimeObserver | None = None
+
+    def vnode_parameters(self) -> dict[str, dict[str, nn.Parameter]]:
+        """Each hosted VNode's own parameters by name, in graph order (a tied weight under its owner)."""
+        return {vid: dict(self.modules[vid].named_parameters()) for vid in self.order}
 
     def parameters(self) -> dict[str, nn.Parameter]:
         """Every parameter once, named `<vnode>.<param>` (a tied weight under its owner)."""
-        out: dict[str, nn.Parameter] = {}
-        for vid in self.order:
-            for name, p in self.modules[vid].named_parameters():
-                out[f"{vid}.{name}"] = p
-        return out
+        return {f"{vid}.{name}": p for vid, params in self.vnode_parameters().items() for name, p in params.items()}
+
+    def owners(self) -> dict[str, str]:
+        """{`<vnode>.<param>`: its VNode}, for every parameter of `parameters()`."""
+        return {f"{vid}.{name}": vid for vid, params in self.vnode_parameters().items() for name in params}
+
+    def decay_groups(self) -> dict[str, DecayGroup]:
+        """Every parameter's weight-decay group, named as in `parameters()`."""
+        return decay_groups(self.graph, self.vnode_parameters())
 
     def forward(self, vid: str, micro: int, inputs: list[torch.Tensor]) -> torch.Tensor:
-        """Run one VNode; keep what its backward needs under (micro, vid)."""
+        """Run one VNode; keep what its backward needs under (micro, vid): its autograd graph, or
+        only its inputs when it recomputes (`recompute: true`)."""
         spec = self.graph.vnodes[vid]
         leaves: list[torch.Tensor | None] = []
         args = []
@@ -86,9 +100,10 @@ class VNodeRuntime:
                 leaf = x.detach().requires_grad_(True)
                 leaves.append(leaf)
                 args.append(leaf)
-        with torch.enable_grad():
-            out = self.modules[vid](*(cast_input(a, self.dtypes[vid]) for a in args))
-        self._saved[(micro, vid)] = _Saved(leaves, out)
+        # with grad even when recomputing: the very code path of the backward's second run, so the two
+        # outputs are the same bits (a kernel may take another path without grad)
+        out = self._run(vid, args)
+        self._saved[(micro, vid)] = _Saved(args, leaves, None if spec.recompute else out)
         out = out.detach()
         return out if self.observer is None else self.observer.forward_done(vid, micro, inputs, out)
 
@@ -96,17 +111,20 @@ class VNodeRuntime:
         """Gradients from zero for a step of `micro_batches`, of which this runtime runs `block`."""
         self.gradients.start(block, micro_batches)
 
+    def _run(self, vid: str, args: list[torch.Tensor]) -> torch.Tensor:
+        with torch.enable_grad():
+            return self.modules[vid](*(cast_input(a, self.dtypes[vid]) for a in args))
+
     def backward(self, vid: str, micro: int, grad_output: torch.Tensor) -> list[torch.Tensor | None]:
         """Backward of one VNode; adds its parameters' gradients to the step's (`MicroGradients`),
         returns its inputs' gradients."""
         saved = self._saved.pop((micro, vid))
+        output = saved.output if saved.output is not None else self._run(vid, saved.args)  # recompute
         leaves = [leaf for leaf in saved.leaves if leaf is not None]
         params = list(self.modules[vid].parameters())
         borrowed = list(getattr(self.modules[vid], "tied_weight", []))
-        grad_output = grad_output.to(device=saved.output.device, dtype=saved.output.dtype)
-        grads = torch.autograd.grad(
-            saved.output, leaves + params + borrowed, grad_outputs=grad_output, allow_unused=True
-        )
+        grad_output = grad_output.to(device=output.device, dtype=output.dtype)
+        grads = torch.autograd.grad(output, leaves + params + borrowed, grad_outputs=grad_output, allow_unused=True)
         for p, g in zip(params, grads[len(leaves):]):
             if g is not None:
                 self.gradients.add(micro, self._param_names[id(p)], g)
@@ -141,9 +159,21 @@ class VNodeRuntime:
         grads = [p.grad for p in self.parameters().values() if p.grad is not None]
         return not grads or not bool(found_nonfinite(grads))
 
+    def grad_sq_norms(self, loss_scale: float = 1.0) -> dict[str, float] | None:
+        """Each hosted VNode's squared gradient norm, unscaled (`vnode_grad_sq_norms`), or None when
+        a gradient here is not finite (or so large that its norm is not): the step overflowed. One
+        pass over the gradients does both: an inf or nan anywhere makes its norm inf or nan."""
+        norms = vnode_grad_sq_norms(self.vnode_parameters(), loss_scale)
+        return norms if all(math.isfinite(v) for v in norms.values()) else None
+
     def activation_bytes(self) -> int:
-        """Bytes of the VNode outputs kept for backward (in each VNode's precision)."""
-        return sum(s.output.numel() * s.output.element_size() for s in self._saved.values())
+        """Bytes kept for backward: the outputs of VNodes that keep their graph, the inputs of those that
+        recompute (in each VNode's precision; a tensor kept by several counts once)."""
+        kept = {}
+        for s in list(self._saved.values()):  # telemetry reads this while the compute thread works
+            for t in [s.output] if s.output is not None else s.args:
+                kept[t.data_ptr()] = t.numel() * t.element_size()  # a leaf shares its producer's data
+        return sum(kept.values())
 
 
 # -- how gradients meet at VNode boundaries (the PNode stage and `local_step` both follow these) --

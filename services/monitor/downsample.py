@@ -21,6 +21,7 @@ METRICS = {
     "TOKENS_PER_S": "tokens / nullif(step_time_s, 0)",
     "LR": "lr",
     "LOSS_SCALE": "loss_scale",
+    "GRAD_NORM": "grad_norm",
 }
 MAX_POINTS_LIMIT = 20_000
 

@@ -14,7 +14,7 @@ from computeall.protocol.events import (
     Allocated, CheckpointCommitted, ChecksCompleted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined,
     PNodeLeft, PNodeLost, PNodeQuarantined, Reallocated, ResultsDiscarded, SamplesGenerated, SessionCompleted,
     SessionCreated, SessionFailed, SessionPaused, SplitCreated, StepCompleted, Tokenized, TokenizerTrained,
-    ValidationCompleted,
+    UpdateRatios, ValidationCompleted,
 )
 
 from .projection import Batch, Header, Message, projects, type_name
@@ -96,6 +96,21 @@ def step_completed(batch: Batch, h: Header, p: StepCompleted, msg: Message) -> N
     # a step re-run after a rollback replaces the earlier row: the last one in the log wins
     batch.steps[(h.session_id, p.step)] = row
     batch.notices.append((f"steps:{h.session_id}", dict(zip(STEP_COLUMNS, row))))
+    if p.compute_s_by_pnode:  # every PNode's VNodes saw every token of the step
+        pnodes = sorted(p.compute_s_by_pnode)
+        batch.ops.append((
+            "INSERT OR REPLACE INTO pnode_steps SELECT ?, ?, UNNEST(?::VARCHAR[]), UNNEST(?::DOUBLE[]), ?",
+            [h.session_id, p.step, pnodes, [p.compute_s_by_pnode[n] for n in pnodes], p.tokens],
+        ))
+
+
+@projects(UpdateRatios)
+def update_ratios(batch: Batch, h: Header, p: UpdateRatios, msg: Message) -> None:
+    groups = sorted(p.ratios)
+    batch.ops.append((
+        "INSERT OR REPLACE INTO update_ratios SELECT ?, ?, UNNEST(?::VARCHAR[]), UNNEST(?::DOUBLE[])",
+        [h.session_id, p.step, groups, [p.ratios[g] for g in groups]],
+    ))
 
 
 @projects(ValidationCompleted)

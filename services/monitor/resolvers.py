@@ -9,9 +9,10 @@ from graphql import GraphQLResolveInfo
 
 from . import downsample, reads, time_and_links
 from .context import Context
+from .named_series import PNODE_THROUGHPUT, UPDATE_RATIOS, named_series
 
 json_scalar = ScalarType("JSON")  # values pass through as JSON-compatible Python objects
-number_list_scalar = ScalarType("NumberList")  # a step series column, passed through whole
+number_list_scalar = ScalarType("NumberList")  # a series column, passed through whole
 query = QueryType()
 session_type = ObjectType("Session")
 pnode_type = ObjectType("PNode")
@@ -76,6 +77,18 @@ async def resolve_steps(
     return await ctx(info).services.db.read(
         downsample.steps, s["id"], rng.get("from"), rng.get("to"), max(1, max_points), metric
     )
+
+
+@session_type.field("pnodeThroughput")
+async def resolve_pnode_throughput(s: dict, info: GraphQLResolveInfo, max_points: int = 1000, **rng: int | None) -> list[dict]:
+    return await ctx(info).services.db.read(
+        named_series, PNODE_THROUGHPUT, s["id"], rng.get("from"), rng.get("to"), max_points
+    )
+
+
+@session_type.field("updateRatios")
+async def resolve_update_ratios(s: dict, info: GraphQLResolveInfo, max_points: int = 1000, **rng: int | None) -> list[dict]:
+    return await ctx(info).services.db.read(named_series, UPDATE_RATIOS, s["id"], rng.get("from"), rng.get("to"), max_points)
 
 
 @session_type.field("validations")

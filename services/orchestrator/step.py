@@ -1,6 +1,7 @@
-"""One training step across every PNode: run it, decide apply or skip, record it once.
+"""One training step across every PNode: run it, decide apply or skip and the clip, record it once.
 
-The loss scale is decided here for all PNodes together (`LossScaler`). The scaler is kept from
+The loss scale (`LossScaler`) and the global gradient clip (`clipping`) are decided here for all
+PNodes together. The scaler is kept from
 step to step and rebuilt from the log after any jump (start, resume, rollback), so a re-run
 step decides exactly as it did the first time: same bits.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 import logging
 import time
 
-from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped, standing
+from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped, UpdateRatios, standing
 from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
 
+from . import clipping
+from .diagnostics import update_ratios
 from .loss_scale import LossScaler, replay
 from .recorder import SessionRecorder
 from .session_pnodes import SessionPNodes
@@ -43,8 +46,15 @@ class TrainingStep:
         overflowed = sorted(r.pnode for r in replies if not r.grads_finite)
         decision = scaler.update(bool(overflowed))  # one decision, every PNode applies or skips
         self.scaler_step = step + 1
-        applied = await self.pnodes.all(lambda p: ApplyStep(session_id=state.id, step=step, lr=lr, skip=not decision.apply,
-                                                            **self.checks.apply_fields(p)))
+        # replica 0's PNodes hold the whole pipeline: summed gradients are alike on every replica; with
+        # diloco each replica's differ, and replica 0's norm decides every replica's factor (deterministic for fixed R)
+        first = set(self.pnodes.first_replica)
+        clip = clipping.decide([r for r in replies if r.pnode in first], config.grad_clip)
+        measure = decision.apply and bool(config.update_ratio_every) and step % config.update_ratio_every == 0
+        applied = await self.pnodes.all(lambda p: ApplyStep(
+            session_id=state.id, step=step, lr=lr, skip=not decision.apply, clip_factor=clip.factor,
+            measure_update=measure, **self.checks.apply_fields(p),
+        ))
         self.checks.launch(step)  # they run while the next steps train
         elapsed = time.monotonic() - t0
         tokens = sum(r.tokens for r in replies)
@@ -61,9 +71,12 @@ class TrainingStep:
         await self.recorder.record(
             StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
                           compute_s=compute, wait_s=max(0.0, elapsed - compute),
-                          wire_bytes=sum(sum(r.sent_bytes.values()) for r in replies),
+                          wire_bytes=sum(sum(r.sent_bytes.values()) for r in replies), grad_norm=clip.grad_norm,
+                          clipped=clip.clipped, compute_s_by_pnode={r.pnode: r.compute_s for r in replies},
                           reduce_bytes=sum(r.reduce_bytes for r in replies + applied))
         )
+        if measure:
+            await self.recorder.record(UpdateRatios(step=step, ratios=update_ratios(a for a in applied if a.pnode in first)))
 
     async def _scaler_before(self, step: int) -> LossScaler:
         """The loss scaler as it stands before `step`."""

@@ -35,6 +35,8 @@ def pnode_credential(args: argparse.Namespace) -> Credential:
     try:
         if args.join:
             invite = Invite.from_token(args.join)
+            if invite.role != "pnode":
+                raise InviteError(f"this invite admits a {invite.role}, not a PNode")
             args.memory = args.memory or invite.memory
             credential = invite.credential().at(args.nats)
         else:

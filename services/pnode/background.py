@@ -1,7 +1,7 @@
-"""Work beside the steps (text samples, spot checks) on threads of their own, at a low CPU priority.
-
-On a machine with a core to spare such work costs the steps nothing; on one with no core to spare
-it waits for the steps, not the other way round.
+"""Work beside the steps that nothing waits for (text samples) on threads of their own, at a low CPU
+priority: on a machine with a core to spare it costs the steps nothing; on one with no core to spare
+it waits for the steps, not the other way round. (Spot checks are waited for, two steps behind:
+`checks.check_executor` runs them at normal priority.)
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterator
 
@@ -27,7 +27,6 @@ from computeall.tensorcore.recompute import Recomputer
 from computeall.tensorcore.vnode_runtime import gradients_by_input, loss_gradient, summed_in_order
 
 from .audit import as_read
-from .background import background_executor
 from .routing import CheckPartRoute
 
 if TYPE_CHECKING:
@@ -119,9 +118,11 @@ async def send_material(stage: SessionStage, request: SendCheckMaterial, send: S
 
 
 def check_executor(name: str) -> Executor:
-    """Checks recompute beside the steps, not between them (`background.py`): where a core is
-    spare they cost the steps no time, and where none is they wait for the steps."""
-    return background_executor(f"{name}-checks")
+    """Checks recompute on a thread of their own, beside the step's work rather than between its items:
+    where a core is spare they cost the steps no time. Not niced, unlike samples: the orchestrator
+    settles checks at most two steps behind, so a starved check stalls the session (measured on a
+    loaded machine: a niced checker doubled the step time, one at normal priority costs its CPU)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-checks")
 
 
 async def run_check(stage: SessionStage, request: Recompute, deadline_s: float, executor: Executor) -> PNodeReply:

@@ -117,8 +117,11 @@ class PNode:
         for t in tasks:
             t.cancel()
         try:
-            await self.nc.publish(self.subjects.heartbeat(self.name), self._beat(left=True).model_dump_json().encode())
-            await self.nc.drain()
+            if self.refused:  # nothing to say goodbye on; closing ends nats-py's reconnect attempts
+                await asyncio.wait_for(self.nc.close(), 5)  # bounded: seen to hang flushing a dead TLS link
+            else:
+                await self.nc.publish(self.subjects.heartbeat(self.name), self._beat(left=True).model_dump_json().encode())
+                await self.nc.drain()
         except (nats.errors.Error, TimeoutError):
             pass  # the server went away first
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -128,8 +131,12 @@ class PNode:
 
     async def _on_bus_error(self, exc: Exception) -> None:
         if "authorization violation" in str(exc).lower():  # revoked or expired: no reconnect will help
-            self.refused = "the server no longer accepts this PNode's credential (revoked or expired); exiting"
-            log.error("%s", self.refused)
+            if self.refused is None:
+                self.refused = "the server no longer accepts this PNode's credential (revoked or expired); exiting"
+                log.error("%s", self.refused)
+            # nats-py's reconnect loop can swallow a cancellation (and so never end): with a bound on
+            # the tries it runs out of servers and closes the connection by itself
+            self.nc.options.update(allow_reconnect=False, max_reconnect_attempts=1)
             self._stop.set()
         else:
             log.warning("nats: %s", exc)
@@ -316,14 +323,19 @@ class PNode:
                 log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.heartbeat_s)
 
+    def _bytes_by_category(self) -> dict[str, int]:
+        categories: dict[str, int] = {}
+        for stage in list(self.stages.values()):
+            for k, v in bytes_by_category(stage).items():
+                categories[k] = categories.get(k, 0) + v
+        return categories
+
     async def _telemetry(self) -> None:
         process = psutil.Process()
         while True:
             allocated, reserved = device_memory(self.device)
-            categories: dict[str, int] = {}
-            for stage in self.stages.values():
-                for k, v in bytes_by_category(stage).items():
-                    categories[k] = categories.get(k, 0) + v
+            # on the compute thread, between steps: reading a gradient while backward writes it segfaulted
+            categories = await asyncio.get_running_loop().run_in_executor(self.executor, self._bytes_by_category)
             sample = MemorySample(
                 pnode=self.name, ts=time.time(), rss_bytes=process.memory_info().rss,
                 gpu_allocated_bytes=allocated, gpu_reserved_bytes=reserved, bytes_by_category=categories,

@@ -28,6 +28,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import torch
@@ -37,6 +38,7 @@ from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.recompute import Recomputer
+from computeall.tensorcore.update_norms import measured_update
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 from computeall.tensorcore.wire_formats import Encoded, wire_format
 
@@ -97,7 +99,7 @@ class SessionStage:
         self.graph = Graph(NetworkSpec.model_validate(plan.network))
         self.local = [v for v in self.graph.order if plan.assignment[v] == pnode]
         self.runtime = VNodeRuntime(self.graph, self.local, plan.seed, device)
-        self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer)
+        self.optimizer = VNodeOptimizer(self.runtime.parameters(), plan.optimizer, self.runtime.decay_groups())
         self.train_feed = feeds(plan.batches.split, plan.micro_batches)
         self.feeds = feeds
         self.inbox: dict[ActivationKey | GradientKey, torch.Tensor] = {}
@@ -171,17 +173,26 @@ class SessionStage:
         return _Pass(phase, step, micro_batches, micros, feed, backward, schedule)
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
-        def work() -> None:
+        def work() -> tuple[dict[str, float], dict[str, float]] | None:
             if self.audit:  # before the update: a check recomputes with the parameters the step used
                 self.audit.keep(request.keep)
                 self.audit.release(request.release)
-            if not request.skip:
-                self.optimizer.step(request.lr, self.loss_scale)
+            update = partial(self.optimizer.step, request.lr, self.loss_scale, request.clip_factor)
+            measured = None
+            if request.skip:
+                pass  # every PNode drops this step's gradients
+            elif request.measure_update:
+                measured = measured_update(self.optimizer, self.runtime.owners(), update)
+            else:
+                update()
             self.runtime.zero_grad()
+            return measured
 
-        await self._compute(work)
+        measured = await self._compute(work)
         sent = await self.replica_sum.outer_step(request.step)
-        return PNodeReply(ok=True, pnode=self.pnode, step=request.step, reduce_bytes=sent)
+        updates, weights = measured or (None, None)
+        return PNodeReply(ok=True, pnode=self.pnode, step=request.step, reduce_bytes=sent,
+                          update_sq_norms=updates, weight_sq_norms=weights)
 
     async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
         self.current = PassId(p.phase, p.step)
@@ -208,14 +219,16 @@ class SessionStage:
                 task.cancel()
             if not p.backward:
                 self.runtime.drop()
-        reduce_bytes, finite = 0, True
+        reduce_bytes, norms = 0, None
         if p.backward:
             await self._compute(self.runtime.finish_backward)
-            reduce_bytes = await self.replica_sum.finish()
-            finite = await self._compute(self.runtime.grads_finite)
+            reduce_bytes = await self.replica_sum.finish()  # every replica holds the summed gradients now
+            # for the orchestrator's overflow check and global clipping: None when not finite
+            norms = await self._compute(self.runtime.grad_sq_norms, self.loss_scale)
         return PNodeReply(
             ok=True, pnode=self.pnode, step=p.step, loss_sum=p.loss_sum if self.has_loss else None,
-            micro_losses=p.micro_losses, tokens=p.tokens, grads_finite=finite, compute_s=p.compute_s, wait_s=wait_s,
+            micro_losses=p.micro_losses, tokens=p.tokens, grads_finite=not p.backward or norms is not None,
+            grad_sq_norms=norms, compute_s=p.compute_s, wait_s=wait_s,
             send_s=traffic.send_s, sent_bytes=traffic.sent_bytes, reduce_bytes=reduce_bytes,
         )
 

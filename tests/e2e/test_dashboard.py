@@ -2,11 +2,12 @@
 
 One test walks the whole path a user takes (the system takes a while to start, so it starts
 once): a wrong key is refused, the right key logs in, the running session is listed, its loss
-chart gains points while it trains, the text its model writes appears by step, newest first, the
-topology shows a VNode's memory, where each PNode's time goes and the links' measured bandwidth, the
-PNodes view lists both PNodes with what they measured, a second session with two data-parallel
-replicas shows the bytes they send each other and each replica's topology, and pausing from the
-UI changes the first session's state. Screenshots of every page go
+chart gains points while it trains beside the gradient norm, each PNode's tokens per second and
+the update ratios, the text its model writes appears by step, newest first, the topology shows a
+VNode's memory, where each PNode's time goes and the links' measured bandwidth, the PNodes view
+lists both PNodes with what they measured, a second session with two data-parallel replicas shows
+the bytes they send each other and each replica's topology, and pausing from the UI changes the
+first session's state. Screenshots of every page go
 to test-artifacts/e2e/.
 """
 
@@ -91,8 +92,11 @@ async def test_dashboard_end_to_end(tmp_path):
             browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(UI_TIMEOUT_MS)
+            errors: list[str] = []  # an exception in the page (a chart that throws draws nothing)
+            page.on("pageerror", lambda e: errors.append(str(e)))
             try:
                 await run_user_path(page, url, key, sid, replicated)
+                assert not errors, errors
             finally:
                 await page.screenshot(path=str(ARTIFACTS / "last.png"), full_page=True)
                 await browser.close()
@@ -120,6 +124,14 @@ async def run_user_path(page, url: str, key: str, sid: str, replicated: str) -> 
     await page.wait_for_selector('[data-chart="Train loss"][data-rendered="yes"]')
     first = await wait_for(lambda: chart_points(page, "Train loss"), 120, "the first steps on the loss chart")
     await wait_for(lambda: _more(page, first + 3), 60, "the loss chart to gain points")
+    # beside the loss: every step's gradient norm, each PNode's tokens per second, the blocks' update ratios
+    assert await chart_points(page, "Gradient norm") >= first
+    throughput = page.locator('[data-chart="Tokens per second per PNode"]:not([data-points="0"])')
+    await throughput.wait_for()
+    assert await throughput.get_attribute("data-series") == str(len(PNODES))
+    ratios = page.locator('[data-chart="Update / weight ratio"]:not([data-points="0"])')
+    await ratios.wait_for()
+    assert await ratios.get_attribute("data-series") == "4"  # embed, b0, b1, norm_f
     await page.screenshot(path=str(ARTIFACTS / "session.png"), full_page=True)
 
     # dragging across the chart zooms: the range is asked of the server again, in full detail

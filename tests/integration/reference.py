@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import torch
+
 from computeall.cli.follow import follow_session, start_session
 from computeall.cli.session_view import session_events
 from computeall.network import Graph, NetworkSpec
@@ -18,8 +20,8 @@ from computeall.tensorcore.reference_model import ReferenceModel
 from computeall.tensorcore.wire import tensor_from_wire
 
 
-async def run_session(client, config: SessionConfig) -> tuple[Allocated, list[float]]:
-    """Its first allocation and its recorded losses."""
+async def run_session(client, config: SessionConfig) -> tuple[Allocated, list[StepCompleted]]:
+    """Its first allocation and its recorded steps."""
     sid, command_id = await start_session(client, config)
     outcome = await asyncio.wait_for(
         follow_session(client, sid, config.steps, progress=False, command_id=command_id), 180
@@ -27,7 +29,7 @@ async def run_session(client, config: SessionConfig) -> tuple[Allocated, list[fl
     assert outcome.ok, outcome.message
     events = [e.payload for _, e in await session_events(client, sid)]
     allocated = next(e for e in events if isinstance(e, Allocated))
-    return allocated, [e.loss for e in events if isinstance(e, StepCompleted)]
+    return allocated, [e for e in events if isinstance(e, StepCompleted)]
 
 
 async def fetch_batches(client, config: SessionConfig, spec: NetworkSpec) -> dict:
@@ -45,9 +47,10 @@ async def fetch_batches(client, config: SessionConfig, spec: NetworkSpec) -> dic
 
 
 def reference_losses(spec: NetworkSpec, config: SessionConfig, batches: dict) -> list[float]:
-    """The single-process plain torch loop: same init, same batches, ordinary autograd."""
+    """The single-process plain torch loop: same init, same batches, ordinary autograd, torch's own
+    global gradient clipping, the same weight-decay groups."""
     model = ReferenceModel(Graph(spec), config.seed)
-    optimizer = VNodeOptimizer(model.named_vnode_parameters(), config.optimizer)
+    optimizer = VNodeOptimizer(model.named_vnode_parameters(), config.optimizer, model.decay_groups())
     step_tokens = config.batch_size * spec.context
     losses = []
     for step in range(config.steps):
@@ -57,6 +60,8 @@ def reference_losses(spec: NetworkSpec, config: SessionConfig, batches: dict) ->
             loss_sum = model(tokens[:, :-1], tokens[:, 1:])
             (loss_sum / step_tokens).backward()
             total += loss_sum.item()
+        if config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step(config.lr.at(step, config.steps))
         model.zero_grad(set_to_none=True)
         losses.append(total / step_tokens)

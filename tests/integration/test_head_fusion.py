@@ -11,7 +11,8 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from .cluster import running_cluster, stdlib_corpus
 from .reference import fetch_batches, reference_losses, run_session
 
-STEPS, BATCH, MICRO, PNODES = 8, 8, 2, 3
+# eight micro-batches: the allocator then balances compute, which cuts inside a block's heads
+STEPS, BATCH, MICRO, PNODES = 8, 8, 8, 3
 NETWORK = per_head_gpt(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads")
 
 
@@ -31,9 +32,10 @@ async def test_per_head_network_spread_over_pnodes_equals_fused_single_process(t
     assert len(lines) == 2 and all(line.startswith("fused") for line in lines)
     config = session_config(fuse_heads=False)
     async with running_cluster(tmp_path, pnodes=PNODES) as (client, _):
-        allocated, distributed = await run_session(client, config)
+        allocated, steps = await run_session(client, config)
         batches = await fetch_batches(client, config, unfused)
 
+    distributed = [s.loss for s in steps]
     where = {p.vnode: p.pnode for p in allocated.placements}
     assert {p.op for p in allocated.placements} >= {"attention_head", "concat_heads"}, "the run must be unfused"
     assert len(allocated.pnodes) == PNODES
@@ -52,8 +54,9 @@ async def test_per_head_network_spread_over_pnodes_equals_fused_single_process(t
 async def test_orchestrator_fuses_heads_by_default(tmp_path):
     config = session_config(pnodes=2)
     async with running_cluster(tmp_path, pnodes=2) as (client, _):
-        allocated, losses = await run_session(client, config)
+        allocated, steps = await run_session(client, config)
         batches = await fetch_batches(client, config, load_network(NETWORK))
+    losses = [s.loss for s in steps]
     ops = {p.vnode: p.op for p in allocated.placements}
     assert ops["b0.attn"] == ops["b1.attn"] == "fused_attention_heads"
     assert not any(op in ("attention_head", "concat_heads") for op in ops.values())

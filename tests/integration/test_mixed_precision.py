@@ -39,8 +39,8 @@ async def _run(client, config: SessionConfig) -> tuple[str, list]:
 
 
 async def test_an_overflowed_step_is_skipped_on_every_pnode_and_the_scale_backs_off(tmp_path):
-    """fp16 with an absurd initial scale: step 0's gradients overflow. The orchestrator skips it on
-    every PNode, backs off (here by 2^-20 at once), then grows after `growth_interval` clean steps.
+    """fp16 with an absurd initial scale, global clipping on: step 0's gradients overflow. The
+    orchestrator skips it on every PNode, backs off (here by 2^-20 at once), then grows after `growth_interval` clean steps.
     The final checkpoint proves no PNode applied step 0: every parameter's Adam step count is 3 of 4."""
     scaling = LossScaleConfig(initial=2.0**30, backoff_factor=2.0**-20, growth_interval=2)
     config = _config(4, "fp16", loss_scale=scaling, min_pnodes=2)
@@ -55,6 +55,11 @@ async def test_an_overflowed_step_is_skipped_on_every_pnode_and_the_scale_backs_
         assert [e.step for e in steps] == [0, 1, 2, 3]
         assert [e.loss_scale for e in steps] == [2.0**30, 1024.0, 1024.0, 2048.0]
         assert all(math.isfinite(e.loss) for e in steps)
+        # clipping is on (grad_clip 1.0) and the overflow still wins: no norm, no clip on the skipped step;
+        # the others have the norm of their unscaled gradients
+        assert config.grad_clip == 1.0 and (steps[0].grad_norm, steps[0].clipped) == (None, False)
+        assert all(e.grad_norm is not None and 0 < e.grad_norm < 100 for e in steps[1:])
+        assert all(e.clipped == (e.grad_norm > 1.0) for e in steps[1:])
 
         checkpoint = [e for e in events if isinstance(e, CheckpointCommitted)][-1]
         assert checkpoint.step == 4

@@ -17,7 +17,8 @@ def run(tmp_path: Path, pnodes: int, data: list[str]) -> list[dict]:
     metrics = tmp_path / f"m{pnodes}.jsonl"
     result = subprocess.run(
         [str(COMPUTEALL), "run", str(NETWORK), "--data", *data, "--steps", "20", "--pnodes", str(pnodes),
-         "--seed", "1", "--metrics-out", str(metrics), "--no-progress", "--data-dir", str(tmp_path / f"cluster{pnodes}")],
+         "--seed", "1", "--grad-clip", "0.5", "--metrics-out", str(metrics), "--no-progress",
+         "--data-dir", str(tmp_path / f"cluster{pnodes}")],
         capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -39,6 +40,9 @@ def test_same_losses_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
     for a, b in zip(one, three):
         assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a, b)
         assert a["tokens"] == b["tokens"] == 8 * 64
-        assert {"step_time_s", "lr"} <= set(a)
+        assert {"step_time_s", "lr", "grad_norm", "clipped", "compute_s_by_pnode"} <= set(a)
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-4 * a["grad_norm"] and a["clipped"] == b["clipped"]
+        assert len(a["compute_s_by_pnode"]) == 1 and len(b["compute_s_by_pnode"]) == 3
+    assert any(r["clipped"] for r in one), "--grad-clip 0.5 acts on some steps"
     first, last = one[0]["loss"], sum(r["loss"] for r in one[-5:]) / 5
     assert last < first - 0.3, (first, last)

@@ -1,13 +1,18 @@
-"""Spot checks with real PNodes on a real NATS: a PNode that corrupts a tenth of its results is caught
-and quarantined, and the session ends with the bits of a clean run; an honest run records no failure
+"""Spot checks with real PNodes on a real NATS: a PNode that corrupts a tenth of its results is caught,
+quarantined and its credential revoked, and the session ends with the bits of a clean run; an honest run records no failure
 and has the bits of a run without checks; the checks recorded are the ones the stream derives from the log."""
 
 from __future__ import annotations
 
+import pytest
+
 from computeall.cli.session_view import report, session_events
 from computeall.orchestrator.session_graph import session_graph
 from computeall.orchestrator.verification.stream import checks_in_log
+from computeall.protocol import bus
 from computeall.protocol.config import VerifyConfig
+from computeall.protocol.credentials import Credential
+from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import (
     ChecksCompleted, EventEnvelope, PNodeJoined, PNodeQuarantined, ResultsDiscarded, RolledBack, StepCompleted, VerificationFailed,
 )
@@ -15,6 +20,7 @@ from computeall.protocol.faults import FaultSpec
 from computeall.protocol.session_state import fold
 
 from .cluster import running_cluster
+from .identities import connect_as
 from .sessions import config, run_to_end
 from .test_failover import final_digests
 
@@ -23,16 +29,16 @@ FAULTY = "pnode-2"
 
 
 async def story(client, sid):
-    events = await session_events(client.eventlog, sid)
+    events = await session_events(client, sid)
     payloads = [e.payload for _, e in events]
     last_loss = {p.step: p.loss for p in payloads if isinstance(p, StepCompleted)}  # a re-run step supersedes
     state = fold(sid, events)
     return payloads, last_loss, final_digests(events), state, report(state, events)
 
 
-async def pnode_devices(client) -> dict[str, str]:
+async def pnode_devices(log: EventLog, subjects) -> dict[str, str]:
     """Every PNode's device, as its PNodeJoined recorded it."""
-    records = await client.eventlog.read(client.subjects.pnode_evt_of_type("PNodeJoined"))
+    records = await log.read(subjects.pnode_evt_of_type("PNodeJoined"))
     joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
     return {p.pnode: p.device for p in joined if isinstance(p, PNodeJoined)}
 
@@ -42,14 +48,22 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
     # (bench/verify.py measures the distribution; the stream's seed is drawn by the orchestrator)
     faulty_cfg = config(steps=STEPS, micro_batches=4, min_pnodes=3, verify=VerifyConfig(rate=0.1))
     honest_cfg = config(steps=STEPS, micro_batches=4, min_pnodes=2, verify=VerifyConfig(rate=0.2))
-    async with running_cluster(tmp_path, pnodes=3, faults={FAULTY: FaultSpec.parse("corrupt:0.1")}) as (client, _):
+    async with running_cluster(tmp_path, pnodes=3, faults={FAULTY: FaultSpec.parse("corrupt:0.1")}) as (client, supervisor):
         faulty_sid = await run_to_end(client, faulty_cfg)
         honest_sid = await run_to_end(client, honest_cfg)  # FAULTY is quarantined: it runs on the other two
         unchecked_sid = await run_to_end(client, honest_cfg.model_copy(update={"verify": VerifyConfig()}))
         faulty, honest = await story(client, faulty_sid), await story(client, honest_sid)
         unchecked = await story(client, unchecked_sid)
-        devices = await pnode_devices(client)
-        on_its_subject = await client.eventlog.read(client.subjects.pnode_evt_of_type("PNodeQuarantined"))
+        reader = await connect_as(supervisor.credentials, "orchestrator", "reader")  # users read no stream
+        try:
+            log = EventLog(reader.jetstream(), client.subjects)
+            devices = await pnode_devices(log, client.subjects)
+            on_its_subject = await log.read(client.subjects.pnode_evt_of_type("PNodeQuarantined"))
+        finally:
+            await reader.close()
+        with pytest.raises(bus.BusConnectError, match="Authorization Violation"):  # its credential is revoked
+            await bus.connect(Credential.load(supervisor.credentials.credential_file("pnode", FAULTY)), name="again",
+                              allow_reconnect=False, max_reconnect_attempts=0)
     assert [r.subject.split(".")[-2] for r in on_its_subject] == [FAULTY], "every orchestrator learns of it"
 
     payloads, losses, digests, state, shown = faulty
@@ -58,7 +72,7 @@ async def test_a_corrupting_pnode_is_caught_and_the_session_ends_as_a_clean_run(
     first = failures[0]
     assert first.claimed != first.recomputed, "both digests are recorded, and they differ"
     (quarantined,) = [p for p in payloads if isinstance(p, PNodeQuarantined)]
-    assert quarantined.pnode == FAULTY and quarantined.step <= 20
+    assert quarantined.pnode == FAULTY and quarantined.step <= 20 and quarantined.credential_revoked
     discarded = next(p for p in payloads if isinstance(p, ResultsDiscarded))
     assert discarded.from_step == 0, f"{FAULTY} worked from the start: nothing it touched is kept"
     assert any(isinstance(p, RolledBack) and p.to_step == 0 for p in payloads)

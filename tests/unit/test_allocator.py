@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from computeall.network import Graph, load_network_file
+from computeall.network import Graph, load_network, load_network_file
 from computeall.orchestrator.allocator import AllocationError, PNodeCapacity, allocate, bytes_across
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "networks"
@@ -62,3 +62,20 @@ def test_score_is_bytes_crossing_the_network(graph):
 def test_no_pnodes_is_a_clear_error(graph):
     with pytest.raises(AllocationError, match="no PNodes"):
         allocate(graph, [], 8, 8)
+
+
+def test_recompute_lets_a_network_fit_where_it_did_not():
+    """The memory model knows a recomputing VNode keeps only its inputs: with a micro-batch whose
+    activations dominate, tiny-gpt does not fit one PNode as written and fits with recompute."""
+    text = (EXAMPLES / "tiny-gpt.yaml").read_text()
+    assert "recompute" not in text
+    plain = Graph(load_network(text))
+    recomputing = Graph(load_network(text.replace("precision: fp32", "precision: fp32\n  recompute: true")))
+    assert all(v.recompute for v in recomputing.vnodes.values())
+    need = {name: allocate(g, pnodes(1, memory=64 * GiB), 64, 64).stages[0].memory_bytes
+            for name, g in (("plain", plain), ("recompute", recomputing))}
+    assert need["recompute"] < 0.5 * need["plain"]
+    memory = (need["recompute"] + need["plain"]) // 2
+    with pytest.raises(AllocationError):
+        allocate(plain, pnodes(1, memory=memory), 64, 64)
+    assert allocate(recomputing, pnodes(1, memory=memory), 64, 64).stages[0].memory_bytes == need["recompute"]

@@ -85,6 +85,19 @@ def test_per_vnode_precision_overrides_default():
     assert spec.vnode("embed").precision == "bf16" and spec.vnode("n").precision == "fp32"
 
 
+def test_recompute_is_a_network_default_with_per_vnode_overrides():
+    text = HEADER.replace("hidden: 32}", "hidden: 32, recompute: true}") + EMBED
+    text += "  - {id: n, op: rmsnorm, inputs: [embed], recompute: false}\n" + HEAD % "n"
+    spec = load_network(text)
+    assert [(v.id, v.recompute) for v in spec.vnodes] == [("embed", True), ("n", False), ("head", True)]
+    assert not any(v.recompute for v in load_network(HEADER + EMBED + HEAD % "embed").vnodes)
+
+
+def test_bad_network_defaults_name_the_field():
+    for setting, field in (("precision: fp99", "defaults.precision"), ("recompute: maybe", "defaults.recompute"),
+                           ("wire: int4", "defaults.wire")):
+        found = problems(HEADER.replace("hidden: 32}", f"hidden: 32, {setting}}}") + EMBED + HEAD % "embed")
+        assert any(f"field '{field}'" in p for p in found), found
 def test_wire_per_vnode_with_a_network_default_and_its_bytes():
     text = HEADER.replace("hidden: 32}", "hidden: 32, wire: bf16}") + EMBED
     text += "  - {id: n, op: rmsnorm, inputs: [embed], wire: int8}\n" + HEAD % "n"
@@ -101,7 +114,7 @@ def test_wire_per_vnode_with_a_network_default_and_its_bytes():
 
 def test_bad_wire_settings_say_what_to_use():
     bad_default = HEADER.replace("hidden: 32}", "hidden: 32, wire: int4}") + EMBED + HEAD % "embed"
-    assert problems(bad_default) == ["network, field 'defaults.wire': 'int4' is not a wire format; use one of fp32, bf16, fp16, int8"]
+    assert problems(bad_default) == ["network, field 'defaults.wire': Input should be 'fp32', 'bf16', 'fp16' or 'int8'"]
     found = problems(HEADER + EMBED + "  - {id: n, op: rmsnorm, inputs: [embed], wire: zip}\n" + HEAD % "n")
     assert any("field 'wire'" in p and "'fp32', 'bf16', 'fp16' or 'int8'" in p for p in found), found
 

@@ -26,4 +26,5 @@ OP = OpSpec(
     activation_elements=lambda p, site: 2 * site.features,
     module="computeall.tensorcore.ops.embedding:Embedding",
     example={"vocab_size": 16, "dim": 8},
+    param_group="embedding",  # the tied LM head's weight is this one
 )

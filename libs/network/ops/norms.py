@@ -26,6 +26,7 @@ def _norm(name: str, module: str, weights_per_feature: int) -> OpSpec:
         activation_elements=lambda p, site: 2 * site.features,
         module=f"computeall.tensorcore.ops.norms:{module}",
         example={"dim": 8},
+        param_group="norm",
     )
 
 

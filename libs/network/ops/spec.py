@@ -8,9 +8,11 @@ resolves the path (`computeall.tensorcore.ops.module_class`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
+
+from computeall.protocol.config import DecayGroup
 
 # Inputs that come from the dataset rather than from a VNode: token ids (B, T).
 DATA_INPUTS = ("data.tokens", "data.targets")
@@ -68,6 +70,15 @@ class OpSpec:
     in_field: str = "dim"
     is_loss: bool = False
     tie: TiedWeight | None = None
+    # what its parameters are to weight decay: a layer's ("weights": its vectors are biases), a norm's,
+    # or an embedding's (OptimizerConfig.no_decay names the groups that do not decay)
+    param_group: Literal["weights", "norm", "embedding"] = "weights"
+
+    def decay_group(self, ndim: int) -> DecayGroup:
+        """The weight-decay group of one of this op's parameters, from its number of dimensions."""
+        if self.param_group == "weights" and ndim < 2:
+            return "bias"
+        return self.param_group
 
     def expected_in_features(self, params: Params, count: int) -> list[int]:
         """The width each of `count` VNode inputs must have."""

@@ -38,6 +38,7 @@ from .training import (
     SamplesGenerated,
     StepCompleted,
     StepSkipped,
+    UpdateRatios,
     ValidationCompleted,
     VNodePlacement,
 )
@@ -65,6 +66,6 @@ __all__ = [
     "SessionClaimed", "SessionCompleted",
     "SessionCreated", "SessionEvent", "SessionFailed", "SessionPaused", "SessionResumed",
     "SessionStarted", "SessionStopped", "SplitCreated", "StepAborted", "StepCompleted",
-    "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "ValidationCompleted",
+    "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "UpdateRatios", "ValidationCompleted",
     "ValidationRequested", "VerificationFailed", "VerificationSeeded", "VNodePlacement", "recorded_as", "standing",
 ]

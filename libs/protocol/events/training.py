@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..object_store import CheckpointObject
 from .base import DomainEvent, recorded_as
@@ -50,6 +50,19 @@ class StepCompleted(DomainEvent):
     wait_s: float = 0.0
     wire_bytes: int = 0  # tensor bytes sent PNode to PNode in the step, every link together
     reduce_bytes: int = 0  # sent between replicas: gradient sums (or diloco's pseudo-gradients)
+    grad_norm: float | None = None  # global L2 norm of the unscaled gradients, before clipping; None: skipped
+    clipped: bool = False  # the gradients were scaled down to the session's grad_clip
+    compute_s_by_pnode: dict[str, float] = Field(default_factory=dict)  # each PNode's compute seconds
+
+
+@recorded_as("session")
+class UpdateRatios(DomainEvent):
+    """After `step`'s update: |update| / |weights| of every VNode group (a block such as `b0`, or a
+    VNode outside any block), measured every `update_ratio_every` steps."""
+
+    type: Literal["UpdateRatios"] = "UpdateRatios"
+    step: int
+    ratios: dict[str, float]
 
 
 @recorded_as("session")

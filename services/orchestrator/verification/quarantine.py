@@ -10,9 +10,15 @@ in any session, and their credential is revoked.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
+import nats.errors
+from nats.aio.client import Client as NATS
+
 from computeall.protocol.events import EventEnvelope, PNodeQuarantined, ResultsDiscarded, RolledBack
+from computeall.protocol.membership_api import MembershipError, revoke_pnode
+from computeall.protocol.subjects import Subjects
 
 from ..checkpoints import Checkpoints
 from ..errors import Quarantine
@@ -24,11 +30,16 @@ from .checks import SessionChecks
 log = logging.getLogger("computeall.orchestrator.verification")
 
 
-async def revoke_credential(pnode: str) -> bool:
-    """SEAM for secure membership (issue #13): revoke the PNode's bus credential, so it cannot even
-    connect any more. Until that lands a quarantined PNode is only never given work again."""
-    log.warning("pnode %s is quarantined; revoking its credential is not available in this build", pnode)
-    return False
+async def revoke_credential(nc: NATS, subjects: Subjects, pnode: str, reason: str) -> bool:
+    """Revoke the PNode's bus credential (secure membership's authority closes its connections), so it
+    cannot even connect any more; False when no authority answers (a deployment without `computeall
+    up`, such as docker compose) or it refuses. The quarantine stands either way."""
+    try:
+        reply = await revoke_pnode(nc, subjects, pnode, reason=reason[:500])
+    except (MembershipError, nats.errors.Error, asyncio.TimeoutError) as exc:
+        log.warning("pnode %s is quarantined, but its credential could not be revoked: %s", pnode, exc)
+        return False
+    return bool(reply.revoked)
 
 
 class QuarantineRecovery:
@@ -49,7 +60,8 @@ class QuarantineRecovery:
         clean = state.clean_checkpoint(bad)
         for pnode in verdict.pnodes:
             self.registry.quarantine(pnode)
-            revoked = await revoke_credential(pnode)
+            calls = self.placement.session_pnodes.calls
+            revoked = await revoke_credential(calls.nc, calls.subjects, pnode, f"spot checks: {verdict}")
             event = PNodeQuarantined(pnode=pnode, step=verdict.step, reason=str(verdict), credential_revoked=revoked)
             await self.recorder.record(event)
             await self._record_for_pnode(event)

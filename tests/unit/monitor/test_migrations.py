@@ -44,7 +44,7 @@ def test_a_file_of_the_first_schema_is_upgraded_in_place_and_keeps_its_rows(tmp_
         assert db.con.execute("SELECT count(*) FROM events").fetchone() == (1,)
         assert db.con.execute("SELECT name FROM users").fetchall() == [("alice",)]
         assert db.con.execute("SELECT id, key_hash FROM api_keys").fetchall() == [("k1", "hash")]
-        # 005: keys made before have no nkey (they log into the dashboard only)
+        # 006: keys made before have no nkey (they log into the dashboard only)
         assert db.con.execute("SELECT nkey FROM api_keys").fetchall() == [(None,)]
     finally:
         db.close()
@@ -68,10 +68,10 @@ def test_a_new_migration_adds_a_column_to_an_existing_file(tmp_path):
     Database(path, readers=1).close()  # today's schema, as a monitor left it
     con = duckdb.connect(str(path))
     con.execute("INSERT INTO steps (session_id, step, loss) VALUES ('a', 0, 3.5)")
-    migrations = with_extra(tmp_path, f"{len(migrate.load()) + 1:03d}_grad_norm.sql",
-                            "ALTER TABLE steps ADD COLUMN grad_norm DOUBLE;")
+    migrations = with_extra(tmp_path, f"{len(migrate.load()) + 1:03d}_tokens_seen.sql",
+                            "ALTER TABLE steps ADD COLUMN tokens_seen BIGINT;")
     assert migrate.migrate(con, str(path), migrations) == len(migrations)
-    assert con.execute("SELECT session_id, step, loss, grad_norm FROM steps").fetchall() == [("a", 0, 3.5, None)]
+    assert con.execute("SELECT session_id, step, loss, tokens_seen FROM steps").fetchall() == [("a", 0, 3.5, None)]
     con.close()
 
 

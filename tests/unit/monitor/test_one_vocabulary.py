@@ -16,7 +16,7 @@ from computeall.monitor.db import Database
 from computeall.monitor.projection import HANDLERS
 from computeall.monitor.projector import KNOWN_COMMANDS, KNOWN_EVENTS
 from computeall.monitor.server import schema
-from computeall.monitor.step_metrics import STEP_COLUMNS, STEP_METRICS
+from computeall.monitor.step_metrics import STEP_COLUMNS, STEP_MAPS, STEP_METRICS
 from computeall.protocol.events import StepCompleted
 from computeall.protocol.session_status import SessionStatus
 
@@ -29,7 +29,17 @@ def test_generated_schema_and_typescript_are_current():
 
 
 def test_step_metrics_are_step_completed_fields_plus_the_record_time():
-    assert {c.name for c in STEP_METRICS} == (set(StepCompleted.model_fields) - {"type"}) | {"ts"}
+    # the per-PNode maps have tables of their own
+    assert {c.name for c in STEP_METRICS} == (set(StepCompleted.model_fields) - {"type", *STEP_MAPS}) | {"ts"}
+
+
+def test_step_maps_have_their_tables(tmp_path):
+    db = Database(tmp_path / "m.duckdb", readers=1)
+    try:
+        assert set(STEP_MAPS.values()) <= set(db.column_types)
+    finally:
+        db.close()
+    assert set(STEP_MAPS) <= set(StepCompleted.model_fields)
 
 
 def test_steps_table_has_one_column_per_metric(tmp_path):
@@ -51,7 +61,7 @@ def test_graphql_step_types_and_status_enum_follow_the_protocol():
     for type_name in ("Step", "StepSeries"):
         assert list(built.type_map[type_name].fields) == [c.graphql_name for c in STEP_METRICS]
     for c in STEP_METRICS:
-        assert str(built.type_map["Step"].fields[c.graphql_name].type) == f"{c.graphql_type}!"
+        assert str(built.type_map["Step"].fields[c.graphql_name].type) == c.graphql_type
     enum = built.type_map["SessionStatus"]
     assert isinstance(enum, GraphQLEnumType) and list(enum.values) == [s.value for s in SessionStatus]
     status = built.type_map["Session"].fields["status"].type

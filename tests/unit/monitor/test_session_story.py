@@ -21,7 +21,7 @@ from computeall.protocol.events import (
     LossScaleChanged, PauseRequested, Sample, SamplesGenerated,
     PNodeLost, PNodeSlow, Reallocated, RolledBack, SessionClaimed, SessionCompleted, SessionCreated, SessionEvent,
     SessionFailed, SessionPaused, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
-    StepSkipped, StopRequested, ValidationCompleted, ValidationRequested, VNodePlacement,
+    StepSkipped, StopRequested, UpdateRatios, ValidationCompleted, ValidationRequested, VNodePlacement,
     CheckOutcome, ChecksCompleted, PNodeQuarantined, ResultsDiscarded, VerificationFailed, VerificationSeeded,
 )
 from computeall.protocol.verification import ItemDigests
@@ -49,7 +49,8 @@ STORIES = {
         PNodeSlow(pnode="p1", step=3, waited_s=2.0), PNodeLost(pnode="p1", step=3), StepAborted(step=3, reason="p1 lost"),
         Reallocated(placements=[PLACEMENT.model_copy(update={"pnode": "p2"})], edges=[], pnodes=["p2"],
                     bytes_across_per_step=0, reason="lost p1", moves={"embed": "p2"}),
-        RolledBack(to_step=2, from_step=3), step(2), step(3), VerificationSeeded(seed=7),
+        RolledBack(to_step=2, from_step=3), step(2), UpdateRatios(step=2, ratios={"b0": 1e-3}), step(3),
+        VerificationSeeded(seed=7),
         ChecksCompleted(step=3, checks=[CheckOutcome(micro=0, vnode="embed", pnode="p2", checker="p3", backward=True,
                                                      outcome="failed")]),
         VerificationFailed(step=3, micro=0, vnode="embed", pnode="p2", checker="p3", backward=True,

@@ -39,7 +39,7 @@ class Wired:
 
     def __init__(self, graph, replicas: int, sync: ReplicaSync = ReplicaSync()) -> None:
         self.runtimes = [VNodeRuntime(graph, graph.order, 5, CPU) for _ in range(replicas)]
-        self.optimizers = [VNodeOptimizer(r.parameters(), OptimizerConfig()) for r in self.runtimes]
+        self.optimizers = [VNodeOptimizer(r.parameters(), OptimizerConfig(), r.decay_groups()) for r in self.runtimes]
         self.reassemblers = [Reassembler() for _ in range(replicas)]
         self.tamper = lambda pnode, tensor: tensor  # what a test makes of a tensor on its way
         link = Link(self._publish, lambda: 1 << 20, ThreadPoolExecutor(1))

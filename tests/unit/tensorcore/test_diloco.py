@@ -12,7 +12,7 @@ from computeall.tensorcore.optimizer import VNodeOptimizer
 def test_outer_step_is_nesterov_sgd_from_the_anchor_and_writes_low_precision_copies():
     sync = ReplicaSync(mode="diloco", outer_lr=0.8, outer_momentum=0.5)
     params = {"a.w": torch.nn.Parameter(torch.randn(4, 3)), "a.b": torch.nn.Parameter(torch.randn(3).bfloat16())}
-    inner = VNodeOptimizer(params, OptimizerConfig())
+    inner = VNodeOptimizer(params, OptimizerConfig(), {name: "weights" for name in params})
     outer = OuterOptimizer(inner, sync)
     names = sorted(params)
     start = {n: outer.masters[n].clone() for n in names}

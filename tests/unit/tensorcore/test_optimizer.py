@@ -16,7 +16,7 @@ CPU = torch.device("cpu")
 def _setup(precision="bf16", seed=0):
     graph = tiny_graph(precision)
     runtime = VNodeRuntime(graph, graph.order, seed, CPU)
-    return graph, runtime, VNodeOptimizer(runtime.parameters(), OptimizerConfig())
+    return graph, runtime, VNodeOptimizer(runtime.parameters(), OptimizerConfig(), runtime.decay_groups())
 
 
 def _train(graph, runtime, optimizer, steps, loss_scale=1.0, first=0):

@@ -133,7 +133,7 @@ def test_any_placement_computes_the_same_bits_in_mixed_precision(mix):
     results = {}
     for name, parts in placements.items():
         runtimes = [VNodeRuntime(graph, part, 11, CPU) for part in parts]
-        optimizers = [VNodeOptimizer(r.parameters(), OptimizerConfig()) for r in runtimes]
+        optimizers = [VNodeOptimizer(r.parameters(), OptimizerConfig(), r.decay_groups()) for r in runtimes]
         losses = []
         for step in range(3):
             loss = local_step(runtimes, [batch(graph, seed=step)], loss_scale=256.0).loss_sum

@@ -17,7 +17,7 @@ CPU = torch.device("cpu")
 
 def _setup(graph, seed):
     runtime = VNodeRuntime(graph, graph.order, seed, CPU)
-    return runtime, VNodeOptimizer(runtime.parameters(), OptimizerConfig())
+    return runtime, VNodeOptimizer(runtime.parameters(), OptimizerConfig(), runtime.decay_groups())
 
 
 def test_objects_keep_dtypes_and_a_bf16_run_resumes_exactly():

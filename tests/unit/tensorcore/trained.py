@@ -35,7 +35,7 @@ def checkpoint(yaml: str, fused: bool = False, seed: int = 5) -> tuple[VNodeRunt
     with torch.no_grad():
         for p in runtime.parameters().values():
             p.add_(torch.randn(p.shape, generator=noise) * 0.05)
-    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig())
+    optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig(), runtime.decay_groups())
     return runtime, {vid: save_vnode(runtime, optimizer, vid) for vid in graph.order}
 
 

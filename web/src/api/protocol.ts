@@ -7,9 +7,23 @@ export type SessionStatus = (typeof SESSION_STATUSES)[number];
 export const ENDED_STATUSES: readonly SessionStatus[] = ["stopped", "completed", "failed"];
 
 /** The step metrics: StepCompleted's fields, and `ts` (when the step was recorded). */
-export const STEP_FIELDS = ["step", "ts", "loss", "tokens", "stepTimeS", "lr", "lossScale", "computeS", "waitS", "wireBytes", "reduceBytes"] as const;
+export const STEP_FIELDS = ["step", "ts", "loss", "tokens", "stepTimeS", "lr", "lossScale", "computeS", "waitS", "wireBytes", "reduceBytes", "gradNorm", "clipped"] as const;
 export type StepField = (typeof STEP_FIELDS)[number];
 /** One step as the `steps` subscription sends it. */
-export type Step = Record<StepField, number>;
+export type Step = {
+  step: number;
+  ts: number;
+  loss: number;
+  tokens: number;
+  stepTimeS: number;
+  lr: number;
+  lossScale: number;
+  computeS: number;
+  waitS: number;
+  wireBytes: number;
+  reduceBytes: number;
+  gradNorm: number | null;
+  clipped: boolean;
+};
 /** Columns: index i of every list is one step (what uPlot takes as is). */
-export type StepSeries = Record<StepField, number[]>;
+export type StepSeries = { [F in StepField]: Step[F][] };

@@ -23,6 +23,10 @@ export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: In
   session(id: $id) { steps(from: $from, to: $to, maxPoints: $maxPoints) { ${STEP_COLUMNS} } }
 }`;
 
+export const DIAGNOSTICS = `query Diagnostics($id: ID!) {
+  session(id: $id) { pnodeThroughput { name step value } updateRatios { name step value } }
+}`;
+
 export const VALIDATIONS = `query Validations($id: ID!) { session(id: $id) { validations { step ts loss } } }`;
 
 export const SAMPLES = `query Samples($id: ID!) {

@@ -20,11 +20,18 @@ export interface SessionSummary {
 }
 
 export interface SessionDetail extends SessionSummary {
-  config: { steps?: number; network_yaml?: string } | null;
+  config: { steps?: number; network_yaml?: string; grad_clip?: number } | null;
   tokens: number | null;
   bytesAcrossPerStep: number | null;
   /** data-parallel replicas of the pipeline in the current allocation */
   replicas: number | null;
+}
+
+/** One line of a chart with a line per name (a PNode, a VNode group): its values at its steps. */
+export interface NamedSeries {
+  name: string;
+  step: number[];
+  value: (number | null)[];
 }
 
 export interface Validation {

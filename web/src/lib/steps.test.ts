@@ -7,6 +7,7 @@ import { appendSteps, emptySeries, tokensPerSecond } from "./steps";
 const step = (n: number, loss = 1): Step => ({
   ...(Object.fromEntries(STEP_FIELDS.map((f) => [f, 0])) as unknown as Step),
   step: n, ts: n, loss, tokens: 100, stepTimeS: 0.5, lr: 1e-3, lossScale: 1, computeS: 0.4, waitS: 0.1,
+  gradNorm: 0.8, clipped: false,
 });
 
 describe("appendSteps", () => {

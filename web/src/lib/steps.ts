@@ -17,7 +17,7 @@ export function appendSteps(series: StepSeries, steps: Step[]): void {
       while (keep > 0 && series.step[keep - 1] >= s.step) keep--;
       for (const f of STEP_FIELDS) series[f].length = keep;
     }
-    for (const f of STEP_FIELDS) series[f].push(s[f]);
+    for (const f of STEP_FIELDS) (series[f] as Step[typeof f][]).push(s[f]);
   }
 }
 

@@ -1,0 +1,54 @@
+"""Charts with one line per name: tokens per second of each PNode, update-to-weight ratio of each VNode group.
+
+Both come as `[{name, step, value}]`, one entry per line, steps ascending. A long session is thinned
+on the server to at most `max_points` steps, taken at an even stride over the steps that have rows,
+so every line keeps the same steps and the lines stay comparable point by point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from .downsample import MAX_POINTS_LIMIT
+
+
+@dataclass(frozen=True)
+class Source:
+    table: str
+    name: str  # the column that names a line
+    value: str  # SQL for a line's value at a step
+
+
+PNODE_THROUGHPUT = Source("pnode_steps", "pnode", "tokens / nullif(compute_s, 0)")  # tokens/s of its compute
+UPDATE_RATIOS = Source("update_ratios", "grp", "ratio")
+
+
+def named_series(
+    cur: duckdb.DuckDBPyConnection, source: Source, session_id: str, from_step: int | None, to_step: int | None,
+    max_points: int,
+) -> list[dict[str, Any]]:
+    lo = -(2**62) if from_step is None else from_step
+    hi = 2**62 if to_step is None else to_step
+    where = "session_id = ? AND step BETWEEN ? AND ?"
+    (steps,) = cur.execute(f"SELECT count(DISTINCT step) FROM {source.table} WHERE {where}", [session_id, lo, hi]).fetchone()
+    stride = max(1, -(-steps // max(1, min(max_points, MAX_POINTS_LIMIT))))
+    rows = cur.execute(
+        f"""
+        WITH kept AS (
+            SELECT step FROM (SELECT DISTINCT step FROM {source.table} WHERE {where})
+            QUALIFY (row_number() OVER (ORDER BY step) - 1) % ? = 0
+        )
+        SELECT {source.name}, step, {source.value} FROM {source.table}
+        WHERE session_id = ? AND step IN (SELECT step FROM kept) ORDER BY {source.name}, step
+        """,
+        [session_id, lo, hi, stride, session_id],
+    ).fetchall()
+    lines: dict[str, dict[str, Any]] = {}
+    for name, step, value in rows:
+        line = lines.setdefault(name, {"name": name, "step": [], "value": []})
+        line["step"].append(step)
+        line["value"].append(value)
+    return list(lines.values())
