@@ -20,12 +20,19 @@ export function usePoll<T>(load: () => Promise<T>, intervalMs: number): Poll<T> 
   const loading = ref(true);
   let timer: ReturnType<typeof setTimeout> | undefined;
   let active = true;
+  let issued = 0; // loads started: only the newest one's answer is shown
 
   async function refresh(): Promise<void> {
+    // a slow answer to an older load (a poll begun before the view asked for other data, such as
+    // another replica's topology) must not overwrite a newer one's
+    const ticket = ++issued;
     try {
-      data.value = await load();
+      const value = await load();
+      if (ticket !== issued) return;
+      data.value = value;
       error.value = null;
     } catch (e) {
+      if (ticket !== issued) return;
       if (e instanceof AuthError) {
         setApiKey(null, "Your API key was refused (revoked?). Log in with a valid key.");
         return;
