@@ -81,6 +81,13 @@ class EmbeddedNats:
         self.credential(role, name)
         return self.security.credential_path(role, name)
 
+    def credential_files(self, role: Role, names: list[str]) -> list[Path]:
+        """Many local identities' credential files at once: the running server reloads once, not per name."""
+        for name in names:
+            self.security.issue(role, name, [self.url])
+        self.apply_members()
+        return [self.security.credential_path(role, name) for name in names]
+
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"

@@ -47,6 +47,7 @@ class ServiceSpec:
     name: str
     kind: str  # orchestrator, dataset, pnode, monitor
     args: list[str] = field(default_factory=list)
+    own_credential: bool = True  # False: `args` name the credentials (simulated PNodes, one per identity)
 
     def argv(self, nats_url: str, data_dir: Path) -> list[str]:
         return [sys.executable, "-m", f"computeall.{self.kind}", "--nats", nats_url,
@@ -58,7 +59,7 @@ class ServiceSpec:
             args[args.index(flag) + 1] = value
         else:
             args += [flag, value]
-        return ServiceSpec(self.name, self.kind, args)
+        return ServiceSpec(self.name, self.kind, args, self.own_credential)
 
 
 def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0,
@@ -119,7 +120,8 @@ class Supervisor:
         logfile = open(self.logs / f"{spec.name}.log", "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         running.process = subprocess.Popen(
-            spec.argv(self.nats_url, self.data_dir) + self.credential_args(spec.kind, spec.name), stdout=logfile, stderr=subprocess.STDOUT,
+            spec.argv(self.nats_url, self.data_dir) + (self.credential_args(spec.kind, spec.name) if spec.own_credential else []),
+            stdout=logfile, stderr=subprocess.STDOUT,
             env=env, start_new_session=True,
         )
         running.state = "running"

@@ -15,7 +15,6 @@ from functools import lru_cache
 
 from computeall.network import Graph
 from computeall.network.graph import BYTES_PER_ELEMENT
-from computeall.network.ops import Site
 
 ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
 MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
@@ -47,13 +46,9 @@ class Allocation:
     bytes_across_per_step: int
 
 
-def _site(graph: Graph, vid: str) -> Site:
-    return Site(context=graph.spec.context, features=graph.out_features[vid] or 1)
-
-
 def vnode_flops_per_token(graph: Graph, vid: str) -> float:
     """Forward+backward FLOPs per token, from the op's model in the registry."""
-    return graph.op(vid).flops_per_token(graph.params(vid), _site(graph, vid))
+    return graph.flops_per_token(vid)
 
 
 def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
@@ -63,7 +58,7 @@ def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
     element = BYTES_PER_ELEMENT[v.precision]
     master = MASTER_BYTES if v.precision != "fp32" else 0
     params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
-    activations = graph.op(vid).activation_elements(graph.params(vid), _site(graph, vid))
+    activations = graph.op(vid).activation_elements(graph.params(vid), graph.site(vid))
     return params + micro_batch_size * graph.spec.context * activations * element
 
 

@@ -1,30 +1,23 @@
-"""The PNode process: registers, heartbeats, hosts session stages, moves tensors, reports telemetry."""
+"""The PNode process: hosts session stages in torch, moves tensors, reports their memory. Its life on
+the bus (membership, heartbeats, leaving, control requests) is `member.BusMember`'s."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-import nats.errors
 import psutil
 import torch
-from pydantic import TypeAdapter, ValidationError
 
-from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
-from computeall.protocol.envelope import Envelope
 from computeall.protocol.pnode_api import (
     ApplyStep,
     GenerateSamples,
     LoadCheckpoint,
     LoadPlan,
     PNodeReply,
-    PNodeRequest,
     RunStep,
     Reset,
     RunValidation,
@@ -32,7 +25,7 @@ from computeall.protocol.pnode_api import (
     Unload,
 )
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, MemorySample
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
@@ -40,16 +33,17 @@ from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
 from . import checkpoints, sampling
 from .batches import BatchFeed
+from .member import BusMember
 from .memory import bytes_by_category
 from .routing import TensorRoute
 from .stage import SessionStage, StepAborted
 
 log = logging.getLogger("computeall.pnode")
 
-REQUESTS = TypeAdapter(PNodeRequest)
 
+class PNode(BusMember):
+    failures = BusMember.failures + (StepAborted, CheckpointError)
 
-class PNode:
     def __init__(
         self,
         credential: Credential,
@@ -60,104 +54,22 @@ class PNode:
         heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         telemetry_s: float = 2.0,
     ) -> None:
-        self.credential = credential
-        self.name = credential.name  # the identity the server knows it by: its subjects carry it
-        self.memory_bytes = memory_bytes
+        super().__init__(credential, memory_bytes, str(device), subjects, heartbeat_s, telemetry_s)
         self.device = device
-        self.subjects = subjects
         self.step_deadline_s = step_deadline_s
-        self.heartbeat_s = heartbeat_s
-        self.telemetry_s = telemetry_s
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
         self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
         self.rejected_frames = 0
-        self.pending = 0
-        self.leaving = False
-        self.incarnation = uuid.uuid4().hex
-        self.leave_grace_s = 60.0
-        self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
-        self._stop = asyncio.Event()
+        self.process = psutil.Process()
 
-    async def run(self) -> None:
-        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
-        self.js = self.nc.jetstream()
-        await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
-        await self.nc.subscribe(
-            self.subjects.pnode_tensor(self.name), cb=self._on_tensor, pending_bytes_limit=1 << 30
-        )
-        await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
-        # no event of its own: the orchestrator records PNodeJoined/PNodeLeft from the heartbeats
-        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, ", ".join(self.credential.servers), self.device, self.memory_bytes / 2**30)
-        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
-        await self._stop.wait()
-        for t in tasks:
-            t.cancel()
-        try:
-            await self.nc.publish(self.subjects.heartbeat(self.name), self._beat(left=True).model_dump_json().encode())
-            await self.nc.drain()
-        except (nats.errors.Error, TimeoutError):
-            pass  # the server went away first
+    def closed(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
 
-    def stop(self) -> None:
-        """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's
-        VNodes away at the next step boundary and unloads them; then the process exits."""
-        if self.leaving:
-            self._stop.set()  # a second signal: exit now
-            return
-        self.leaving = True
-        asyncio.ensure_future(self._leave())
-
-    async def _leave(self) -> None:
-        deadline = time.monotonic() + self.leave_grace_s
-        while self.stages and time.monotonic() < deadline:
-            if time.monotonic() - self._orchestrator_seen > 3.0:
-                break  # no orchestrator to hand the VNodes to (the whole system is stopping)
-            await asyncio.sleep(0.2)
-        if self.stages:
-            log.warning("leaving with %d session(s) still hosted", len(self.stages))
-        self._stop.set()
-
-    async def _on_orchestrator_heartbeat(self, msg) -> None:
-        self._orchestrator_seen = time.monotonic()
-
-    def _beat(self, left: bool = False) -> Heartbeat:
-        return Heartbeat(
-            pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=str(self.device),
-            memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving or left,
-            incarnation=self.incarnation, left=left,
-        )
-
     # -- control requests ---------------------------------------------------------
-    async def _on_ctl(self, msg) -> None:
-        # handled in a task: a long step must not hold up the next message on this subscription
-        asyncio.ensure_future(self._handle_ctl(msg))
-
-    async def _handle_ctl(self, msg) -> None:
-        try:
-            request = REQUESTS.validate_json(msg.data)
-        except ValidationError as exc:
-            log.warning("rejected a malformed control request: %s", exc.errors()[:3])
-            await self._reply(msg, PNodeReply(ok=False, pnode=self.name, error=f"malformed request: {exc.errors()[:3]}"))
-            return
-        started = time.time()
-        self.pending += 1
-        step = getattr(request, "step", None)
-        await self._status(request, "running", step, started)
-        try:
-            reply = await self._dispatch(request)
-        except (StepAborted, CheckpointError, KeyError, ValueError, RuntimeError, nats.errors.Error) as exc:
-            log.warning("%s failed: %s", request.type, exc)
-            reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            self.pending -= 1
-        await self._status(request, "done" if reply.ok else "failed", step, started)
-        await self._reply(msg, reply)
-
-    async def _dispatch(self, request) -> PNodeReply:
+    async def dispatch(self, request) -> PNodeReply:
         if isinstance(request, Reset):
             for stage in self.stages.values():
                 stage.abort()
@@ -202,17 +114,13 @@ class PNode:
             return PNodeReply(ok=True, pnode=self.name)
         raise ValueError(f"unknown request {request!r}")
 
-    async def _reply(self, msg, reply: PNodeReply) -> None:
-        if msg.reply:
-            await self.nc.publish(msg.reply, reply.model_dump_json().encode())
-
     # -- tensors --------------------------------------------------------------------
     async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute) -> None:
         subject = self.subjects.pnode_tensor(pnode)
         for frame in tensor_frames(route.wire_key, tensor, self.nc.max_payload, route.wire_meta()):
             await self.nc.publish(subject, frame)
 
-    async def _on_tensor(self, msg) -> None:
+    async def on_tensor(self, msg) -> None:
         try:
             received = self.reassembler.feed(msg.data)
             if received is None:
@@ -226,37 +134,15 @@ class PNode:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
 
-    # -- liveness and telemetry ----------------------------------------------------
-    async def _heartbeat(self) -> None:
-        while True:
-            try:
-                await self.nc.publish(self.subjects.heartbeat(self.name), self._beat().model_dump_json().encode())
-            except Exception as exc:  # a broken connection must not end the heartbeat loop
-                log.warning("heartbeat failed: %s", exc)
-            await asyncio.sleep(self.heartbeat_s)
-
-    async def _telemetry(self) -> None:
-        process = psutil.Process()
-        while True:
-            allocated, reserved = device_memory(self.device)
-            categories: dict[str, int] = {}
-            for stage in self.stages.values():
-                for k, v in bytes_by_category(stage).items():
-                    categories[k] = categories.get(k, 0) + v
-            sample = MemorySample(
-                pnode=self.name, ts=time.time(), rss_bytes=process.memory_info().rss,
-                gpu_allocated_bytes=allocated, gpu_reserved_bytes=reserved, bytes_by_category=categories,
-                pending_requests=self.pending, hosted_vnodes=[v for s in self.stages.values() for v in s.local],
-            )
-            try:
-                await self.nc.publish(self.subjects.tel(self.name, "memory"), sample.model_dump_json().encode())
-            except Exception as exc:
-                log.warning("telemetry failed: %s", exc)
-            await asyncio.sleep(self.telemetry_s)
-
-    async def _status(self, request, state: str, step: int | None, started: float) -> None:
-        status = RequestStatus(
-            pnode=self.name, session_id=request.session_id, request=request.type, step=step, state=state,
-            ts=time.time(), duration_s=None if state == "running" else time.time() - started,
+    # -- telemetry --------------------------------------------------------------------
+    def memory_sample(self) -> MemorySample:
+        allocated, reserved = device_memory(self.device)
+        categories: dict[str, int] = {}
+        for stage in self.stages.values():
+            for k, v in bytes_by_category(stage).items():
+                categories[k] = categories.get(k, 0) + v
+        return MemorySample(
+            pnode=self.name, ts=time.time(), rss_bytes=self.process.memory_info().rss,
+            gpu_allocated_bytes=allocated, gpu_reserved_bytes=reserved, bytes_by_category=categories,
+            pending_requests=self.pending, hosted_vnodes=[v for s in self.stages.values() for v in s.local],
         )
-        await self.nc.publish(self.subjects.tel(self.name, "request"), status.model_dump_json().encode())

@@ -21,7 +21,7 @@ from computeall.protocol.pnode_api import GenerateSamples
 from computeall.tensorcore.generation import Generator
 from computeall.tensorcore.trained_model import TrainedModel
 
-from .checkpoints import fetch
+from .checkpoint_objects import fetch
 
 NICE = 10  # a tenth of a compute thread's share of a busy core; 19 would starve them behind other work
 
