@@ -38,7 +38,10 @@ def register(subparsers) -> None:
     create.add_argument("--vocab-size", type=int, default=4096)
     create.add_argument("--split", default="random-doc:0.1", help="random-doc|tail|hash-doc[:FRACTION] (default random-doc:0.1)")
     create.add_argument("--split-name", default="val", help="name of the held-out split")
-    create.add_argument("--tokenizer-from", help="reuse the tokenizer of this dataset (then --vocab-size is ignored)")
+    tokenizer = create.add_mutually_exclusive_group()
+    tokenizer.add_argument("--tokenizer-from", help="reuse the tokenizer of this dataset (then --vocab-size is ignored)")
+    tokenizer.add_argument("--tokenizer-file", metavar="TOKENIZER_JSON",
+                           help="use this tokenizer.json (e.g. of a Hugging Face directory; then --vocab-size is ignored)")
     create.add_argument("--jsonl-field", default="text", help="the text field of .jsonl lines")
     create.add_argument("--document-unit", choices=["paragraph", "file"], default="paragraph", help="what one document of a plain text file is")
     create.add_argument("--skip-invalid-utf8", action="store_true", help="skip documents with invalid UTF-8 (and count them) instead of failing")
@@ -87,6 +90,8 @@ def _run(args, work) -> object:
 
 def _create(args) -> int:
     expand(args.files)  # a missing file is reported before anything is sent
+    if args.tokenizer_file and not Path(args.tokenizer_file).is_file():
+        raise UserError(f"--tokenizer-file {args.tokenizer_file}: no such file")
     try:
         request = CreateDataset(
             name=args.name,
@@ -109,6 +114,11 @@ def _create(args) -> int:
     async def work(nc, subjects):
         sent = await send_files(nc, subjects, request.files, progress=not args.quiet)
         creation = request.model_copy(update={"files": sent.files, "uploads": sent.uploads})
+        if args.tokenizer_file:
+            tokenizer = await send_files(nc, subjects, [args.tokenizer_file], progress=False)
+            creation = creation.model_copy(update={
+                "tokenizer_file": next(iter(tokenizer.files), None), "tokenizer_upload": next(iter(tokenizer.uploads), None),
+            })
         bars = _ProgressBars(enabled=not args.quiet)
         sub = await nc.subscribe(progress_subject(subjects, args.name), cb=bars.on_message)
         try:

@@ -79,6 +79,8 @@ class CreateDataset(_Request):
     vocab_size: int = Field(4096, le=MAX_VOCAB)
     split: SplitSpec = Field(default_factory=SplitSpec)
     tokenizer_from: str | None = Field(None, description="reuse the tokenizer of this dataset instead of training one")
+    tokenizer_file: str | None = Field(None, description="use this tokenizer.json on the service's machine, inside its data roots")
+    tokenizer_upload: UploadedFile | None = Field(None, description="use this tokenizer.json the client put in the uploads bucket")
     jsonl_field: str = "text"
     # A plain text file holds many documents separated by blank lines ("paragraph"), or is one ("file").
     document_unit: Literal["paragraph", "file"] = "paragraph"
@@ -91,6 +93,12 @@ class CreateDataset(_Request):
     def _some_input(self) -> "CreateDataset":
         if not self.files and not self.uploads:
             raise ValueError("give files or uploads to make the dataset from")
+        return self
+
+    @model_validator(mode="after")
+    def _one_tokenizer(self) -> "CreateDataset":
+        if sum(x is not None for x in (self.tokenizer_from, self.tokenizer_file, self.tokenizer_upload)) > 1:
+            raise ValueError("give one tokenizer: a dataset's (tokenizer_from) or a file (tokenizer_file or tokenizer_upload)")
         return self
 
     @field_validator("vocab_size")

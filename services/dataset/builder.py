@@ -52,7 +52,7 @@ def build(
     progress: Progress,
     tokenizer_from: tuple[str, Path] | None = None,
 ) -> BuildResult:
-    """Everything of one dataset into `staging`; `tokenizer_from` is (dataset name, its tokenizer file)."""
+    """Everything of one dataset into `staging`; `tokenizer_from` is (where it comes from, the tokenizer file)."""
     started = time.monotonic()
     tokenizer_path = staging / TOKENIZER_FILE
     if tokenizer_from:

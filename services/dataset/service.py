@@ -48,6 +48,7 @@ from .progress import ProgressReporter
 from .shards import SplitStream
 from .sources import Reader
 from .store import DatasetStore
+from .tokenizer_source import tokenizer_source
 from .uploads import UploadCache
 
 log = logging.getLogger(__name__)
@@ -162,12 +163,7 @@ class DatasetService:
         uploaded = [await self.uploads.local(u) for u in request.uploads]
         readable = self.roots.including([path.parent for path in uploaded])  # just these uploads
         scan = await asyncio.to_thread(reader.scan, [*request.files, *map(str, uploaded)], readable)
-        tokenizer_from = None
-        if request.tokenizer_from:
-            source = await self.store.find(request.tokenizer_from)
-            if source is None:
-                raise DatasetUserError(f"--tokenizer-from {request.tokenizer_from!r}: no such dataset; `computeall dataset list` shows them")
-            tokenizer_from = (source.name, self.store.path(source.name) / source.tokenizer.file)
+        tokenizer_from = await tokenizer_source(request, self.store, self.roots, self.uploads)
 
         existing = self.store.local(request.name) or await self.store.published(request.name)
         if existing:

@@ -76,7 +76,7 @@ class InitialWeights:
         """The weights' token ids must mean what the session's dataset means by them."""
         if init.uploaded:
             theirs, whose = init.uploaded.tokenizer_digest, f"the tokenizer.json of {init.uploaded.source}"
-            hint = "a dataset tokenized with that tokenizer"
+            hint = "a dataset tokenized with it: `computeall dataset create NAME --files ... --tokenizer-file DIR/tokenizer.json`, then --dataset NAME"
         else:
             try:
                 vocab = load_network(source.config.network_yaml).vocab_size

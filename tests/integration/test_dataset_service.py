@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer, models
 
 from computeall.cli.data_upload import send_files
 from computeall.protocol import dataset_client as client
@@ -228,6 +230,23 @@ def test_cli_create_list_show_sample(service: DatasetProcess, nats_server: Embed
     assert shown.returncode == 0 and "tail:0.2" in shown.stdout and "shards/val-00000.bin" in shown.stdout
     sampled = cli("sample", "fox", "--split", "val", "--n", "2", "--context", "16")
     assert sampled.returncode == 0 and sampled.stdout.count("--- sample") == 2 and "Paragraph" in sampled.stdout
+
+    # a tokenizer.json of its own (here the fox dataset's, copied outside the service's roots: uploaded)
+    tokenizer_json = tmp_path / "hf" / "tokenizer.json"
+    tokenizer_json.parent.mkdir()
+    shutil.copyfile(next((tmp_path / "data-a").rglob("tokenizer.json")), tokenizer_json)
+    from_file = cli("create", "fox2", "--files", str(corpus), "--tokenizer-file", str(tokenizer_json), "--json")
+    assert from_file.returncode == 0, from_file.stderr
+    tokenizer = json.loads(from_file.stdout)["tokenizer"]
+    assert tokenizer["digest"] == json.loads(created.stdout)["tokenizer"]["digest"] and not tokenizer["trained"]
+    assert tokenizer["tokenizer_from"].startswith("file tokenizer.json ")
+    not_json = tmp_path / "not.json"
+    not_json.write_text("{ nope")
+    no_eot = tmp_path / "no-eot.json"
+    Tokenizer(models.BPE()).save(str(no_eot))
+    for bad, reason in ((not_json, "not a tokenizers JSON file"), (no_eot, "has no <|endoftext|> token")):
+        refused = cli("create", "fox3", "--files", str(corpus), "--tokenizer-file", str(bad))
+        assert refused.returncode == 2 and reason in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
 
     duplicate = cli("create", "fox", "--files", str(corpus))
     assert duplicate.returncode == 2 and "error: dataset 'fox' already exists" in duplicate.stderr
