@@ -108,7 +108,8 @@ async def one_size(pnodes: int, workdir: Path) -> dict:
         processes = max(1, pnodes // PER_PROCESS)
         supervisor.start(swarm_services(supervisor.credentials, pnodes, processes, memory="1GiB"))
         t0 = time.monotonic()
-        watcher = await bus.connect(supervisor.credentials.credential("admin"), name="bench-swarm")
+        # listens as the monitor does: heartbeats, and the monitor consumers' positions
+        watcher = await bus.connect(supervisor.credentials.credential("monitor", "bench-swarm"), name="bench-swarm")
         seen: set[str] = set()
 
         async def on_beat(msg) -> None:

@@ -13,17 +13,17 @@ from nats.js.errors import NotFoundError
 from computeall.protocol.subjects import LOG_STREAM
 
 from .client import Client, connect
-from .nats_server import EmbeddedNats
-from .security.deployment import Security
+from .nats_cluster import NatsCluster
 from .supervisor import Supervisor, default_services
 
 
 @asynccontextmanager
-async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False) -> AsyncIterator[tuple[Client, Supervisor]]:
+async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False,
+                          nats_servers: int = 1) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
-    event log; stopped in order (and NATS last) on the way out."""
-    server = EmbeddedNats(directory / "nats", security=Security(directory / "security")).start()
-    supervisor = Supervisor(directory, server.url, server.process.pid, server)
+    event log; stopped in order (and NATS last) on the way out. `nats_servers` 3: a clustered bus."""
+    server = NatsCluster(directory, nats_servers).start()
+    supervisor = Supervisor(directory, server.url, server)
     supervisor.start(default_services(pnodes, with_monitor=with_monitor))
     watcher = asyncio.create_task(supervisor.watch())
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 from computeall.protocol.credentials import Credential, Role
 
 from .security.deployment import LOCAL_USER, OPERATOR, Security
-from .security.server_config import MAX_PAYLOAD, ServerSettings, member_users, server_config
+from .security.server_config import MAX_PAYLOAD, ClusterSettings, ServerSettings, member_users, server_config
 
 __all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "nats_binary", "url_reachable", "env_url"]
 RELOADED = b"Reloaded server configuration"
@@ -61,17 +61,20 @@ class EmbeddedNats:
     `security` (by default `<store dir>/security`) says who may connect."""
 
     def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None,
-                 security: Security | None = None) -> None:
+                 security: Security | None = None, cluster: ClusterSettings | None = None,
+                 urls: list[str] | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.port = port or free_port()
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats.log"
         self.security = security or Security(self.store_dir / "security")
+        self.cluster = cluster  # None: on its own; else its place in a `NatsCluster`
+        self.urls = urls or [self.url]  # where clients reach the deployment's bus: every server of a cluster
         self.process: subprocess.Popen | None = None
 
     def credential(self, role: Role, name: str | None = None) -> Credential:
         """A local identity's credential for this server (created on first use; a running server
         learns of a new one before this returns)."""
-        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), [self.url])
+        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), self.urls)
         self.apply_members()
         return credential
 
@@ -84,7 +87,7 @@ class EmbeddedNats:
     def credential_files(self, role: Role, names: list[str]) -> list[Path]:
         """Many local identities' credential files at once: the running server reloads once, not per name."""
         for name in names:
-            self.security.issue(role, name, [self.url])
+            self.security.issue(role, name, self.urls)
         self.apply_members()
         return [self.security.credential_path(role, name) for name in names]
 
@@ -97,7 +100,8 @@ class EmbeddedNats:
         return self.store_dir / "nats.conf"
 
     def config(self) -> str:
-        settings = ServerSettings(host="127.0.0.1", port=self.port, store_dir=str(self.store_dir / "jetstream"))
+        settings = ServerSettings(host="127.0.0.1", port=self.port, store_dir=str(self.store_dir / "jetstream"),
+                                  cluster=self.cluster)
         return server_config(settings, member_users(self.security.members.read().active(), self.security.subjects))
 
     def command(self) -> list[str]:

@@ -17,11 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from computeall.protocol.credentials import Credential, Role
 
 from .cluster_file import ClusterInfo, ServiceStatus, write
+
+if TYPE_CHECKING:
+    from .nats_cluster import NatsCluster
 
 log = logging.getLogger("computeall.supervisor")
 
@@ -96,11 +99,11 @@ class _Running:
 
 
 class Supervisor:
-    def __init__(self, data_dir: Path, nats_url: str, nats_pid: int | None = None, credentials: "Credentials | None" = None) -> None:
+    def __init__(self, data_dir: Path, nats_url: str, bus: "NatsCluster | None" = None) -> None:
         self.data_dir = data_dir
-        self.nats_url = nats_url
-        self.nats_pid = nats_pid
-        self.credentials = credentials  # issues each service its own credential; None: connect anonymously
+        self.nats_url = nats_url  # every server's URL, comma-separated
+        self.bus = bus  # the nats-servers this machine runs; None: someone else's
+        self.credentials: Credentials | None = bus  # issues each service its own credential; None: connect anonymously
         self.logs = data_dir / "logs"
         self.services: dict[str, _Running] = {}
         self.monitor_url: str | None = None
@@ -187,7 +190,7 @@ class Supervisor:
         self.write_cluster_file()
 
     def statuses(self) -> list[ServiceStatus]:
-        out = [ServiceStatus(name="nats", kind="nats", pid=self.nats_pid, state="running" if self.nats_pid else "external")]
+        out = self.bus.statuses() if self.bus else [ServiceStatus(name="nats", kind="nats", pid=None, state="external", url=self.nats_url)]
         for running in self.services.values():
             pid = running.process.pid if running.process else None
             out.append(ServiceStatus(name=running.spec.name, kind=running.spec.kind, pid=pid, state=running.state))

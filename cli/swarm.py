@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .nats_server import EmbeddedNats
+from .nats_cluster import NatsCluster
 from .supervisor import ServiceSpec
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "networks" / "micro-gpt.yaml"
@@ -26,7 +26,7 @@ def swarm_names(pnodes: int) -> list[str]:
     return [f"sim-{i:03d}" for i in range(pnodes)]
 
 
-def swarm_services(server: EmbeddedNats, pnodes: int, processes: int, memory: str = "1GiB",
+def swarm_services(server: NatsCluster, pnodes: int, processes: int, memory: str = "1GiB",
                    flops: float = 1e12) -> list[ServiceSpec]:
     """`pnodes` simulated PNodes over `processes` processes (named swarm-0, swarm-1, ...)."""
     files = server.credential_files("pnode", swarm_names(pnodes))

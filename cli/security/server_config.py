@@ -1,7 +1,8 @@
 """The nats-server configuration of a deployment, generated: listen address, JetStream, limits,
 TLS, and `authorization` with one user per active member (its public nkey and its role's
 permissions). `computeall up`, the embedded test servers and docker-compose.yml all come from
-`server_config`; a later cluster (routes) or leaf-node setup adds its block to `ServerSettings`.
+`server_config`; a cluster of servers adds its routes block (`ClusterSettings`), a leaf-node setup
+would add its own.
 
 Every value is written as JSON, which the nats-server config format accepts, so a subject such as
 `$JS.API.>` is a quoted string and never read as a variable reference.
@@ -29,6 +30,26 @@ class TlsFiles:
 
 
 @dataclass(frozen=True)
+class ClusterSettings:
+    """One server's place in a cluster of nats-servers: its route listener and the others' routes.
+    Routes authenticate with the deployment's route secret: no one joins the cluster without it."""
+
+    name: str  # the cluster's
+    server_name: str  # this server's, unique in the cluster (JetStream's RAFT peers go by it)
+    host: str
+    port: int
+    routes: tuple[str, ...]  # nats-route://HOST:PORT of the other servers
+    secret: str
+    health_port: int  # nats-server's monitoring endpoint on `host`: /healthz says when JetStream is ready
+
+    def route_urls(self) -> list[str]:
+        return [url.replace("nats-route://", f"nats-route://{ROUTE_USER}:{self.secret}@", 1) for url in self.routes]
+
+
+ROUTE_USER = "route"
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     host: str
     port: int
@@ -36,6 +57,7 @@ class ServerSettings:
     max_payload: int = MAX_PAYLOAD
     tls: TlsFiles | None = None
     authorization: bool = True  # False: anyone may connect (only a server nobody else can reach)
+    cluster: ClusterSettings | None = None  # None: a server on its own
 
 
 def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]) -> str:
@@ -46,6 +68,12 @@ def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]
         "max_payload": settings.max_payload,
         "jetstream": {"store_dir": settings.store_dir},
     }
+    if settings.cluster:
+        c = settings.cluster
+        config["server_name"] = c.server_name
+        config["http"] = f"{c.host}:{c.health_port}"
+        config["cluster"] = {"name": c.name, "host": c.host, "port": c.port, "routes": c.route_urls(),
+                             "authorization": {"user": ROUTE_USER, "password": c.secret, "timeout": 5}}
     if settings.tls:
         config["tls"] = {"cert_file": settings.tls.cert_file, "key_file": settings.tls.key_file, "timeout": 5}
     if settings.authorization:

@@ -59,7 +59,7 @@ class Monitor:
         db = Database(s.db_path)
         try:
             js = nc.jetstream()
-            await ensure_streams(js, self.subjects)
+            await ensure_streams(js, self.subjects, replicas=bus.replicas(nc))
             auth = Auth(db)
             await auth.load()
             await auth.default_key(s.data_dir)  # the local user exists from the first start
