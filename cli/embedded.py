@@ -18,13 +18,16 @@ from .supervisor import Supervisor, default_services
 
 
 @asynccontextmanager
-async def running_cluster(directory: Path, pnodes: int, with_monitor: bool = False,
-                          nats_servers: int = 1) -> AsyncIterator[tuple[Client, Supervisor]]:
+async def running_cluster(
+    directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
+    nats_servers: int = 1,
+) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
-    event log; stopped in order (and NATS last) on the way out. `nats_servers` 3: a clustered bus."""
+    event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
+    PNodes' worth of threads to divide the cores by (default `pnodes`). `nats_servers` 3: a clustered bus."""
     server = NatsCluster(directory, nats_servers).start()
     supervisor = Supervisor(directory, server.url, server)
-    supervisor.start(default_services(pnodes, with_monitor=with_monitor))
+    supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
     watcher = asyncio.create_task(supervisor.watch())
     try:
         async with connect(server.credential("user")) as client:

@@ -67,9 +67,7 @@ async def follow_session(
                 p = event.payload
                 if isinstance(p, StepCompleted):
                     if out:
-                        row = {"step": p.step, "loss": p.loss, "tokens": p.tokens, "step_time_s": p.step_time_s,
-                               "lr": p.lr, "loss_scale": p.loss_scale, "compute_s": p.compute_s, "wait_s": p.wait_s}
-                        out.write(json.dumps(row) + "\n")
+                        out.write(json.dumps(p.model_dump(exclude={"type"})) + "\n")  # every StepCompleted field
                         out.flush()
                     bar.n = p.step + 1
                     bar.set_postfix(loss=f"{p.loss:.4f}", refresh=False)

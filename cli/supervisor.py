@@ -66,13 +66,15 @@ class ServiceSpec:
 
 
 def default_services(pnodes: int, with_monitor: bool = True, monitor_port: int = 0,
-                     data_roots: list[str] = ()) -> list[ServiceSpec]:
+                     data_roots: list[str] = (), processes_on_machine: int | None = None) -> list[ServiceSpec]:
     """What `computeall up` runs; docker-compose.yml mirrors this list. The dataset service reads files
-    under `data_roots` besides the stdlib (and the uploads a request names)."""
+    under `data_roots` besides the stdlib (and the uploads a request names). The PNodes share the
+    cores among `processes_on_machine` (default: themselves)."""
     roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
     services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset", roots)]
+    share = str(processes_on_machine or pnodes)
     services += [
-        ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", str(pnodes)])
+        ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", "--processes-on-machine", share])
         for i in range(pnodes)
     ]
     if with_monitor:

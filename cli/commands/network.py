@@ -63,6 +63,7 @@ def describe(spec: NetworkSpec) -> dict:
                 "op": graph.vnodes[vid].op,
                 "inputs": graph.vnodes[vid].inputs,
                 "precision": graph.vnodes[vid].precision,
+                "wire": graph.wire(vid),
                 "params": graph.vnodes[vid].params,
                 "param_count": graph.param_count(vid),
                 "out_features": graph.out_features[vid],
@@ -80,6 +81,8 @@ def render(spec: NetworkSpec) -> list[str]:
         settings = {k: val for k, val in v["params"].items() if k not in _QUIET}
         if v.get("tie"):
             settings["tie"] = v["tie"]
+        if v["wire"] != "fp32":
+            settings["wire"] = v["wire"]
         if "head_ids" in settings:
             ids = settings["head_ids"]
             settings["head_ids"] = f"{ids[0]}..{ids[-1]}" if len(ids) > 2 else ",".join(ids)

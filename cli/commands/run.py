@@ -8,12 +8,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import get_args
 
 from pydantic import ValidationError
 
 from computeall.network import NetworkError, load_network_file
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, PipelineConfig, SessionConfig
 from computeall.protocol.sampling import SamplingConfig
+from computeall.protocol.wire import Wire
 
 from ..data_upload import with_sent_data
 from ..default_corpus import stdlib_files
@@ -44,6 +46,12 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=10, help="warmup steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
+    p.add_argument("--wire", choices=list(get_args(Wire)), default=None,
+                   help="how activations and gradients travel between VNodes, for VNodes that name none "
+                        "(default: the network's `defaults.wire`, else fp32: uncompressed)")
+    p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="each PNode's order of work (default 1f1b)")
+    p.add_argument("--in-flight", type=int, default=None,
+                   help="1f1b: micro-batches a PNode holds at once (default: twice the pipeline's segments)")
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
     p.add_argument("--data-start-step", type=int, default=0, metavar="N",
@@ -80,6 +88,8 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             seed=args.seed,
             lr=LrSchedule(peak=args.lr, warmup_steps=args.warmup, min_lr=args.lr / 10),
             precision=args.precision,
+            wire=args.wire,
+            pipeline=PipelineConfig(schedule=args.schedule, in_flight=args.in_flight),
             fuse_heads=args.fuse_heads,
             min_pnodes=min_pnodes,
             checkpoint_every=args.checkpoint_every,

@@ -7,10 +7,14 @@ import heapq
 from dataclasses import dataclass
 from functools import cached_property
 
+from computeall.protocol.wire import INT8_BLOCK
+
 from .ops import DATA_INPUTS, OPS, OpParams, OpSpec, Site
-from .schema import NetworkSpec, VNodeSpec
+from .schema import NetworkSpec, VNodeSpec, Wire
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+# bytes per element on the wire: int8 carries one fp32 scale per block of INT8_BLOCK elements
+WIRE_BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "int8": 1 + 4 / INT8_BLOCK}
 TOKEN_BYTES = 8  # token ids are int64 on the PNode
 
 
@@ -49,6 +53,11 @@ class Graph:
 
     def op(self, vid: str) -> OpSpec:
         return OPS[self.vnodes[vid].op]
+
+    def wire(self, vid: str) -> Wire:
+        """The wire format on `vid`'s output edges (its activation, and the gradients of it coming
+        back): its own, else the network's default."""
+        return self.vnodes[vid].wire or self.spec.wire
 
     def params(self, vid: str) -> OpParams:
         """A VNode's parameters as its op's typed model (defaults filled in)."""
@@ -89,7 +98,8 @@ class Graph:
         if edge.features is None:
             return tokens * TOKEN_BYTES
         element = BYTES_PER_ELEMENT[self.vnodes[edge.src].precision]
-        return 2 * tokens * edge.features * element
+        element = min(element, WIRE_BYTES_PER_ELEMENT.get(self.wire(edge.src), element))  # a wire never widens
+        return round(2 * tokens * edge.features * element)
 
     def site(self, vid: str) -> Site:
         """Where `vid` sits, as the op's cost models see it (the sequence length, its output width)."""

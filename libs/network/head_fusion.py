@@ -38,6 +38,7 @@ class HeadGroup:
     head_dim: int
     rope_base: float
     precision: str
+    wire: str | None  # the concat's own wire setting: the fused VNode's output is the concat's
 
     @property
     def heads(self) -> int:
@@ -58,7 +59,7 @@ def find_head_groups(spec: NetworkSpec) -> tuple[list[HeadGroup], list[str]]:
     for concat in spec.vnodes:
         if concat.op != "concat_heads":
             continue
-        group, why = _match(concat, by_id, consumers)
+        group, why = _match(concat, by_id, consumers, spec.wire)
         if group is None:
             reasons.append(f"left {concat.id} unfused: {why}")
             claimed.update(concat.inputs)
@@ -72,7 +73,7 @@ def find_head_groups(spec: NetworkSpec) -> tuple[list[HeadGroup], list[str]]:
 
 
 def _match(
-    concat: VNodeSpec, by_id: dict[str, VNodeSpec], consumers: dict[str, list[str]]
+    concat: VNodeSpec, by_id: dict[str, VNodeSpec], consumers: dict[str, list[str]], default_wire: str
 ) -> tuple[HeadGroup | None, str]:
     cparams = ConcatHeadsParams.model_validate(concat.params)
     heads = [by_id.get(name) for name in concat.inputs]
@@ -104,6 +105,10 @@ def _match(
     precisions = {h.id: h.precision for h in heads} | {concat.id: concat.precision}
     if len(set(precisions.values())) > 1:
         return None, f"the heads and the concat differ in precision {precisions}"
+    compressed = {h.id: h.wire or default_wire for h in heads if (h.wire or default_wire) != "fp32"}
+    if compressed:
+        # the head -> concat edges compress; fused, those edges would vanish and the math would change
+        return None, f"the heads compress their outputs on the wire {compressed}"
     for h in heads:
         others = [c for c in consumers.get(h.id, []) if c != concat.id]
         if others:
@@ -121,6 +126,7 @@ def _match(
             head_dim=hparams[0].head_dim,
             rope_base=hparams[0].rope_base,
             precision=concat.precision,
+            wire=concat.wire,
         ),
         "",
     )
@@ -133,7 +139,7 @@ def fused_vnode(group: HeadGroup) -> VNodeSpec:
     )
     return VNodeSpec(
         id=group.fused_id, op=FUSED_OP, inputs=[group.source], tie=None,
-        precision=group.precision, params=params.model_dump(),
+        precision=group.precision, wire=group.wire, params=params.model_dump(),
     )
 
 
@@ -156,7 +162,7 @@ def fuse_heads(spec: NetworkSpec) -> tuple[NetworkSpec, list[str]]:
         f"one {FUSED_OP} VNode reading {g.source}"
         for g in groups
     ]
-    out = NetworkSpec(name=spec.name, vocab_size=spec.vocab_size, context=spec.context, vnodes=vnodes)
+    out = NetworkSpec(name=spec.name, vocab_size=spec.vocab_size, context=spec.context, wire=spec.wire, vnodes=vnodes)
     return out, lines + reasons
 
 
@@ -167,5 +173,5 @@ def head_groups(spec: NetworkSpec) -> list[HeadGroup]:
         if v.op == FUSED_OP:
             p = FusedAttentionHeadsParams.model_validate(v.params)
             if p.head_ids:
-                out.append(HeadGroup(v.id, v.inputs[0], tuple(p.head_ids), p.dim, p.head_dim, p.rope_base, v.precision))
+                out.append(HeadGroup(v.id, v.inputs[0], tuple(p.head_ids), p.dim, p.head_dim, p.rope_base, v.precision, v.wire))
     return out + find_head_groups(spec)[0]

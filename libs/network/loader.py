@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from computeall.protocol.limits import NETWORK_VNODES
 
 from .ops import DATA_INPUTS, OPS, OpSpec, n_inputs
-from .schema import NetworkFile, NetworkSpec, RepeatEntry, VNodeEntry, VNodeSpec
+from .schema import NetworkFile, NetworkSpec, RepeatEntry, VNodeEntry, VNodeSpec, Wire
 from .yaml_shape import SAFE_LOADER, shape_problem
 
 _PLACEHOLDER = re.compile(r"\{(i|in)\}")
@@ -53,10 +53,14 @@ def load_network(text: str, source: str = "<network>") -> NetworkSpec:
     count = vnode_count(file)
     if count > NETWORK_VNODES:
         raise NetworkError([f"{source} has {count:,} VNodes once `repeat` is expanded; the limit is {NETWORK_VNODES:,}"])
+    wire = file.defaults.get("wire", "fp32")
+    if wire not in get_args(Wire):
+        raise NetworkError([f"network, field 'defaults.wire': {wire!r} is not a wire format; use one of {', '.join(get_args(Wire))}"])
     spec = NetworkSpec(
         name=file.name,
         vocab_size=file.vocab_size,
         context=file.context,
+        wire=wire,
         vnodes=_resolve(file, expand(file)),
     )
     problems = validate(spec)
@@ -99,7 +103,7 @@ def _fill(text: str, subst: dict[str, str]) -> str:
 def _resolve(file: NetworkFile, entries: list[VNodeEntry]) -> list[VNodeSpec]:
     """Merge defaults into each VNode's parameters; unknown ops are caught by `validate`."""
     default_precision = file.defaults.get("precision", "fp32")
-    shared = {"vocab_size": file.vocab_size, **{k: v for k, v in file.defaults.items() if k != "precision"}}
+    shared = {"vocab_size": file.vocab_size, **{k: v for k, v in file.defaults.items() if k not in ("precision", "wire")}}
     resolved = []
     for e in entries:
         op = OPS.get(e.op)
@@ -115,6 +119,7 @@ def _resolve(file: NetworkFile, entries: list[VNodeEntry]) -> list[VNodeSpec]:
                 inputs=e.inputs,
                 tie=e.tie,
                 precision=e.precision or default_precision,
+                wire=e.wire,
                 params=params,
             )
         )

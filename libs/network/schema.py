@@ -1,12 +1,12 @@
 """The network YAML, as typed models: what users write and what it resolves to.
 
-A file holds network-level settings, `defaults` (op parameters and precision that
+A file holds network-level settings, `defaults` (op parameters, precision and wire that
 every VNode inherits) and a list of entries: a VNode or a `repeat` macro.
 
     name: tiny-gpt
     vocab_size: 4096
     context: 256
-    defaults: {dim: 256, heads: 8, hidden: 688, precision: fp32}
+    defaults: {dim: 256, heads: 8, hidden: 688, precision: fp32, wire: fp32}
     vnodes:
       - {id: embed, op: embedding, inputs: [data.tokens]}
       - repeat: {count: 4, input: embed, output: "b{i}.res2", vnodes: [...]}
@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from computeall.protocol.wire import Wire
 
 Precision = Literal["fp32", "bf16", "fp16"]
 
@@ -32,6 +34,7 @@ class VNodeEntry(BaseModel):
     inputs: list[str] = Field(default_factory=list)
     tie: str | None = None
     precision: Precision | None = None
+    wire: Wire | None = None
 
     @property
     def op_params(self) -> dict[str, Any]:
@@ -78,6 +81,7 @@ class VNodeSpec(BaseModel):
     inputs: list[str]
     tie: str | None = None
     precision: Precision
+    wire: Wire | None = None  # None: the network's default (`NetworkSpec.wire`)
     params: dict[str, Any]
 
 
@@ -89,6 +93,7 @@ class NetworkSpec(BaseModel):
     name: str
     vocab_size: int
     context: int
+    wire: Wire = "fp32"  # for VNodes that name none; a session's `wire` replaces it
     vnodes: list[VNodeSpec]
 
     def vnode(self, vid: str) -> VNodeSpec:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .uploads import UploadedFile
 from .object_store import CheckpointObject
 from .sampling import SamplingConfig
+from .wire import Wire
 
 Precision = Literal["fp32", "bf16", "fp16"]
 MAX_SAMPLE_PROMPTS = 8
@@ -58,6 +59,21 @@ class LossScaleConfig(BaseModel):
     growth_interval: int = Field(2000, ge=1, description="clean steps in a row before the scale grows")
     min_scale: float = Field(1.0, gt=0)
     max_scale: float = Field(2.0**24, gt=0)
+
+
+class PipelineConfig(BaseModel):
+    """How each PNode orders a step's work items (the PNode's `schedule.py`). Any schedule gives the
+    same bits: it changes when work runs and how much memory it holds, never the math."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schedule: Literal["1f1b", "gpipe"] = Field(
+        "1f1b", description="1f1b: a backward as soon as one is ready, at most `in_flight` micro-batches held; "
+        "gpipe: every forward, then every backward",
+    )
+    in_flight: int | None = Field(
+        None, ge=1, description="1f1b: micro-batches a PNode holds at once (default: twice the pipeline's segments)"
+    )
 
 
 class DataConfig(BaseModel):
@@ -143,6 +159,10 @@ class SessionConfig(BaseModel):
     lr: LrSchedule = Field(default_factory=LrSchedule)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     precision: Precision | None = Field(None, description="overrides the network's default precision")
+    wire: Wire | None = Field(
+        None, description="replaces the network's default wire format (VNodes that name their own keep it)"
+    )
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     fuse_heads: bool = Field(
         True, description="rewrite per-head attention VNodes into one fused VNode per block before allocation"
     )

@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import OptimizerConfig
+from .config import OptimizerConfig, PipelineConfig
 from .object_store import CheckpointObject
 from .sampling import SamplingConfig
 
@@ -46,6 +46,7 @@ class LoadPlan(_Request):
     batches: BatchSource
     micro_batches: int
     optimizer: OptimizerConfig
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
 
 
 class RunStep(_Request):
@@ -137,7 +138,9 @@ class PNodeReply(BaseModel):
     loss_sum: float | None = None  # summed over the tokens of the loss VNodes this PNode hosts
     tokens: int = 0
     grads_finite: bool = True
-    compute_s: float = 0.0
-    wait_s: float = 0.0
+    compute_s: float = 0.0  # running work items on the compute thread
+    wait_s: float = 0.0  # waiting for inputs from other PNodes or the dataset (the bubble)
+    send_s: float = 0.0  # the outbox sending, overlapped with compute
+    sent_bytes: dict[str, int] = Field(default_factory=dict)  # tensor frames sent this pass, by destination PNode
     checkpoint: list[CheckpointObject] | None = None
     samples: list[list[int]] | None = None  # GenerateSamples: the new token ids of each prompt

@@ -1,8 +1,8 @@
 """Tensor wire codec: a validated header plus raw bytes, chunked below `max_payload`.
 
 A frame is ``MAGIC | u32 header length | header JSON | chunk bytes``. The header
-names the tensor (`key`), its dtype and shape, the chunk's index and count and a
-digest of the whole tensor. The receiver checks every field before it keeps a
+names the tensor (`key`), its dtype and shape, how its bytes encode it (`encoding`),
+the chunk's index and count and a digest of the whole tensor. The receiver checks every field before it keeps a
 byte, reassembles the chunks and verifies the digest: nothing is unpickled and a
 bad frame is rejected with a reason (`WireError`), never trusted.
 
@@ -17,6 +17,8 @@ import math
 import struct
 import time
 from dataclasses import dataclass, field
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -38,6 +40,27 @@ ITEMSIZE = {
 }
 
 
+# A VNode's wire format: how its output travels to its consumers and their gradients of it come
+# back, on every edge, local or remote (so placement never changes the math): as computed ("fp32":
+# no compression, never widened), cast to bf16 or fp16, or int8 with one absmax scale per block.
+Wire = Literal["fp32", "bf16", "fp16", "int8"]
+
+# "raw": the elements as they are, `dtype` wide. "int8-block": the elements as int8, then one
+# float32 scale per block of INT8_BLOCK elements (the last block may be short); element i is
+# q[i] * scale[i // INT8_BLOCK], in `dtype` (computeall.tensorcore.wire_formats makes and reads it).
+Encoding = Literal["raw", "int8-block"]
+INT8_BLOCK = 128
+FLOATING = ("float32", "float16", "bfloat16")
+
+
+def encoded_bytes(encoding: str, dtype: str, shape: list[int] | tuple[int, ...]) -> int:
+    """How many bytes a tensor of this dtype and shape takes in this encoding."""
+    n = math.prod(shape)
+    if encoding == "int8-block":
+        return n + 4 * math.ceil(n / INT8_BLOCK)
+    return n * ITEMSIZE[dtype]
+
+
 class WireError(ValueError):
     """A frame that cannot be accepted; the message says why."""
 
@@ -48,6 +71,7 @@ class TensorHeader(BaseModel):
     key: str = Field(..., max_length=512)
     dtype: str
     shape: list[int] = Field(..., max_length=8)
+    encoding: Encoding = "raw"  # raw: the elements as they are; int8-block: int8 values, then one float32 scale per 128
     chunk: int = Field(..., ge=0)
     chunks: int = Field(..., ge=1)
     offset: int = Field(..., ge=0)
@@ -67,8 +91,9 @@ def encode(
     data: bytes | memoryview,
     chunk_bytes: int,
     meta: dict[str, str | int | float | bool] | None = None,
+    encoding: Encoding = "raw",
 ) -> list[bytes]:
-    """Split one tensor's bytes into frames whose size stays below `chunk_bytes`."""
+    """Split one tensor's bytes (in `encoding`) into frames whose size stays below `chunk_bytes`."""
     if dtype not in ITEMSIZE:
         raise WireError(f"dtype {dtype!r} cannot go on the wire; use one of {sorted(ITEMSIZE)}")
     data = memoryview(data).cast("B")
@@ -82,6 +107,7 @@ def encode(
             key=key,
             dtype=dtype,
             shape=list(shape),
+            encoding=encoding,
             chunk=i,
             chunks=chunks,
             offset=i * body,
@@ -89,7 +115,7 @@ def encode(
             digest=whole,
             meta=meta or {},
         )
-        raw = header.model_dump_json().encode()
+        raw = header.model_dump_json(exclude_defaults=True).encode()  # "raw" encoding and no meta go unsaid
         frames.append(MAGIC + _HEADER_LEN.pack(len(raw)) + raw + bytes(part))
     return frames
 
@@ -109,11 +135,15 @@ def decode_frame(frame: bytes, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES)
         raise WireError(f"malformed header: {exc}") from None
     if header.dtype not in ITEMSIZE:
         raise WireError(f"unknown dtype {header.dtype!r}")
+    if header.encoding == "int8-block" and header.dtype not in FLOATING:
+        raise WireError(f"int8-block encodes floating tensors, not {header.dtype}")
     if any(d < 0 for d in header.shape):
         raise WireError(f"negative dimension in shape {header.shape}")
-    expected = math.prod(header.shape) * ITEMSIZE[header.dtype]
+    expected = encoded_bytes(header.encoding, header.dtype, header.shape)
     if expected != header.total_bytes:
-        raise WireError(f"shape {header.shape} of {header.dtype} needs {expected} bytes, header says {header.total_bytes}")
+        raise WireError(
+            f"shape {header.shape} of {header.dtype} ({header.encoding}) needs {expected} bytes, header says {header.total_bytes}"
+        )
     if header.total_bytes > max_tensor_bytes:
         raise WireError(f"tensor of {header.total_bytes} bytes exceeds the limit of {max_tensor_bytes}")
     if header.chunk >= header.chunks:
@@ -145,6 +175,7 @@ class Tensor:
     shape: list[int]
     data: bytearray
     meta: dict[str, str | int | float | bool]
+    encoding: Encoding = "raw"
 
 
 class Reassembler:
@@ -186,7 +217,7 @@ class Reassembler:
         del self._pending[header.key]
         if partial.received != header.total_bytes or digest(partial.buffer) != header.digest:
             raise WireError(f"digest mismatch for {header.key!r}; tensor dropped")
-        return Tensor(header.key, header.dtype, header.shape, partial.buffer, header.meta)
+        return Tensor(header.key, header.dtype, header.shape, partial.buffer, header.meta, header.encoding)
 
     def _expire(self) -> None:
         now = time.monotonic()

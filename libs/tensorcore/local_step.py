@@ -3,8 +3,8 @@
 What a PNode stage does for a step, without the network in between: every VNode forward in
 graph order, then every backward in reverse order, one micro-batch after the other, gradients
 combined by the same rules as the stage (`loss_gradient`, `summed_in_order`,
-`gradients_by_input`). So the parameters' gradients are the ones a session on any number of
-PNodes accumulates. Benchmarks and tests train with it; the optimizer step stays the caller's.
+`gradients_by_input`) and every edge carrying its producer's wire format. So the parameters'
+gradients are the ones a session on any number of PNodes accumulates. Benchmarks and tests train with it; the optimizer step stays the caller's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from computeall.network.ops import DATA_INPUTS, OPS
 
 from .vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
+from .wire_formats import wire_format
 
 # how one work item runs: fn(*args) by default; a benchmark hands it to a PNode-like compute thread
 RunItem = Callable[..., Any]
@@ -52,6 +53,7 @@ def local_step(
     runtimes = [runtimes] if isinstance(runtimes, VNodeRuntime) else list(runtimes)
     host = {v: r for r in runtimes for v in r.order}
     graph = runtimes[0].graph
+    wires = {v: wire_format(graph.wire(v)) for v in graph.order}
     result = LocalStep(tokens=sum(b[:, 1:].numel() for b in micro_batches))
     for m, batch in enumerate(micro_batches):
         # forward, VNode by VNode
@@ -64,7 +66,7 @@ def local_step(
             if OPS[graph.vnodes[vid].op].is_loss:
                 result.loss_sum += float(out)
             else:
-                values[vid] = out
+                values[vid] = wires[vid].encode(out).decode()  # what its consumers read
         result.activation_bytes = max(result.activation_bytes, sum(r.activation_bytes() for r in runtimes))
         # backward, in reverse: each VNode once every consumer handed its gradient back
         grads: dict[str, dict[str, torch.Tensor]] = {v: {} for v in graph.order}
@@ -73,14 +75,16 @@ def local_step(
             if OPS[spec.op].is_loss:
                 grad_out = loss_gradient(loss_scale, result.tokens, host[vid].device)
             else:
-                grad_out = summed_in_order([grads[vid][c] for c in graph.consumers(vid)])
+                grad_out = summed_in_order([grads[vid][c] for c in graph.consumers(vid)], host[vid].dtypes[vid])
                 if grad_out is None:  # an output nothing reads: nothing flows back
                     host[vid].drop_one(m, vid)
                     continue
             input_grads = run(host[vid].backward, vid, m, grad_out)
             result.calls += 1
             for name, g in gradients_by_input(spec.inputs, input_grads).items():
-                grads[name][vid] = g
+                grads[name][vid] = wires[name].encode(g).decode()  # back on the producer's edge
             result.handoffs += sum(1 for g in input_grads if g is not None)
         result.outputs = {k: v for k, v in values.items() if k not in DATA_INPUTS}
+    for r in runtimes:
+        r.finish_backward()
     return result

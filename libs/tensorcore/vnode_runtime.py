@@ -48,6 +48,10 @@ class VNodeRuntime:
         for vid in sorted(self.order, key=lambda v: graph.vnodes[v].tie is not None):
             self.modules[vid] = build_vnode(graph.vnodes[vid], session_seed, device, tied=self.modules)
         self._saved: dict[tuple[int, str], _Saved] = {}
+        # a weight borrowed from another VNode (the tied LM head's) gets its gradient here, apart from
+        # the owner's, and `finish_backward` adds it: the schedule may interleave the two VNodes'
+        # backwards in any way, the shared weight's sum is always (owner's) + (borrower's)
+        self._borrowed_grads: dict[str, torch.Tensor] = {}
 
     def parameters(self) -> dict[str, nn.Parameter]:
         """Every parameter once, named `<vnode>.<param>` (a tied weight under its owner)."""
@@ -79,19 +83,30 @@ class VNodeRuntime:
         """Backward of one VNode; accumulates its parameters' gradients, returns its inputs' gradients."""
         saved = self._saved.pop((micro, vid))
         leaves = [leaf for leaf in saved.leaves if leaf is not None]
-        params = [p for p in self.modules[vid].parameters()] + [
-            p for p in getattr(self.modules[vid], "tied_weight", [])
-        ]
+        params = list(self.modules[vid].parameters())
+        borrowed = list(getattr(self.modules[vid], "tied_weight", []))
         grad_output = grad_output.to(device=saved.output.device, dtype=saved.output.dtype)
         grads = torch.autograd.grad(
-            saved.output, leaves + params, grad_outputs=grad_output, allow_unused=True
+            saved.output, leaves + params + borrowed, grad_outputs=grad_output, allow_unused=True
         )
         for p, g in zip(params, grads[len(leaves):]):
-            if g is None:
-                continue
-            p.grad = g if p.grad is None else p.grad.add_(g)
+            if g is not None:
+                p.grad = g if p.grad is None else p.grad.add_(g)
+        for g in grads[len(leaves) + len(params):]:
+            if g is not None:
+                held = self._borrowed_grads.get(vid)
+                self._borrowed_grads[vid] = g if held is None else held.add_(g)
         it = iter(grads[: len(leaves)])
         return [None if leaf is None else next(it) for leaf in saved.leaves]
+
+    def finish_backward(self) -> None:
+        """Once a step's backwards are all done: add the borrowed weights' gradients to their owners',
+        in topological order (the same on every placement and schedule)."""
+        for vid in self.order:
+            g = self._borrowed_grads.pop(vid, None)
+            if g is not None:
+                (weight,) = self.modules[vid].tied_weight
+                weight.grad = g if weight.grad is None else weight.grad.add_(g)
 
     def drop_one(self, micro: int, vid: str) -> None:
         self._saved.pop((micro, vid), None)
@@ -102,6 +117,7 @@ class VNodeRuntime:
             del self._saved[key]
 
     def zero_grad(self) -> None:
+        self._borrowed_grads.clear()
         for p in self.parameters().values():
             p.grad = None
 
@@ -122,14 +138,15 @@ def loss_gradient(loss_scale: float, tokens: int, device: torch.device) -> torch
     return torch.tensor(loss_scale / tokens, device=device)
 
 
-def summed_in_order(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
+def summed_in_order(parts: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor | None:
     """The consumers' gradients of one output, summed in the graph's consumer order (the same on
-    every placement, so the same bits); None when nothing reads the output."""
+    every placement, so the same bits), in the output's dtype (a gradient that came back over a
+    narrower wire is widened first); None when nothing reads the output."""
     if not parts:
         return None
-    total = parts[0]
+    total = parts[0].to(dtype)
     for g in parts[1:]:
-        total = total + g
+        total = total + g.to(dtype)
     return total
 
 

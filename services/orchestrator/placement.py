@@ -109,6 +109,7 @@ class Placement:
             ),
             micro_batches=config.micro_batches,
             optimizer=config.optimizer,
+            pipeline=config.pipeline,
         )
         await self.load_plan()
 

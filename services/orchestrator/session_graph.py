@@ -1,4 +1,4 @@
-"""The graph the allocator sees for a session: its network, the config's precision, head fusion.
+"""The graph a session runs: its network, the config's precision and wire, head fusion.
 
 One function, so that the orchestrator's "does it fit now?" and the driver's placement size
 the same VNodes: a bf16 session is weighed at bf16, a fused one with its fused heads.
@@ -17,6 +17,8 @@ def session_graph(state: SessionState) -> tuple[Graph, list[str]]:
     if state.config.precision:  # the session's override beats every VNode's own setting
         for vnode in spec.vnodes:
             vnode.precision = state.config.precision
+    if state.config.wire:  # the session's wire replaces the network's default, not a VNode's own
+        spec.wire = state.config.wire
     lines: list[str] = []
     if state.fuse_heads:  # before allocation: the allocator places the fused VNodes
         spec, lines = fuse_heads(spec)

@@ -54,7 +54,8 @@ class TrainingStep:
             await self.recorder.record(LossScaleChanged(step=step, old=decision.old, new=decision.new, reason=decision.reason))
         await self.recorder.record(
             StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
-                          compute_s=compute, wait_s=max(0.0, elapsed - compute))
+                          compute_s=compute, wait_s=max(0.0, elapsed - compute),
+                          wire_bytes=sum(sum(r.sent_bytes.values()) for r in replies))
         )
 
     async def _scaler_before(self, step: int) -> LossScaler:

@@ -29,12 +29,13 @@ from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, MemorySample
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
-from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
+from computeall.tensorcore.wire import tensor_from_wire
 
 from . import checkpoints, sampling
 from .batches import BatchFeed
 from .member import BusMember
 from .memory import bytes_by_category
+from .outbox import Link
 from .routing import TensorRoute
 from .stage import SessionStage, StepAborted
 
@@ -58,6 +59,9 @@ class PNode(BusMember):
         self.device = device
         self.step_deadline_s = step_deadline_s
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
+        # frames in and out (digests, copies, decoding) on their own thread: off the event loop and
+        # off the compute thread, so sending and receiving overlap compute
+        self.wire = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-wire")
         self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.reassembler = Reassembler()
@@ -66,6 +70,7 @@ class PNode(BusMember):
 
     def closed(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.wire.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- control requests ---------------------------------------------------------
@@ -82,7 +87,7 @@ class PNode(BusMember):
 
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._send_tensor),
+                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link()),
             )
             old = self.stages.get(request.session_id)
             if old is not None:
@@ -115,24 +120,35 @@ class PNode(BusMember):
         raise ValueError(f"unknown request {request!r}")
 
     # -- tensors --------------------------------------------------------------------
-    async def _send_tensor(self, pnode: str, tensor: torch.Tensor, route: TensorRoute) -> None:
+    def _link(self) -> Link:
+        return Link(self._publish_frames, lambda: self.nc.max_payload, self.wire)
+
+    async def _publish_frames(self, pnode: str, frames: list[bytes]) -> None:
         subject = self.subjects.pnode_tensor(pnode)
-        for frame in tensor_frames(route.wire_key, tensor, self.nc.max_payload, route.wire_meta()):
+        for frame in frames:
             await self.nc.publish(subject, frame)
 
     async def on_tensor(self, msg) -> None:
         try:
-            received = self.reassembler.feed(msg.data)
+            received = await asyncio.get_running_loop().run_in_executor(self.wire, self._reassemble, msg.data)
             if received is None:
                 return
-            stage = self.stages.get(str(received.meta.get("session")))
-            if stage is None:
-                raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-            route = TensorRoute.from_wire(received.key, received.meta)
-            stage.receive(route, tensor_from_wire(received, self.device))
+            stage, route, tensor = received
+            stage.receive(route, tensor)
         except WireError as exc:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
+
+    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute, torch.Tensor] | None:
+        """On the wire thread: one frame in; the decoded tensor, its stage and route once all its frames are."""
+        received = self.reassembler.feed(frame)
+        if received is None:
+            return None
+        stage = self.stages.get(str(received.meta.get("session")))
+        if stage is None:
+            raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
+        route = TensorRoute.from_wire(received.key, received.meta)
+        return stage, route, tensor_from_wire(received, self.device)
 
     # -- telemetry --------------------------------------------------------------------
     def memory_sample(self) -> MemorySample:

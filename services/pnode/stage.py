@@ -1,14 +1,20 @@
-"""One session's part of the network on this PNode: data-driven forward and backward of a step.
+"""One session's part of the network on this PNode: a step's forwards and backwards, data-driven.
 
-Work items are (micro, VNode) pairs. A forward item runs as soon as its inputs are
-here (from a local VNode, another PNode, or the dataset). Backward items run in one
-fixed order: micro-batches in order, VNodes in reverse topological order. That order
-never waits on anything a later item produces, so it cannot deadlock, and gradients
-accumulate in the same order on every placement: 1 PNode or 5 compute the same bits.
+Work items are forwards and backwards of (micro, VNode) pairs. The schedule (`schedule.py`, the
+session's "1f1b" or "gpipe") says which item runs next, among those whose inputs are here (from
+a local VNode, another PNode, or the dataset). The PNode's compute thread runs items back to back
+for as long as one is ready (the event loop steps in only to wait for tensors), and hands what
+goes to other PNodes to the outbox (`outbox.py`), which sends on its own task: compute never
+waits for a send. Each VNode's items run in micro-batch order and an output's gradients are summed
+in consumer order, so gradients accumulate alike on every placement and schedule: 1 PNode or 5
+compute the same bits.
 
-A pass is a training step (`phase` "train": forward and backward) or a validation
-(`phase` "val": forward only, on the validation split). Tensors between PNodes carry
-the phase and step, so the two never mix.
+Every output edge of a VNode carries its wire format (`wire_formats.py`), local or remote: local
+consumers read the decoded form, remote ones are sent the encoded form and decode the same bytes.
+
+A pass is a training step (`phase` "train": forward and backward) or a validation (`phase`
+"val": forward only, on the validation split). Tensors between PNodes carry the phase and step,
+so the two never mix.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Callable
 
 import torch
 
@@ -28,14 +34,17 @@ from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
+from computeall.tensorcore.wire_formats import Encoded, wire_format
 
 from .batches import BatchFeed
+from .outbox import Link, Outbox
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
+from .schedule import PassSchedule, WorkItem, default_in_flight, pass_schedule
 
 log = logging.getLogger("computeall.pnode.stage")
 
-# (pnode to send to, tensor, its route) -> sent
-Send = Callable[[str, torch.Tensor, TensorRoute], Awaitable[None]]
+# hand a tensor in its wire form to the outbox, for a PNode: safe to call from the compute thread
+Send = Callable[[str, Encoded, TensorRoute], object]
 
 
 class StepAborted(RuntimeError):
@@ -49,10 +58,14 @@ class _Pass:
     micro_batches: int
     feed: BatchFeed
     backward: bool
+    schedule: PassSchedule
     batches: dict[int, torch.Tensor] = field(default_factory=dict)
-    outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # as local consumers read them
     grads: dict[tuple[int, str], dict[str, torch.Tensor]] = field(default_factory=lambda: defaultdict(dict))
-    done_forward: set[tuple[int, str]] = field(default_factory=set)
+    reads_left: dict[tuple[int, str], int] = field(default_factory=dict)  # local forwards yet to read an input
+    loss_sum: float = 0.0
+    tokens: int = 0
+    compute_s: float = 0.0
 
 
 class SessionStage:
@@ -63,12 +76,12 @@ class SessionStage:
         device: torch.device,
         executor: Executor,
         feeds: Callable[[str, int], BatchFeed],
-        send: Send,
+        link: Link,
     ):
         self.plan = plan
         self.pnode = pnode
         self.executor = executor
-        self.send = send
+        self.outbox = Outbox(link)
         self.graph = Graph(NetworkSpec.model_validate(plan.network))
         self.local = [v for v in self.graph.order if plan.assignment[v] == pnode]
         self.runtime = VNodeRuntime(self.graph, self.local, plan.seed, device)
@@ -79,7 +92,14 @@ class SessionStage:
         self.arrived = asyncio.Event()
         self.current = PassId("train", -1)
         self.loss_scale = 1.0
+        self.in_flight = plan.pipeline.in_flight or default_in_flight(self.graph.order, plan.assignment)
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
+        self._wire = {v: wire_format(self.graph.wire(v)) for v in self.graph.order}
+        # how many local VNodes read each input: a held input is let go once they all have
+        self._local_readers: dict[str, int] = defaultdict(int)
+        for v in self.local:
+            for name in set(self.graph.vnodes[v].inputs):
+                self._local_readers[name] += 1
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
         self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
 
@@ -88,6 +108,7 @@ class SessionStage:
         self.current = PassId("aborted", -1)
         self.arrived.set()
         self.train_feed.forget()
+        self.outbox.close()
 
     def rolled_back(self) -> None:
         """The state went back to a checkpoint: the batches prefetched for what were the next steps
@@ -105,13 +126,16 @@ class SessionStage:
     async def run_step(self, request: RunStep, deadline_s: float) -> PNodeReply:
         self.loss_scale = request.loss_scale
         self.runtime.zero_grad()
-        p = _Pass("train", request.step, self.plan.micro_batches, self.train_feed, backward=True)
-        return await self._run(p, deadline_s)
+        return await self._run(self._pass("train", request.step, self.plan.micro_batches, self.train_feed), deadline_s)
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
         feed = self.feeds(self.plan.batches.validation_split, request.batches)
-        p = _Pass("val", request.step, request.batches, feed, backward=False)
-        return await self._run(p, deadline_s)
+        return await self._run(self._pass("val", request.step, request.batches, feed), deadline_s)
+
+    def _pass(self, phase: str, step: int, micro_batches: int, feed: BatchFeed) -> _Pass:
+        backward = phase == "train"
+        schedule = pass_schedule(self.plan.pipeline.schedule, self.local, micro_batches, backward, self.in_flight)
+        return _Pass(phase, step, micro_batches, feed, backward, schedule)
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
         def work() -> None:
@@ -127,52 +151,55 @@ class SessionStage:
         for key in [k for k in self.inbox if k.phase == p.phase and k.step < p.step]:
             del self.inbox[key]
         self.runtime.drop()
-        # the loss is the mean over every token of the pass, whatever the micro-batch split
-        pass_tokens = self.plan.batches.micro_batch_size * self.plan.batches.context * p.micro_batches
+        self.outbox.clear()
         fetches = [asyncio.ensure_future(self._fetch(p, m)) for m in range(p.micro_batches)] if self.reads_data else []
-        forward_todo = [(m, v) for m in range(p.micro_batches) for v in self.local]
-        backward_todo = [(m, v) for m in range(p.micro_batches) for v in reversed(self.local)] if p.backward else []
-        loss_sum, tokens, compute_s, wait_s = 0.0, 0, 0.0, 0.0
+        loop = asyncio.get_running_loop()
+        send: Send = lambda pnode, encoded, route: loop.call_soon_threadsafe(self.outbox.put, pnode, encoded, route)
+        wait_s = 0.0
         give_up = time.monotonic() + deadline_s
         try:
-            while forward_todo or backward_todo:
-                item = None
-                if backward_todo and self._backward_ready(p, *backward_todo[0]):
-                    item = ("bwd", backward_todo.pop(0))
-                else:
-                    for n, fwd in enumerate(forward_todo):
-                        if self._forward_ready(p, *fwd):
-                            item = ("fwd", forward_todo.pop(n))
-                            break
-                if item is None:
-                    wait_s += await self._wait(p, give_up, deadline_s, (backward_todo or forward_todo)[0])
-                    continue
-                kind, (m, vid) = item
-                t0 = time.monotonic()
-                if kind == "fwd":
-                    loss = await self._forward(p, m, vid)
-                    if loss is not None:
-                        loss_sum += loss
-                        tokens += pass_tokens // p.micro_batches
-                else:
-                    await self._backward(p, m, vid, pass_tokens)
-                compute_s += time.monotonic() - t0
+            while not p.schedule.finished:
+                # cleared before the run, so that what arrives while it checks readiness is not missed
+                self.arrived.clear()
+                if not await self._compute(self._run_ready_items, p, send):
+                    wait_s += await self._wait(p, give_up, deadline_s)
+            traffic = await self.outbox.flush()
         finally:
             for task in fetches:
                 task.cancel()
             if not p.backward:
                 self.runtime.drop()
-        finite = await self._compute(self.runtime.grads_finite) if p.backward else True
+        finite = await self._compute(self._gradients_finished) if p.backward else True
         return PNodeReply(
-            ok=True, pnode=self.pnode, step=p.step, loss_sum=loss_sum if self.has_loss else None,
-            tokens=tokens, grads_finite=finite, compute_s=compute_s, wait_s=wait_s,
+            ok=True, pnode=self.pnode, step=p.step, loss_sum=p.loss_sum if self.has_loss else None,
+            tokens=p.tokens, grads_finite=finite, compute_s=p.compute_s, wait_s=wait_s,
+            send_s=traffic.send_s, sent_bytes=traffic.sent_bytes,
         )
 
-    async def _wait(self, p: _Pass, give_up: float, deadline_s: float, waiting: tuple) -> float:
-        self.arrived.clear()
+    def _run_ready_items(self, p: _Pass, send: Send) -> int:
+        """On the compute thread: run work items, in the schedule's order, for as long as one is ready
+        (on one PNode, a whole pass), so the event loop is not asked between items. How many ran."""
+        ran = 0
+        while self.current == PassId(p.phase, p.step):
+            item = p.schedule.next(lambda i: self._ready(p, i))
+            if item is None:
+                break
+            t0 = time.monotonic()
+            if item.kind == "forward":
+                self._forward(p, item.micro, item.vnode, send)
+            else:
+                self._backward(p, item.micro, item.vnode, send)
+            p.schedule.done(item)
+            p.compute_s += time.monotonic() - t0
+            ran += 1
+        return ran
+
+    async def _wait(self, p: _Pass, give_up: float, deadline_s: float) -> float:
         t0 = time.monotonic()
         if t0 >= give_up:
-            raise StepAborted(f"{p.phase} step {p.step}: inputs of {waiting} did not arrive within {deadline_s:.0f}s")
+            raise StepAborted(
+                f"{p.phase} step {p.step}: inputs of {p.schedule.waiting_for()} did not arrive within {deadline_s:.0f}s"
+            )
         try:
             await asyncio.wait_for(self.arrived.wait(), timeout=min(give_up - t0, 1.0))
         except asyncio.TimeoutError:
@@ -182,21 +209,10 @@ class SessionStage:
         return time.monotonic() - t0
 
     # -- readiness ---------------------------------------------------------------
-    def _forward_ready(self, p: _Pass, m: int, vid: str) -> bool:
-        for name in self.graph.vnodes[vid].inputs:
-            if name in DATA_INPUTS:
-                ready = m in p.batches
-            elif name in self.runtime.modules:
-                ready = (m, name) in p.outputs
-            else:
-                ready = ActivationKey(p.phase, p.step, m, name) in self.inbox
-            if not ready:
-                return False
-        return True
-
-    def _backward_ready(self, p: _Pass, m: int, vid: str) -> bool:
-        if (m, vid) not in p.done_forward:
-            return False
+    def _ready(self, p: _Pass, item: WorkItem) -> bool:
+        m, vid = item.micro, item.vnode
+        if item.kind == "forward":
+            return all(self._input_here(p, m, name) for name in self.graph.vnodes[vid].inputs)
         for consumer in self._consumers[vid]:
             if consumer in self.runtime.modules:
                 if consumer not in p.grads[(m, vid)]:
@@ -205,56 +221,87 @@ class SessionStage:
                 return False
         return True
 
+    def _input_here(self, p: _Pass, m: int, name: str) -> bool:
+        if name in DATA_INPUTS:
+            return m in p.batches
+        if name in self.runtime.modules:
+            return (m, name) in p.outputs
+        return ActivationKey(p.phase, p.step, m, name) in self.inbox
+
+    def _read_input(self, p: _Pass, m: int, name: str) -> torch.Tensor:
+        if name == "data.tokens":
+            return p.batches[m][:, :-1]
+        if name == "data.targets":
+            return p.batches[m][:, 1:]
+        if name in self.runtime.modules:
+            return p.outputs[(m, name)]
+        return self.inbox[ActivationKey(p.phase, p.step, m, name)]
+
+    def _let_go(self, p: _Pass, m: int, vid: str) -> None:
+        """A forward of (m, vid) read its inputs: drop each once every local reader has (its
+        consumers' autograd keeps what backward needs)."""
+        for name in set(self.graph.vnodes[vid].inputs):
+            if name in DATA_INPUTS:
+                continue
+            left = p.reads_left.get((m, name), self._local_readers[name]) - 1
+            p.reads_left[(m, name)] = left
+            if left == 0:
+                del p.reads_left[(m, name)]
+                if name in self.runtime.modules:
+                    p.outputs.pop((m, name), None)
+                else:
+                    self.inbox.pop(ActivationKey(p.phase, p.step, m, name), None)
+
     # -- work items ----------------------------------------------------------------
     async def _fetch(self, p: _Pass, m: int) -> None:
         p.batches[m] = await p.feed.get(p.step if p.backward else 0, m, prefetch=p.backward)
         self.arrived.set()
 
-    async def _forward(self, p: _Pass, m: int, vid: str) -> float | None:
+    def _forward(self, p: _Pass, m: int, vid: str, send: Send) -> None:
         spec = self.graph.vnodes[vid]
-        inputs = []
-        for name in spec.inputs:
-            if name == "data.tokens":
-                inputs.append(p.batches[m][:, :-1])
-            elif name == "data.targets":
-                inputs.append(p.batches[m][:, 1:])
-            elif name in self.runtime.modules:
-                inputs.append(p.outputs[(m, name)])
-            else:
-                inputs.append(self.inbox[ActivationKey(p.phase, p.step, m, name)])  # other local VNodes may read it too
-        out = await self._compute(self.runtime.forward, vid, m, inputs)
-        p.done_forward.add((m, vid))
+        out = self.runtime.forward(vid, m, [self._read_input(p, m, name) for name in spec.inputs])
+        self._let_go(p, m, vid)
         if not p.backward:
             self.runtime.drop_one(m, vid)
         if OPS[spec.op].is_loss:
-            return float(out)
-        p.outputs[(m, vid)] = out
-        remote = {self.plan.assignment[c] for c in self._consumers[vid]} - {self.pnode}
+            p.loss_sum += float(out)
+            p.tokens += self.plan.batches.micro_batch_size * self.plan.batches.context
+            return
+        encoded = self._wire[vid].encode(out)
+        if self._local_readers.get(vid, 0):
+            p.outputs[(m, vid)] = encoded.decode()  # what a local consumer reads
         route = TensorRoute.activation(self.plan.session_id, p.phase, p.step, m, src=vid)
-        for pnode in sorted(remote):
-            await self.send(pnode, out, route)
-        return None
+        for pnode in sorted({self.plan.assignment[c] for c in self._consumers[vid]} - {self.pnode}):
+            send(pnode, encoded, route)
 
-    async def _backward(self, p: _Pass, m: int, vid: str, pass_tokens: int) -> None:
+    def _backward(self, p: _Pass, m: int, vid: str, send: Send) -> None:
         spec = self.graph.vnodes[vid]
         if OPS[spec.op].is_loss:
+            # the loss is the mean over every token of the pass, whatever the micro-batch split
+            pass_tokens = self.plan.batches.micro_batch_size * self.plan.batches.context * p.micro_batches
             grad_out = loss_gradient(self.loss_scale, pass_tokens, self.runtime.device)
         else:
             parts = p.grads.pop((m, vid), {})
             for consumer in self._consumers[vid]:
                 if consumer not in self.runtime.modules:
                     parts[consumer] = self.inbox.pop(GradientKey(p.phase, p.step, m, vid, consumer))
-            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]])
+            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]], self.runtime.dtypes[vid])
             if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
                 return
-        input_grads = await self._compute(self.runtime.backward, vid, m, grad_out)
-        for name, g in gradients_by_input(spec.inputs, input_grads).items():
+        for name, g in gradients_by_input(spec.inputs, self.runtime.backward(vid, m, grad_out)).items():
+            # each gradient travels back on its producer's edge, in the producer's wire format
+            encoded = self._wire[name].encode(g)
             if name in self.runtime.modules:
-                p.grads[(m, name)][vid] = g
+                p.grads[(m, name)][vid] = encoded.decode()
             else:
-                route = TensorRoute.gradient(self.plan.session_id, p.phase, p.step, m, src=name, consumer=vid)
-                await self.send(self.plan.assignment[name], g, route)
+                send(self.plan.assignment[name], encoded,
+                     TensorRoute.gradient(self.plan.session_id, p.phase, p.step, m, src=name, consumer=vid))
+
+    def _gradients_finished(self) -> bool:
+        """The step's gradients complete (borrowed weights' added); are they all finite?"""
+        self.runtime.finish_backward()
+        return self.runtime.grads_finite()
 
     async def _compute(self, fn, *args):
         """Torch work runs on the PNode's one compute thread, so the event loop keeps heartbeating."""

@@ -9,7 +9,7 @@ from computeall.cli.follow import follow_session, start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.commands import CommandEnvelope
 from computeall.protocol.config import DataConfig, SessionConfig
-from computeall.protocol.events import StepCompleted
+from computeall.protocol.events import CheckpointCommitted, StepCompleted
 from computeall.protocol.session_state import SessionState, fold
 
 from .cluster import stdlib_corpus
@@ -56,3 +56,9 @@ async def losses(client: Client, sid: str) -> list[tuple[int, float]]:
     """Every recorded StepCompleted, in log order (a step recorded twice would show twice)."""
     return [(e.payload.step, e.payload.loss) for _, e in await session_events(client.eventlog, sid)
             if isinstance(e.payload, StepCompleted)]
+
+
+def final_digests(events) -> dict[str, str]:
+    """The digest of every VNode's final state (weights and optimizer), from the last checkpoint."""
+    last = [e.payload for _, e in events if isinstance(e.payload, CheckpointCommitted)][-1]
+    return {o.vnode: o.digest for o in last.objects}

@@ -15,16 +15,10 @@ from computeall.protocol.events import CheckpointCommitted, Reallocated, RolledB
 
 from .cluster import running_cluster, wait_for_pnodes
 from .identities import connect_as
-from .sessions import config, losses, run_to_end, wait_for
+from .sessions import config, final_digests, losses, run_to_end, wait_for
 
 STEPS = 60  # long enough that every kill lands mid-session whatever the machine's speed
 LONG = 150
-
-
-def final_digests(events) -> dict[str, str]:
-    """The digest of every VNode's final state (weights and optimizer), from the last checkpoint."""
-    last = [e.payload for _, e in events if isinstance(e.payload, CheckpointCommitted)][-1]
-    return {o.vnode: o.digest for o in last.objects}
 
 
 async def outcome(client, sid):

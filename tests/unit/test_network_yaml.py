@@ -85,6 +85,27 @@ def test_per_vnode_precision_overrides_default():
     assert spec.vnode("embed").precision == "bf16" and spec.vnode("n").precision == "fp32"
 
 
+def test_wire_per_vnode_with_a_network_default_and_its_bytes():
+    text = HEADER.replace("hidden: 32}", "hidden: 32, wire: bf16}") + EMBED
+    text += "  - {id: n, op: rmsnorm, inputs: [embed], wire: int8}\n" + HEAD % "n"
+    graph = Graph(load_network(text))
+    assert graph.spec.wire == "bf16" and graph.vnodes["embed"].wire is None and graph.wire("embed") == "bf16"
+    assert graph.wire("n") == "int8"
+    edge = {(e.src, e.dst): e for e in graph.edges}
+    tokens = 2 * 8  # batch 2, context 8
+    assert graph.edge_bytes_per_step(edge[("embed", "n")], 2) == 2 * tokens * 16 * 2  # both ways, bf16
+    assert graph.edge_bytes_per_step(edge[("n", "head")], 2) == round(2 * tokens * 16 * (1 + 4 / 128))
+    plain = Graph(load_network(HEADER + EMBED + "  - {id: n, op: rmsnorm, inputs: [embed]}\n" + HEAD % "n"))
+    assert plain.spec.wire == "fp32" and plain.wire("n") == "fp32"
+
+
+def test_bad_wire_settings_say_what_to_use():
+    bad_default = HEADER.replace("hidden: 32}", "hidden: 32, wire: int4}") + EMBED + HEAD % "embed"
+    assert problems(bad_default) == ["network, field 'defaults.wire': 'int4' is not a wire format; use one of fp32, bf16, fp16, int8"]
+    found = problems(HEADER + EMBED + "  - {id: n, op: rmsnorm, inputs: [embed], wire: zip}\n" + HEAD % "n")
+    assert any("field 'wire'" in p and "'fp32', 'bf16', 'fp16' or 'int8'" in p for p in found), found
+
+
 def test_init_seed_depends_on_session_seed_and_vnode_only():
     assert init_seed(1, "b0.attn") == init_seed(1, "b0.attn")
     assert init_seed(1, "b0.attn") != init_seed(2, "b0.attn")

@@ -44,6 +44,7 @@ class StepCompleted(DomainEvent):
     loss_scale: float = 1.0
     compute_s: float = 0.0
     wait_s: float = 0.0
+    wire_bytes: int = 0  # tensor bytes sent PNode to PNode in the step, every link together
 
 
 @recorded_as("session")

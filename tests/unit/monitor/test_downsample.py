@@ -19,7 +19,11 @@ def db(tmp_path):
 
 
 def fill(db: Database, losses: list[float]) -> None:
-    rows = [("s", i, float(i), loss, 10, 0.1 + (i % 3), 1e-3, 1.0, 0.0, 0.0) for i, loss in enumerate(losses)]
+    rows = []
+    for i, loss in enumerate(losses):
+        given = {"session_id": "s", "step": i, "ts": float(i), "loss": loss, "tokens": 10,
+                 "step_time_s": 0.1 + (i % 3), "lr": 1e-3, "loss_scale": 1.0}
+        rows.append(tuple(given.get(column, 0) for column in STEP_COLUMNS))  # every other metric 0
     db.transaction(lambda con: db.insert(con, "steps", STEP_COLUMNS, rows))
 
 

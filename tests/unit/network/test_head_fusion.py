@@ -115,6 +115,21 @@ def test_mixed_precision_group_is_left_unfused():
     assert fused == spec and "differ in precision" in lines[0]
 
 
+def test_heads_that_compress_their_outputs_are_left_unfused():
+    # fused, the head -> concat edges (and their int8 rounding) would vanish: the math would change
+    text = per_head_gpt(blocks=1, block_heads=block(head(0), head(1, wire="int8"), concat([0, 1], heads=2)))
+    text = text.replace("head_dim: 16", "head_dim: 32")
+    spec, fused, lines = rewrite(text)
+    assert fused == spec and "compress their outputs on the wire {'b0.h1': 'int8'}" in lines[0]
+
+
+def test_a_compressing_concat_fuses_and_its_wire_goes_to_the_fused_vnode():
+    text = per_head_gpt(blocks=1, block_heads=block(head(0), head(1), concat([0, 1], heads=2, wire="bf16")))
+    text = text.replace("head_dim: 16", "head_dim: 32")
+    _, fused, _ = rewrite(text)
+    assert Graph(fused).wire("b0.attn") == "bf16" and fused.vnode("b0.attn").op == "fused_attention_heads"
+
+
 def test_only_the_matching_block_is_fused():
     good = per_head_gpt(blocks=1)
     # a second block written by hand with a missing head

@@ -33,6 +33,17 @@ def test_precision_override_reaches_every_vnode():
     assert {v.precision for v in graph.spec.vnodes} == {"fp32"}  # the YAML's default
 
 
+def test_the_sessions_wire_replaces_the_networks_default_but_not_a_vnodes_own():
+    network = (EXAMPLES / "micro-gpt.yaml").read_text().replace(
+        "{id: norm_f, op: rmsnorm, inputs: [b1.res2]}", "{id: norm_f, op: rmsnorm, inputs: [b1.res2], wire: bf16}")
+    config = SessionConfig(network_yaml=network, data=DataConfig(files=["corpus.txt"]), steps=10, wire="int8")
+    graph, _ = session_graph(SessionState(id="s1", config=config))
+    assert graph.wire("embed") == "int8" and graph.wire("b0.attn") == "int8"
+    assert graph.wire("norm_f") == "bf16"
+    graph, _ = session_graph(session())
+    assert {graph.wire(v) for v in graph.order} == {"fp32"}
+
+
 def test_head_fusion_follows_the_sessions_setting():
     fused, lines = session_graph(session("tiny-gpt-heads.yaml"))
     apart, _ = session_graph(session("tiny-gpt-heads.yaml").model_copy(update={"fuse_heads": False}))

@@ -7,7 +7,7 @@ export type SessionStatus = (typeof SESSION_STATUSES)[number];
 export const ENDED_STATUSES: readonly SessionStatus[] = ["stopped", "completed", "failed"];
 
 /** The step metrics: StepCompleted's fields, and `ts` (when the step was recorded). */
-export const STEP_FIELDS = ["step", "ts", "loss", "tokens", "stepTimeS", "lr", "lossScale", "computeS", "waitS"] as const;
+export const STEP_FIELDS = ["step", "ts", "loss", "tokens", "stepTimeS", "lr", "lossScale", "computeS", "waitS", "wireBytes"] as const;
 export type StepField = (typeof STEP_FIELDS)[number];
 /** One step as the `steps` subscription sends it. */
 export type Step = Record<StepField, number>;

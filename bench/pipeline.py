@@ -1,0 +1,177 @@
+"""The pipeline: what wire compression costs in loss and saves in bytes, what 1F1B saves in memory,
+and how close 1 and 2 PNodes come to a plain torch loop.
+
+    python bench/pipeline.py [--quick] [--json PATH]
+
+Every figure is a ratio against an anchor measured in the same run:
+- wire: tiny-gpt on tiny-shakespeare, batch 8x256 in 4 micro-batches, 2 PNodes; the loss after
+  200 steps (mean of the last 10) and the bytes sent PNode to PNode per step, for `wire: bf16`,
+  `fp16` and `int8`, each divided by `wire: fp32`'s (the sessions run side by side on one cluster;
+  placement and timing never change their math).
+- memory: peak RSS of each PNode process (VmHWM) with 16 micro-batches (batch 64x256, 2 PNodes),
+  1f1b (default bound, and 3 in flight) / gpipe, a fresh cluster per schedule.
+- speed: tokens/s of 1 PNode (1 and 2 threads) and of 2 PNodes (1 thread each, 4 micro-batches,
+  each schedule) / the plain single-process loop of the same shape written with torch's own modules
+  (bench/wanlab/torch_gpt.py) on as many threads, measured before and after every run (median of
+  all). A step's time is the wall time between two recorded steps: orchestration included.
+
+--quick: micro-gpt for the wire runs (30 steps), fewer steps elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.wanlab.torch_peers import plain  # noqa: E402
+from computeall.cli.embedded import running_cluster  # noqa: E402
+from computeall.cli.follow import follow_session, start_session  # noqa: E402
+from computeall.cli.session_view import session_events  # noqa: E402
+from computeall.protocol.config import DataConfig, LrSchedule, PipelineConfig, SessionConfig  # noqa: E402
+from computeall.protocol.events import StepCompleted  # noqa: E402
+
+NETWORKS = REPO / "examples" / "networks"
+CORPUS = [p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.parents]  # beside the checkout or above
+
+
+def corpus() -> list[str]:
+    found = next((p for p in CORPUS if p.exists()), None)
+    if found is None:
+        raise SystemExit(f"tiny-shakespeare not found (looked for {', '.join(map(str, CORPUS))}); the wire figures need it")
+    return [str(found)]
+
+
+def session(network: str, steps: int, batch: int, micro: int, **extra) -> SessionConfig:
+    return SessionConfig(
+        network_yaml=(NETWORKS / network).read_text(), data=DataConfig(files=corpus()), steps=steps,
+        batch_size=batch, micro_batches=micro, seed=1, lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4),
+        min_pnodes=extra.pop("min_pnodes", 1), **extra,
+    )
+
+
+@dataclass
+class Step:
+    wall_s: float  # since the previous step was recorded: everything a step costs, orchestration included
+    done: StepCompleted
+
+
+async def run_sessions(client, configs: list[SessionConfig]) -> list[list[Step]]:
+    """Run the sessions side by side to their end; each one's steps (from the second on)."""
+    async def one(config: SessionConfig) -> list[Step]:
+        sid, command = await start_session(client, config)
+        outcome = await follow_session(client.eventlog, sid, config.steps, progress=False, command_id=command)
+        if not outcome.ok:
+            raise RuntimeError(outcome.message)
+        steps = [e for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, StepCompleted)]
+        return [Step(b.ts - a.ts, b.payload) for a, b in zip(steps, steps[1:])]
+
+    return list(await asyncio.gather(*(one(c) for c in configs)))
+
+
+def peak_rss(supervisor, pnodes: int) -> list[int]:
+    """Each PNode process's peak resident memory so far (VmHWM), in bytes."""
+    out = []
+    for i in range(pnodes):
+        status = Path(f"/proc/{supervisor.services[f'pnode-{i}'].process.pid}/status").read_text()
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+        out.append(int(kib) * 1024)
+    return out
+
+
+async def on_cluster(pnodes: int, configs: list[SessionConfig], processes_on_machine: int | None = None):
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        async with running_cluster(Path(tmp), pnodes, processes_on_machine=processes_on_machine) as (client, sup):
+            steps = await run_sessions(client, configs)
+            return steps, peak_rss(sup, pnodes)
+
+
+# -- the three figures --------------------------------------------------------------------------------
+def wire_rows(quick: bool) -> list[dict]:
+    network, steps = ("micro-gpt.yaml", 30) if quick else ("tiny-gpt.yaml", 200)
+    wires = ["fp32", "bf16", "fp16", "int8"]
+    configs = [session(network, steps, 8, 4, wire=w, min_pnodes=2) for w in wires]
+    runs, _ = asyncio.run(on_cluster(2, configs))
+    tail = {w: statistics.fmean(s.done.loss for s in run[-10:]) for w, run in zip(wires, runs)}
+    sent = {w: statistics.median(s.done.wire_bytes for s in run) for w, run in zip(wires, runs)}
+    return [{"figure": "wire", "network": network, "steps": steps, "wire": w, "loss_last10": tail[w],
+             "loss_ratio_vs_fp32": tail[w] / tail["fp32"], "wire_bytes_per_step": sent[w],
+             "bytes_ratio_vs_fp32": sent[w] / sent["fp32"]} for w in wires]
+
+
+def memory_rows(quick: bool) -> list[dict]:
+    batch, steps = (32, 2) if quick else (64, 3)
+    schedules = {"gpipe": PipelineConfig(schedule="gpipe"), "1f1b": PipelineConfig(),
+                 "1f1b, in_flight 3": PipelineConfig(in_flight=3)}  # 3: one per segment of the 2-PNode ring
+    peaks = {}
+    for name, pipeline in schedules.items():
+        config = session("tiny-gpt.yaml", steps, batch, 16, pipeline=pipeline, min_pnodes=2)
+        _, peaks[name] = asyncio.run(on_cluster(2, [config]))
+    return [{"figure": "memory", "network": "tiny-gpt.yaml", "batch": batch, "micro_batches": 16, "schedule": name,
+             "pnode": i, "peak_rss": peaks[name][i], "ratio_vs_gpipe": peaks[name][i] / peaks["gpipe"][i]}
+            for name in schedules for i in range(2)]
+
+
+SPEED_RUNS = [  # (name, PNodes, threads per PNode, micro-batches, schedule); each against the plain loop on as many threads
+    ("1 PNode, 1 thread", 1, 1, 1, "1f1b"),
+    ("1 PNode, 2 threads", 1, 2, 1, "1f1b"),
+    ("2 PNodes, 1 thread each, 1f1b", 2, 1, 4, "1f1b"),
+    ("2 PNodes, 1 thread each, gpipe", 2, 1, 4, "gpipe"),
+]
+
+
+def speed_rows(quick: bool) -> list[dict]:
+    steps, warmup, batch = (6, 2, 8) if quick else (16, 3, 8)
+    tokens_per_step = batch * 256
+    cores = os.cpu_count() or 1
+    anchors: dict[int, list[float]] = {1: [], 2: []}
+
+    def measure_anchors() -> None:  # the machine drifts: the anchors are measured around every run
+        for threads in anchors:
+            anchors[threads] += plain(steps + warmup, batch, threads=threads)["step_s"][warmup:]
+
+    measure_anchors()
+    runs = {}
+    for name, pnodes, threads, micro, schedule in SPEED_RUNS:
+        config = session("tiny-gpt.yaml", steps + warmup, batch, micro, pipeline=PipelineConfig(schedule=schedule),
+                         min_pnodes=pnodes)
+        (run,), _ = asyncio.run(on_cluster(pnodes, [config], processes_on_machine=max(1, cores // threads)))
+        runs[name] = (pnodes * threads, run[warmup - 1:])  # `run` starts at the second step
+        measure_anchors()
+    anchor_tps = {threads: tokens_per_step / statistics.median(times) for threads, times in anchors.items()}
+    rows = [{"figure": "speed", "run": f"plain torch loop, {t} thread(s)", "tokens_per_s": tps, "ratio_vs_plain": 1.0}
+            for t, tps in anchor_tps.items()]
+    for name, (threads, run) in runs.items():
+        wall = statistics.median(s.wall_s for s in run)
+        tps = tokens_per_step / wall
+        rows.append({"figure": "speed", "run": name, "tokens_per_s": tps, "ratio_vs_plain": tps / anchor_tps[threads],
+                     "median_step_s": wall, "median_run_and_apply_s": statistics.median(s.done.step_time_s for s in run),
+                     "median_compute_s": statistics.median(s.done.compute_s for s in run)})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="micro-gpt wire runs, fewer steps")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "pipeline.json")
+    parser.add_argument("--figures", nargs="*", choices=["wire", "memory", "speed"], default=["wire", "memory", "speed"])
+    args = parser.parse_args()
+    figures = {"wire": wire_rows, "memory": memory_rows, "speed": speed_rows}
+    rows = [row for name in args.figures for row in figures[name](args.quick)]
+    for row in rows:
+        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
