@@ -4,9 +4,9 @@
 server it always was (store in `<dir>/nats`). With three, each server routes to the other two
 (authenticated by the deployment's route secret), JetStream runs its RAFT groups over them, and
 the services keep CA_LOG, CA_TEL and the Object Store buckets at 3 replicas (`bus.replicas`):
-any one server can die, lose its disk even, and nothing committed is lost. Server 0 keeps the
-single server's store, so a deployment started with one server moves to three by starting again
-with `--nats-cluster 3` (docs/operations.md).
+any one server can die, lose its disk even, and nothing committed is lost. A deployment started
+with one server moves to three by starting again with `--nats-cluster 3`: the first start of the
+cluster copies every stream of the single server's store into it (`bus_migration`).
 
 Every credential it issues names every server's URL: clients connect to any and reconnect to
 another when theirs goes away. Its identities are issued once and every server reloads them.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from computeall.protocol.credentials import Credential, Role
 
+from .bus_migration import move_single_server_streams, single_server_store
 from .cluster_file import ServiceStatus
 from .nats_server import EmbeddedNats, free_port
 from .security.deployment import Security
@@ -32,6 +33,11 @@ class NatsCluster:
     def __init__(self, directory: Path, size: int = 1, security: Security | None = None) -> None:
         if size < 1:
             raise ValueError(f"a bus needs at least one nats-server, not {size}")
+        clustered = sorted(p.name for p in (directory / "nats-cluster").glob("nats-*"))
+        if clustered and len(clustered) != size:
+            raise ValueError(f"the bus of {directory} is a cluster of {len(clustered)} nats-servers (its streams live on "
+                             f"them); start it with --nats-cluster {len(clustered)}")
+        self.directory = directory
         self.security = security or Security(directory / "security")
         ports = [free_port() for _ in range(size)]
         urls = [f"nats://127.0.0.1:{port}" for port in ports]
@@ -45,7 +51,7 @@ class NatsCluster:
                     routes=tuple(r for j, r in enumerate(routes) if j != i), secret=self.security.route_secret(),
                     health_port=free_port(),
                 )
-            store = directory / ("nats" if i == 0 else f"nats-{i}")  # server 0: the single server's store
+            store = directory / "nats" if size == 1 else directory / "nats-cluster" / f"nats-{i}"
             self.servers.append(EmbeddedNats(store, port=ports[i], security=self.security, cluster=cluster, urls=urls))
 
     # -- addresses and identities --------------------------------------------------------------
@@ -93,6 +99,8 @@ class NatsCluster:
                 server.start()
             if len(self.servers) > 1:
                 self._jetstream_ready(timeout_s)
+                if single_server_store(self.directory):
+                    move_single_server_streams(self.directory, self)
         except BaseException:
             self.stop()
             raise

@@ -62,13 +62,14 @@ class EmbeddedNats:
 
     def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None,
                  security: Security | None = None, cluster: ClusterSettings | None = None,
-                 urls: list[str] | None = None) -> None:
+                 urls: list[str] | None = None, authorization: bool = True) -> None:
         self.store_dir = Path(store_dir)
         self.port = port or free_port()
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats.log"
         self.security = security or Security(self.store_dir / "security")
         self.cluster = cluster  # None: on its own; else its place in a `NatsCluster`
         self.urls = urls or [self.url]  # where clients reach the deployment's bus: every server of a cluster
+        self.authorization = authorization  # False: only for a server no one else reaches (moving its streams)
         self.process: subprocess.Popen | None = None
 
     def credential(self, role: Role, name: str | None = None) -> Credential:
@@ -101,7 +102,7 @@ class EmbeddedNats:
 
     def config(self) -> str:
         settings = ServerSettings(host="127.0.0.1", port=self.port, store_dir=str(self.store_dir / "jetstream"),
-                                  cluster=self.cluster)
+                                  cluster=self.cluster, authorization=self.authorization)
         return server_config(settings, member_users(self.security.members.read().active(), self.security.subjects))
 
     def command(self) -> list[str]:

@@ -64,7 +64,10 @@ async def up(args: argparse.Namespace) -> int:
         supervisor = Supervisor(directory, url)
         local_user = Credential(role="user", name=LOCAL_USER).at(url)
     else:
-        nats_server = NatsCluster(directory, args.nats_cluster).start()
+        try:
+            nats_server = NatsCluster(directory, args.nats_cluster).start()
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         url = nats_server.url
         supervisor = Supervisor(directory, url, nats_server)
         local_user = nats_server.credential("user")
