@@ -107,10 +107,19 @@ class NatsCluster:
         return self
 
     def restart(self, index: int) -> None:
-        """Start server `index` again (after it died): same port, store and routes, so it rejoins."""
+        """Start server `index` again (after it died): same port, store and routes, so it rejoins;
+        returns once every server is healthy again."""
         self.servers[index].stop()
         self.servers[index].start()
         self._jetstream_ready(60.0)
+
+    def revive(self) -> list[str]:
+        """Start again every server of a cluster that died (it rejoins and catches up by itself); their URLs."""
+        dead = [s for s in self.servers if len(self.servers) > 1 and s.process is not None and s.process.poll() is not None]
+        for server in dead:
+            server.stop()
+            server.start()
+        return [s.url for s in dead]
 
     def stop(self) -> None:
         for server in reversed(self.servers):

@@ -141,6 +141,9 @@ class Supervisor:
         """Restart services that die (with a growing back-off) until `stop` is called."""
         while not self._stopping:
             changed = False
+            for url in self.bus.revive() if self.bus else []:
+                log.warning("nats-server %s died; started it again (it rejoins the cluster)", url)
+                changed = True
             for running in self.services.values():
                 process = running.process
                 if process is not None and process.poll() is not None and not self._stopping:

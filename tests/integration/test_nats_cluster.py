@@ -20,7 +20,11 @@ from .waiting import wait_until_async
 STEPS = 16
 
 
-async def test_kill_one_of_three_nats_servers_mid_session(tmp_path):
+async def _alive(server) -> bool:
+    return server.process is not None and server.process.poll() is None
+
+
+async def test_kill_one_of_three_nats_servers_mid_session(tmp_path, monkeypatch):
     async with running_cluster(tmp_path, pnodes=3, nats_servers=3) as (client, supervisor):
         servers = [s for s in supervisor.statuses() if s.kind == "nats"]
         assert [(s.name, s.state) for s in servers] == [(f"nats-{i}", "running") for i in range(3)]
@@ -40,7 +44,10 @@ async def test_kill_one_of_three_nats_servers_mid_session(tmp_path):
         leader = (await client.js.stream_info(LOG_STREAM)).cluster.leader
         candidates = [i for i, s in enumerate(bus.servers) if s.url.split("//")[1] != ours]
         victim = next((i for i in candidates if f"nats-{i}" == leader), candidates[0])
+        monkeypatch.setattr(bus, "revive", lambda: [])  # the supervisor leaves it dead for a while
         bus.servers[victim].process.kill()
+        await wait_for(client, sid, lambda s: s.next_step >= 10, timeout=240)  # steps on two servers
+        monkeypatch.undo()
         await wait_for(client, sid, lambda s: s.status == "completed", timeout=240)
 
         got, events = await losses(client, sid), await session_events(client.eventlog, sid)
@@ -55,7 +62,8 @@ async def test_kill_one_of_three_nats_servers_mid_session(tmp_path):
             for obj in checkpoint.objects:
                 assert digest((await store.get(obj.object)).data) == obj.digest
 
-        bus.restart(victim)  # the same store and routes: it rejoins and catches up
+        # the supervisor has started it again (same store, port and routes): it rejoins and catches up
+        await wait_until_async(lambda: _alive(bus.servers[victim]), 30, "the killed server started again")
 
         async def caught_up() -> bool:
             peers = (await client.js.stream_info(LOG_STREAM)).cluster
