@@ -3,7 +3,7 @@ import type { Step } from "../api/types";
 import { appendSteps, emptySeries, tokensPerSecond } from "./steps";
 
 const step = (n: number, loss = 1): Step => ({
-  step: n, ts: n, loss, tokens: 100, stepTimeS: 0.5, lr: 1e-3, lossScale: 1, computeS: 0.4, waitS: 0.1,
+  step: n, ts: n, loss, tokens: 100, stepTimeS: 0.5, lr: 1e-3, lossScale: 1, computeS: 0.4, waitS: 0.1, wireBytes: 0,
 });
 
 describe("appendSteps", () => {
