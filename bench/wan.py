@@ -3,18 +3,23 @@
 Every system trains the tiny-gpt shape, batch 8x256, 4 micro-batches, two processes of one thread
 each, each in its own network namespace behind a link of the profile (bench/wanlab, docs/wan-lab.md).
 The anchor is the plain single-process torch loop, two threads, no network, measured in the same run.
+computeall runs a whole session (NATS and its services in the root namespace, one PNode per
+namespace); its step time is the time from one recorded step to the next, every overhead included.
 
     python bench/wan.py [--quick] [--json PATH]
 
-A system is one function registered in SYSTEMS: (lab, steps) -> seconds per step (median).
+A system is one function registered in SYSTEMS: (lab, steps, warmup) -> Measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -23,10 +28,26 @@ sys.path.insert(0, str(REPO))
 
 from bench.wanlab import PROFILES, LabUnavailable, WanLab  # noqa: E402
 from bench.wanlab.netns import check_available  # noqa: E402
-from bench.wanlab.torch_peers import pipeline, plain  # noqa: E402
+from bench.wanlab.computeall_run import run_session  # noqa: E402
+from bench.wanlab.torch_peers import NETWORK, pipeline, plain  # noqa: E402
+from computeall.cli.default_corpus import stdlib_files  # noqa: E402
+from computeall.cli.embedded import running_cluster  # noqa: E402
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
 
-BATCH, CONTEXT = 8, 256
-System = Callable[[WanLab, int, int], float]
+BATCH, CONTEXT, MICRO_BATCHES = 8, 256, 4
+
+
+@dataclass
+class Measured:
+    samples: list[float]  # seconds of each step after the warmup
+    extra: dict = field(default_factory=dict)  # what else a system reports (computeall: wire, bytes, bubble)
+
+    @property
+    def step_s(self) -> float:
+        return statistics.median(self.samples)
+
+
+System = Callable[[WanLab, int, int], Measured]
 SYSTEMS: dict[str, System] = {}
 
 
@@ -41,16 +62,48 @@ def _median_after_warmup(step_s: list[float], warmup: int) -> float:
     return statistics.median(step_s[warmup:])
 
 
+@system("computeall")
+def computeall(lab: WanLab, steps: int, warmup: int) -> Measured:
+    config = SessionConfig(
+        network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=steps + warmup + 1,
+        batch_size=BATCH, micro_batches=MICRO_BATCHES, lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
+    )
+    async def session(directory: Path):
+        async with running_cluster(directory, pnodes=0) as cloud:  # NATS and the services, no PNodes
+            return await run_session(cloud, lab, config)
+
+    with tempfile.TemporaryDirectory(prefix="wan-computeall-") as directory:
+        run = asyncio.run(session(Path(directory)))
+    # interval i runs from step i's record to step i+1's: the first `warmup` are warmup
+    intervals = run.step_intervals_s[warmup:]
+    timed = [t for t in run.timings if t.step > warmup]
+    counted = {t.step for t in timed}
+    # PNode-seconds not spent computing, over all PNode-seconds of the steps: waiting for inputs,
+    # for the others' backward, for the orchestrator's next request
+    bubble = 1 - sum(t.compute_s for t in timed) / (len(lab.nodes) * sum(intervals))
+    hosted = {p: sorted(v for v, q in run.assignment.items() if q == p) for p in sorted(set(run.assignment.values()))}
+    return Measured(intervals, {
+        "wire": "fp32", "bubble_share": bubble,
+        "bytes_per_step": sum(sum(t.sent_bytes.values()) for t in timed) / max(1, len(counted)),
+        "wait_share": sum(t.wait_s for t in timed) / max(1e-9, sum(t.step_s for t in timed)),
+        "estimated_step_s": run.estimated_step_s, "hosted": hosted,
+        "throughput": {p: t.model_dump() if t else None for p, t in run.throughput.items()},
+    })
+
+
 @system("torch-gpipe")
-def torch_gpipe(lab: WanLab, steps: int, warmup: int) -> float:
-    ranks = pipeline(lab, "gpipe", steps + warmup, BATCH)
-    return max(_median_after_warmup(r["step_s"], warmup) for r in ranks)
+def torch_gpipe(lab: WanLab, steps: int, warmup: int) -> Measured:
+    return _slowest_rank(pipeline(lab, "gpipe", steps + warmup, BATCH), warmup)
 
 
 @system("torch-1f1b")
-def torch_1f1b(lab: WanLab, steps: int, warmup: int) -> float:
-    ranks = pipeline(lab, "1f1b", steps + warmup, BATCH)
-    return max(_median_after_warmup(r["step_s"], warmup) for r in ranks)
+def torch_1f1b(lab: WanLab, steps: int, warmup: int) -> Measured:
+    return _slowest_rank(pipeline(lab, "1f1b", steps + warmup, BATCH), warmup)
+
+
+def _slowest_rank(ranks: list[dict], warmup: int) -> Measured:
+    """A pipeline steps as fast as its slowest rank."""
+    return Measured(max((r["step_s"][warmup:] for r in ranks), key=statistics.median))
 
 
 def main() -> int:
@@ -69,21 +122,31 @@ def main() -> int:
     profiles = args.profiles or (["loopback", "city"] if args.quick else list(PROFILES))
     tokens_per_step = BATCH * CONTEXT
 
-    anchor = plain(steps + warmup, BATCH)
-    plain_tps = tokens_per_step / _median_after_warmup(anchor["step_s"], warmup)
-    rows = []
+    rows, anchors = [], []
     for name in profiles:
+        # the anchor again before each profile, so a machine that got busier or quieter meanwhile
+        # moves the anchor with the systems measured next to it
+        anchor = plain(steps + warmup, BATCH)
+        anchors.append(tokens_per_step / _median_after_warmup(anchor["step_s"], warmup))
+        plain_tps = anchors[-1]
         for sys_name in args.systems or SYSTEMS:
             with WanLab(name, nodes=2, peers=True) as lab:
-                step_s = SYSTEMS[sys_name](lab, steps, warmup)
-            link = PROFILES[name]
+                measured = SYSTEMS[sys_name](lab, steps, warmup)
+            link, step_s = PROFILES[name], measured.step_s
             rows.append({"profile": name, "system": sys_name, "rate_mbit": link.rate_mbit,
                          "one_way_delay_ms": link.delay_ms, "median_step_s": step_s,
                          "tokens_per_s": tokens_per_step / step_s, "ratio_vs_plain": tokens_per_step / step_s / plain_tps,
-                         "plain_tokens_per_s": plain_tps, "steps": steps})
+                         "plain_tokens_per_s": plain_tps, "steps": steps, "step_s_samples": measured.samples,
+                         **measured.extra})
             print(f"{name:<10}{sys_name:<14}{rows[-1]['tokens_per_s']:>9.0f} tokens/s  {step_s:6.2f} s/step"
                   f"  ratio vs plain {rows[-1]['ratio_vs_plain']:.2f}", flush=True)
-    print(f"plain torch, 1 process, 2 threads: {plain_tps:.0f} tokens/s")
+    print(f"plain torch, 1 process, 2 threads: {', '.join(f'{a:.0f}' for a in anchors)} tokens/s (before each profile)")
+    for row in rows:  # computeall against the torch peers on the same profile
+        if row["system"] != "computeall":
+            continue
+        for peer in (r for r in rows if r["profile"] == row["profile"] and r["system"] != "computeall"):
+            ratio = row[f"ratio_vs_{peer['system']}"] = row["tokens_per_s"] / peer["tokens_per_s"]
+            print(f"{row['profile']:<10}computeall / {peer['system']}: {ratio:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from model_doc import Page, link, members, model_section
 
-from computeall.protocol import dataset_api, limits, monitor_api, pnode_api, telemetry, uploads, wire
+from computeall.protocol import dataset_api, limits, monitor_api, pnode_api, telemetry, throughput, uploads, wire
 from computeall.protocol.commands import Command, PauseSession
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetEvent, PNodeEvent, SessionEvent
@@ -54,12 +54,14 @@ SUBJECTS = [
     SubjectRow("session_evt", "event", "what happened to a session", tuple(members(SessionEvent))),
     SubjectRow("pnode_evt", "event", "PNodes joining, leaving, lost", tuple(members(PNodeEvent))),
     SubjectRow("dataset_evt", "event", "a dataset being made; `DatasetCreated` comes last", tuple(members(DatasetEvent))),
-    SubjectRow("tel", "telemetry", "`<kind>` is `memory` or `request`", tuple(members(telemetry.Telemetry))),
+    SubjectRow("tel", "telemetry", "`<kind>` is `memory`, `request` or `step`", tuple(members(telemetry.Telemetry))),
     SubjectRow("heartbeat", "heartbeat", "PNode liveness and capacity, every second", (telemetry.Heartbeat,)),
     SubjectRow("orchestrator_heartbeat", "heartbeat", "orchestrator liveness, every second (empty body)"),
     SubjectRow("pnode_ctl", "request/reply", "orchestrator → PNode requests; every reply is a `PNodeReply`",
                (*members(pnode_api.PNodeRequest), pnode_api.PNodeReply)),
     SubjectRow("pnode_tensor", "data", "activations and gradients between PNodes (tensor frames)", (wire.TensorHeader,)),
+    SubjectRow("pnode_probe", "data", "a PNode's own loop through the bus: zero bytes it publishes and reads back "
+               "to time its link (`Throughput`, in `PNodeJoined` and heartbeats)", (throughput.Throughput,)),
     SubjectRow("dataset_api", "request/reply", "train a tokenizer, tokenize, cut splits; replies when done",
                (dataset_api.CreateDataset, dataset_api.DatasetReply), args=("create",)),
     SubjectRow("dataset_api", "request/reply", "a dataset's manifest", (dataset_api.GetDataset,), args=("get",)),
@@ -90,6 +92,7 @@ FILTERS = {
     "session_evt_all": "all events of one session (read a session with an ordered consumer on this)",
     "session_created_all": "every session's creation (how an orchestrator finds sessions)",
     "heartbeat_all": "every PNode's heartbeat",
+    "tel_all": "one kind of telemetry from every PNode (`step`: each PNode's part of each step)",
     "orchestrator_heartbeat_all": "every orchestrator's heartbeat",
     "log_subjects": f"the subjects of stream `{LOG_STREAM}`",
     "tel_subjects": f"the subjects of stream `{TEL_STREAM}`",
@@ -169,7 +172,8 @@ EXAMPLES: dict[str, object] = {
     "final_loss": 3.91, "steps": 200, "old": 65536.0, "new": 32768.0, "LossScaleChanged.reason": "overflow",
     "waited_s": 61.5, "silent_s": 5.2, "to_step": 40, "from_step": 43, "vnode": "embed", "op": "embedding",
     "params": 1048576, "precision": "fp32", "src": "b1.res2", "dst": "b2.norm1", "bytes_per_step": 4194304,
-    "pnodes": ["pnode-0", "pnode-1"], "bytes_across_per_step": 8388608, "moves": {"b2.attn": "pnode-0"},
+    "pnodes": ["pnode-0", "pnode-1"], "bytes_across_per_step": 8388608,
+    "Allocated.estimated_step_s": 0.81, "moves": {"b2.attn": "pnode-0"},
     "object": "a1b2c3d4e5f6/00000040/embed.safetensors", "digest": "9c1e4f0d2b7a6e8f1c3d5b7a9e0f2d4c",
     "bytes": 12583000, "name": "tinyshakespeare", "UserCreate.name": "alice", "files": ["/data/input.txt"],
     "DataConfig.files": ["/data/input.txt"], "CreateDataset.files": ["/data/input.txt"], "BatchSource.split": "train",
@@ -182,6 +186,9 @@ EXAMPLES: dict[str, object] = {
     "micro_batches": 1, "batch": 8, "key": "a1b2c3d4e5f6/train/41/0/b1.res2/act", "shape": [8, 256, 128],
     "chunk": 0, "chunks": 1, "offset": 0, "total_bytes": 1048576, "TensorHeader.dtype": "float32",
     "stage": "tokenize", "done": 524288, "total": 1115394, "ok": True,
+    "flops_per_s": 9.2e10, "bandwidth_bytes_per_s": 1.2e7, "rtt_s": 0.041, "measured_at": 1796212790.0,
+    "step_s": 0.93, "StepTiming.compute_s": 0.41, "StepTiming.send_s": 0.12, "StepTiming.wait_s": 0.38,
+    "StepTiming.sent_bytes": {"pnode-1": 4194512},
     "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "size": 1115394,
     "UploadedFile.name": "input.txt", "path": "/home/alice/input.txt", "part_bytes": 8 << 20,
     "parts": ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"], "UploadManifest.size": 1115394,

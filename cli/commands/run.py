@@ -13,7 +13,7 @@ from typing import get_args
 from pydantic import ValidationError
 
 from computeall.network import NetworkError, load_network_file
-from computeall.protocol.config import DataConfig, LrSchedule, PipelineConfig, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from computeall.protocol.sampling import SamplingConfig
 from computeall.protocol.wire import Wire
 
@@ -89,7 +89,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             lr=LrSchedule(peak=args.lr, warmup_steps=args.warmup, min_lr=args.lr / 10),
             precision=args.precision,
             wire=args.wire,
-            pipeline=PipelineConfig(schedule=args.schedule, in_flight=args.in_flight),
+            pipeline={"schedule": args.schedule, "in_flight": args.in_flight},  # validated in place: errors say `pipeline.`
             fuse_heads=args.fuse_heads,
             min_pnodes=min_pnodes,
             checkpoint_every=args.checkpoint_every,

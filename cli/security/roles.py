@@ -108,6 +108,7 @@ def pnode(name: str, s: Subjects) -> Permissions:
         publish=(
             s.heartbeat(name), f"{p}.tel.{name}.>",  # its own liveness and telemetry
             f"{p}.pn.*.tensor",  # activations and gradients to the PNodes its plan names
+            s.pnode_probe(name),  # bytes to itself through the bus, to time its link
             s.dataset_api("batch"),
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
             *use_bucket(checkpoint_bucket(s)),

@@ -115,11 +115,12 @@ class EventLog:
             f"recording {command.type}")
         return ack.seq
 
-    async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512) -> list[Recorded]:
-        """Every message on `filter_subject` from `start_seq` up to now, in log order."""
-        return await through_failover(lambda: self._read(filter_subject, start_seq, batch), "reading the event log")
+    async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512,
+                   stream: str = LOG_STREAM) -> list[Recorded]:
+        """Every message on `filter_subject` from `start_seq` up to now, in log order (or `stream`'s)."""
+        return await through_failover(lambda: self._read(filter_subject, start_seq, batch, stream), f"reading {stream}")
 
-    async def _read(self, filter_subject: str, start_seq: int, batch: int) -> list[Recorded]:
+    async def _read(self, filter_subject: str, start_seq: int, batch: int, stream: str) -> list[Recorded]:
         config = ConsumerConfig(
             filter_subject=filter_subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -127,7 +128,7 @@ class EventLog:
             ack_policy=AckPolicy.NONE,
             inactive_threshold=30.0,
         )
-        sub = await self.js.pull_subscribe(filter_subject, stream=LOG_STREAM, config=config)
+        sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
         out: list[Recorded] = []
         try:
             info = await sub.consumer_info()

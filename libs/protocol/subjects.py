@@ -59,6 +59,9 @@ class Subjects:
     def tel(self, pid: str, kind: str) -> str:
         return f"{self.prefix}.tel.{check_token(pid, 'pnode id')}.{kind}"
 
+    def tel_all(self, kind: str) -> str:
+        return f"{self.prefix}.tel.*.{check_token(kind, 'telemetry kind')}"
+
     def tel_subjects(self) -> list[str]:
         return [f"{self.prefix}.tel.>"]
 
@@ -76,6 +79,10 @@ class Subjects:
     def pnode_tensor(self, pid: str) -> str:
         """Tensors sent to a PNode by other PNodes (activations and gradients)."""
         return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.tensor"
+
+    def pnode_probe(self, pid: str) -> str:
+        """A PNode's own loop through the bus: it publishes here and reads it back to time its link."""
+        return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.probe"
 
     def dataset_api(self, verb: str) -> str:
         return f"{self.prefix}.ds.{verb}"

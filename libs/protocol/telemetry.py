@@ -6,6 +6,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .throughput import Throughput
+
 HEARTBEAT_INTERVAL_S = 1.0  # how often a PNode sends its Heartbeat
 # A PNode silent this long is lost: the orchestrator records PNodeLost, the monitor shows it lost.
 HEARTBEAT_TIMEOUT_S = 5.0
@@ -25,6 +27,7 @@ class Heartbeat(BaseModel):
     sessions: list[str] = Field(default_factory=list)
     leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
     incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state
+    throughput: Throughput | None = None  # what it measured of its compute and its link to the bus
     left: bool = False  # the last heartbeat of a process that is exiting (the orchestrator records PNodeLeft)
 
 
@@ -55,4 +58,22 @@ class MemorySample(BaseModel):
     hosted_vnodes: list[str] = Field(default_factory=list)
 
 
-Telemetry = Annotated[Union[RequestStatus, MemorySample], Field(discriminator="type")]
+class StepTiming(BaseModel):
+    """A PNode's part in one training step, from its RunStep arriving to its ApplyStep done: where
+    the time went and what it sent. On `ca.tel.<pid>.step` once the step is applied."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["StepTiming"] = "StepTiming"
+    pnode: str
+    session_id: str
+    step: int
+    ts: float
+    step_s: float = Field(..., ge=0, description="RunStep arriving to ApplyStep done")
+    compute_s: float = Field(0.0, ge=0, description="the compute thread running work items and the optimizer")
+    send_s: float = Field(0.0, ge=0, description="sending tensors to other PNodes (overlaps compute when the outbox does)")
+    wait_s: float = Field(0.0, ge=0, description="waiting for inputs from other PNodes or the dataset: the bubble")
+    sent_bytes: dict[str, int] = Field(default_factory=dict, description="tensor bytes sent, by destination PNode")
+
+
+Telemetry = Annotated[Union[RequestStatus, MemorySample, StepTiming], Field(discriminator="type")]

@@ -132,10 +132,13 @@ def loss_scale_changed(batch: Batch, h: Header, p: LossScaleChanged, msg: Messag
 def pnode_joined(batch: Batch, h: Header, p: PNodeJoined, msg: Message) -> None:
     batch.ops.append(
         (
-            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, joined_ts) VALUES (?, ?, ?, ?, ?, 'live', ?) "
+            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, joined_ts, throughput) "
+            "VALUES (?, ?, ?, ?, ?, 'live', ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET host = excluded.host, os_pid = excluded.os_pid, device = excluded.device, "
-            "memory_bytes = excluded.memory_bytes, state = 'live', joined_ts = excluded.joined_ts, left_ts = NULL",
-            [p.pnode, p.host, p.os_pid, p.device, p.memory_bytes, h.ts],
+            "memory_bytes = excluded.memory_bytes, state = 'live', joined_ts = excluded.joined_ts, left_ts = NULL, "
+            "throughput = excluded.throughput",
+            [p.pnode, p.host, p.os_pid, p.device, p.memory_bytes, h.ts,
+             p.throughput.model_dump_json() if p.throughput else None],
         )
     )
 

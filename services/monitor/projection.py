@@ -48,6 +48,7 @@ class Batch:
     steps: dict[tuple[str, int], tuple] = field(default_factory=dict)
     memory: list[tuple] = field(default_factory=list)
     requests: list[tuple] = field(default_factory=list)
+    timings: list[tuple] = field(default_factory=list)
     latest_memory: dict[str, MemorySample] = field(default_factory=dict)
     notices: list[tuple[str, dict]] = field(default_factory=list)
 

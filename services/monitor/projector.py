@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from computeall.protocol.commands import Command
 from computeall.protocol.events import Event
-from computeall.protocol.telemetry import MemorySample, RequestStatus, Telemetry
+from computeall.protocol.telemetry import MemorySample, RequestStatus, StepTiming, Telemetry
 
 from . import handlers  # noqa: F401  (registers the handlers)
 from .projection import HANDLERS, Batch, Header, Message
@@ -126,3 +126,9 @@ def _telemetry(batch: Batch, msg: Message) -> None:
             (sample.pnode, sample.session_id, sample.request, sample.step, sample.state, sample.ts, sample.duration_s)
         )
         batch.notices.append(("pnodes", {"type": "RequestStatus", "pnode": sample.pnode}))
+    elif isinstance(sample, StepTiming):
+        batch.timings.append(
+            (sample.pnode, sample.session_id, sample.step, sample.ts, sample.step_s, sample.compute_s, sample.send_s,
+             sample.wait_s, json.dumps(sample.sent_bytes))
+        )
+        batch.notices.append(("pnodes", {"type": "StepTiming", "pnode": sample.pnode}))

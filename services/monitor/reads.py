@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from . import network_edges
+from . import network_edges, time_and_links
 
 SESSION_FIELDS = (
     "id", "owner", "status", "config", "created_at", "started_at", "ended_at", "step", "last_loss", "tokens",
@@ -25,6 +25,7 @@ SESSION_SQL = (
 PNODE_FIELDS = (
     "id", "host", "os_pid", "device", "memory_bytes", "state", "joined_at", "left_at", "last_heartbeat", "rss_bytes",
     "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests", "hosted_v_nodes",
+    "throughput",
 )
 
 
@@ -114,13 +115,20 @@ def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: floa
     for a in allocations:
         a["pnodes"] = json.loads(a["pnodes"])
     hosts = sorted({v["pnode"] for v in vnodes} | {p for a in allocations[-1:] for p in a["pnodes"]})
+    hosting = [p for p in pnodes(cur, heartbeat_timeout_s) if p["id"] in hosts]
+    throughput = {p["id"]: p["throughput"] for p in hosting}
+    where = {v["id"]: v["pnode"] for v in vnodes}
+    for e in edges:  # a crossing edge's tensors go over the link between its two PNodes
+        link = time_and_links.capacity(throughput, where[e["src"]], where[e["dst"]]) if e["crosses"] else {}
+        e["link_bandwidth_bytes_per_s"] = link.get("bandwidth_bytes_per_s")
     return {
         "session_id": sid,
         "vnodes": vnodes,
         "edges": edges,
+        "links": time_and_links.session_links(cur, sid, throughput),
         "allocations": allocations,
         "bytes_across_per_step": allocations[-1]["bytes_across_per_step"] if allocations else None,
-        "pnodes": [p for p in pnodes(cur, heartbeat_timeout_s) if p["id"] in hosts],
+        "pnodes": hosting,
     }
 
 
@@ -128,13 +136,15 @@ def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float) -> list[d
     rows = _rows(
         cur, PNODE_FIELDS,
         "SELECT id, host, os_pid, device, memory_bytes, state, joined_ts, left_ts, last_heartbeat, rss_bytes, "
-        "gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, pending_requests, hosted_vnodes FROM pnodes ORDER BY id",
+        "gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, pending_requests, hosted_vnodes, throughput "
+        "FROM pnodes ORDER BY id",
         [],
     )
     now = time.time()
     for r in rows:
         r["bytes_by_category"] = json.loads(r["bytes_by_category"]) if r["bytes_by_category"] else None
         r["hosted_v_nodes"] = json.loads(r["hosted_v_nodes"]) if r["hosted_v_nodes"] else []
+        r["throughput"] = json.loads(r["throughput"]) if r["throughput"] else None
         r["heartbeat_age_s"] = now - r["last_heartbeat"] if r["last_heartbeat"] else None
         r["state"] = r["state"] or "live"
         # liveness is the heartbeat's to say: an event may not have been written yet for a dead PNode

@@ -7,7 +7,7 @@ from typing import Any
 from ariadne import ObjectType, QueryType, ScalarType
 from graphql import GraphQLResolveInfo
 
-from . import downsample, reads
+from . import downsample, reads, time_and_links
 from .context import Context
 
 json_scalar = ScalarType("JSON")  # values pass through as JSON-compatible Python objects
@@ -116,6 +116,12 @@ async def resolve_memory(p: dict, info: GraphQLResolveInfo, since: float | None 
 async def resolve_requests(p: dict, info: GraphQLResolveInfo, limit: int = 50) -> list[dict]:
     c = ctx(info)
     return await c.services.db.read(reads.requests, p["id"], c.user, min(max(limit, 0), MAX_LIST))
+
+
+@pnode_type.field("timeShare")
+async def resolve_time_share(p: dict, info: GraphQLResolveInfo, last_steps: int = time_and_links.RECENT_STEPS) -> dict | None:
+    c = ctx(info)
+    return await c.services.db.read(time_and_links.time_share, p["id"], c.user, min(max(last_steps, 1), MAX_LIST))
 
 
 BINDABLES = [json_scalar, number_list_scalar, query, session_type, pnode_type, user_type]

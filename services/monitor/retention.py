@@ -30,5 +30,7 @@ def compact(con: duckdb.DuckDBPyConnection, now: float, raw_s: float, bucket_s: 
         [cutoff],
     )
     con.execute("DELETE FROM requests WHERE ts < ?", [cutoff])
+    # step timings answer "where did the last steps' time go": nothing older is asked for
+    con.execute("DELETE FROM step_timings WHERE ts < ?", [cutoff])
     con.execute("DELETE FROM memory_samples_agg WHERE bucket_ts < ?", [now - keep_s])
     con.execute("DELETE FROM requests_agg WHERE bucket_ts < ?", [now - keep_s])

@@ -22,6 +22,7 @@ MEMORY_COLUMNS = (
     "pnode", "ts", "rss_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests",
 )
 REQUEST_COLUMNS = ("pnode", "session_id", "request", "step", "state", "ts", "duration_s")
+TIMING_COLUMNS = ("pnode", "session_id", "step", "ts", "step_s", "compute_s", "send_s", "wait_s", "sent_bytes")
 
 
 def positions(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
@@ -37,6 +38,7 @@ def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats
     _steps(db, con, batch)
     db.insert(con, "memory_samples", MEMORY_COLUMNS, batch.memory)
     db.insert(con, "requests", REQUEST_COLUMNS, batch.requests)
+    db.insert(con, "step_timings", TIMING_COLUMNS, batch.timings)
     # one statement per kind of row, not one per PNode: 256 single-row upserts take seconds in DuckDB
     # (measured 3.6 s against 70 ms for one statement), and the monitor would fall behind its PNodes
     latest = list(batch.latest_memory.values())  # one per PNode
@@ -55,11 +57,13 @@ def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats
         )
     if heartbeats:  # one statement for all of them: hundreds of PNodes beat every second
         con.execute(
-            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, last_heartbeat) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, 'live', ?)"] * len(heartbeats))
+            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, last_heartbeat, throughput) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, 'live', ?, ?)"] * len(heartbeats))
             + " ON CONFLICT (id) DO UPDATE SET host = excluded.host, os_pid = excluded.os_pid, device = excluded.device, "
-            "memory_bytes = excluded.memory_bytes, last_heartbeat = excluded.last_heartbeat",
-            [v for hb in heartbeats for v in (hb.pnode, hb.host, hb.os_pid, hb.device, hb.memory_bytes, hb.ts)],
+            "memory_bytes = excluded.memory_bytes, last_heartbeat = excluded.last_heartbeat, "
+            "throughput = coalesce(excluded.throughput, pnodes.throughput)",
+            [v for hb in heartbeats for v in (hb.pnode, hb.host, hb.os_pid, hb.device, hb.memory_bytes, hb.ts,
+                                              hb.throughput.model_dump_json() if hb.throughput else None)],
         )
     malformed: dict[str, int] = {}
     for row in batch.malformed:

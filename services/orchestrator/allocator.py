@@ -1,34 +1,43 @@
-"""The allocator: a pure function (graph, PNodes with capacities) -> allocation.
+"""The allocator: a pure function (graph, PNodes with memory and measured speeds) -> allocation.
 
-The network is laid out in topological order and cut into contiguous stages, one per
-PNode, so graph neighbours stay together and a chain of blocks becomes a pipeline.
-VNodes that share a weight (an embedding and its tied LM head) form one unit placed
-at the first member's position. A dynamic programme over the cut points minimises
-the slowest stage's compute (balance), then the bytes crossing the network per step,
-and never puts more on a PNode than the memory it advertises.
+The network is laid out in topological order and cut into contiguous stages, one per PNode, so
+graph neighbours stay together and a chain of blocks becomes a pipeline. VNodes that share a
+weight (an embedding and its tied LM head) form one unit placed at the first member's position.
+The score is the estimated step time (step_time.py): compute per stage at its PNode's speed, the
+stage's traffic over its PNode's link, latency per hop. So on a slow link the cuts go where the
+activations are smallest, and a slow PNode (or one behind a slow link) gets less work. A PNode
+never holds more than the memory it advertises, and every PNode gets a stage while there are
+at least as many units as PNodes (the session asked for them; failover relies on it).
+
+For one order of the PNodes along the pipeline, dynamic programmes over the cut points find
+1. the least possible bottleneck B* (the busiest stage's time per micro-batch), then
+2. for caps B*, 1.04 B*, 1.04^2 B*, ...: the cut with the least total busy time (the pipeline's
+   fill and drain) among those whose busiest stage is within the cap; each is scored whole.
+   The ladder stops when (M - 1) x cap + the least total of any cut cannot win.
+The programmes run over band arrays (step_time.StageCosts), one array operation per stage.
+Two orders are tried (most memory first, the embedding's stage being usually the largest; and
+fastest first), and the better allocation kept.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import lru_cache
+
+import numpy as np
 
 from computeall.network import Graph
-from computeall.network.graph import BYTES_PER_ELEMENT
 
-ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
-MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
-GRAD_BUFFER_BYTES = 4  # the fused optimizer's flat fp32 gradient buffer
+from .step_time import PNodeCapacity, StageCosts, band_busy_s, busy_s, step_time_s
+
+__all__ = ["Allocation", "AllocationError", "PNodeCapacity", "Stage", "allocate", "bytes_across"]
+
+CAP_STEP = 1.04  # the bottleneck ladder's rung: stages within 4% of each other count as balanced
+MAX_RUNGS = 60
 
 
 class AllocationError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class PNodeCapacity:
-    pnode: str
-    memory_bytes: int
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class Stage:
     vnodes: tuple[str, ...]
     flops_per_step: float
     memory_bytes: int
+    busy_s: float = 0.0  # estimated seconds busy per micro-batch (compute + link)
 
 
 @dataclass(frozen=True)
@@ -44,90 +54,140 @@ class Allocation:
     assignment: dict[str, str]  # vnode -> pnode
     stages: tuple[Stage, ...]
     bytes_across_per_step: int
-
-
-def vnode_flops_per_token(graph: Graph, vid: str) -> float:
-    """Forward+backward FLOPs per token, from the op's model in the registry."""
-    return graph.flops_per_token(vid)
-
-
-def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
-    """Weights, gradient, fp32 master (low precision only), Adam state, the optimizer's gradient buffer,
-    and a micro-batch's activations (the op's model in the registry)."""
-    v = graph.vnodes[vid]
-    element = BYTES_PER_ELEMENT[v.precision]
-    master = MASTER_BYTES if v.precision != "fp32" else 0
-    params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
-    activations = graph.op(vid).activation_elements(graph.params(vid), graph.site(vid))
-    return params + micro_batch_size * graph.spec.context * activations * element
+    step_time_s: float = 0.0  # the estimate the allocation minimised
 
 
 def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_batch_size: int) -> Allocation:
     if not pnodes:
         raise AllocationError("no PNodes are available; start one with `computeall pnode`")
     units = _units(graph)
-    n, k = len(units), len(pnodes)
-    tokens = batch_size * graph.spec.context
-    unit_flops = [sum(vnode_flops_per_token(graph, v) for v in u) * tokens for u in units]
-    unit_mem = [sum(vnode_memory_bytes(graph, v, micro_batch_size) for v in u) for u in units]
-    position = {v: i for i, u in enumerate(units) for v in u}
-    # PNodes with more memory take the earlier (embedding-holding, usually larger) stages
-    order = sorted(pnodes, key=lambda p: (-p.memory_bytes, p.pnode))
-
-    def out_bytes(a: int, b: int) -> int:
-        """Bytes leaving the units [a, b) per step: each output with a consumer outside, sent once."""
-        leaving = {
-            e.src: graph.edge_bytes_per_step(e, batch_size)
-            for e in graph.edges
-            if e.src in position and a <= position[e.src] < b and not a <= position[e.dst] < b
-        }
-        return sum(leaving.values())
-
-    INF = (float("inf"), float("inf"))
-    # Stages within a few percent of each other count as equally balanced, so that the
-    # byte score can pick block boundaries over cuts through a block.
-    quantum = max(1.0, sum(unit_flops) / (25 * k))
-
-    @lru_cache(maxsize=None)
-    def best(start: int, stage: int) -> tuple[tuple[float, float], tuple[int, ...]]:
-        """Best cut of units[start:] over PNodes order[stage:]; a stage may stay empty only at the end."""
-        if start == n:
-            return (0.0, 0.0), ()
-        if stage == k:
-            return INF, ()
-        result, cuts = INF, ()
-        mem = flops = 0
-        for end in range(start + 1, n + 1):
-            mem += unit_mem[end - 1]
-            flops += unit_flops[end - 1]
-            if mem > order[stage].memory_bytes:
-                break
-            rest, rest_cuts = best(end, stage + 1)
-            score = (max(float(round(flops / quantum)), rest[0]), out_bytes(start, end) + rest[1])
-            if score < result:
-                result, cuts = score, (end,) + rest_cuts
-        return result, cuts
-
-    (_, across), cuts = best(0, 0)
-    if not cuts:
-        need = sum(unit_mem)
+    used = min(len(pnodes), len(units))
+    costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - used + 1)
+    micro_batches = max(1, batch_size // micro_batch_size)
+    bands = _bands(costs, pnodes, micro_batches)
+    best: tuple[float, list[int], list[PNodeCapacity]] | None = None
+    for order in _orders(pnodes, costs, used):
+        found = _Search(costs, order[:used], micro_batches, bands).best()
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], found[1], order)
+    if best is None:
+        need = costs.memory(0, len(units))
         have = ", ".join(f"{p.pnode}={p.memory_bytes / 2**20:.0f} MiB" for p in pnodes)
         raise AllocationError(
             f"the network needs about {need / 2**20:.0f} MiB and cannot be split to fit the PNodes ({have}); "
             "add PNodes or give them more memory"
         )
+    estimate, cuts, order = best
     stages, assignment, start = [], {}, 0
-    for stage, end in enumerate(cuts):
+    for speed, end in zip(order, cuts):
         members = tuple(v for u in units[start:end] for v in u)
-        pid = order[stage].pnode
-        assignment.update({v: pid for v in members})
-        stages.append(Stage(pid, members, sum(unit_flops[start:end]), sum(unit_mem[start:end])))
+        assignment.update({v: speed.pnode for v in members})
+        stages.append(Stage(speed.pnode, members, costs.flops(start, end), costs.memory(start, end),
+                            busy_s(costs, speed, start, end, micro_batches)))
         start = end
-    return Allocation(assignment, tuple(stages), int(across))
+    return Allocation(assignment, tuple(stages), bytes_across(graph, assignment, batch_size), estimate)
+
+
+class _Search:
+    """The cut of the units over PNodes `order` (stage s on order[s], none empty) that minimises T."""
+
+    def __init__(self, costs: StageCosts, order: list[PNodeCapacity], micro_batches: int,
+                 bands: dict[str, np.ndarray]) -> None:
+        self.costs, self.order, self.m = costs, order, micro_batches
+        self.n, self.k = costs.n, len(order)
+        self.busy = [bands[p.pnode] for p in order]  # PNodes alike share one array
+        self.last_end = [self.n - self.k + s + 1 for s in range(self.k)]  # every later stage keeps a unit
+        # the stage [b - d - 1, b) reads the previous stages' best at its start: an index per band cell
+        self.start = np.where(costs.valid, costs.start, 0)
+        # the least busy any stage of a given length can be: longer stages than a cap allows are cut off
+        self.shortest = np.min([busy.min(axis=0) for busy in {id(b): b for b in self.busy}.values()], axis=0)
+
+    def best(self) -> tuple[float, list[int]] | None:
+        least_total, cuts = self._least_total(math.inf)
+        if cuts is None:
+            return None  # the PNodes cannot hold the network in this order
+        best = (self.score(cuts), cuts)
+        if self.m == 1:  # no pipelining: the step is the sum of the stages
+            return best
+        cap = self._least_bottleneck()
+        for _ in range(MAX_RUNGS):
+            if (self.m - 1) * cap + least_total >= best[0]:
+                break  # any cut busier than this costs more in the (M - 1) term than it can save in the sum
+            _, cuts = self._least_total(cap * (1 + 1e-9))
+            if cuts is not None and self.score(cuts) < best[0]:
+                best = (self.score(cuts), cuts)
+            cap *= CAP_STEP
+        return best
+
+    def score(self, cuts: list[int]) -> float:
+        bounds = list(zip([0, *cuts[:-1]], cuts))
+        busy = [busy_s(self.costs, p, a, b, self.m) for p, (a, b) in zip(self.order, bounds)]
+        return step_time_s(busy, [p.rtt_s for p in self.order], self.m)
+
+    def _least_bottleneck(self) -> float:
+        g = np.full(self.n + 1, np.inf)
+        g[0] = 0.0  # g[b]: the least bottleneck of the stages so far, the last ending at b
+        for busy, last in zip(self.busy, self.last_end):
+            g = np.maximum(g[self.start], busy).min(axis=1)
+            g[last + 1:] = np.inf
+        return float(g[self.n])
+
+    def _least_total(self, cap: float) -> tuple[float, list[int] | None]:
+        """The least sum of busy times over cuts whose every stage is busy at most `cap`, and the cut."""
+        width = int(np.nonzero(self.shortest <= cap)[0].max(initial=-1)) + 1  # longer stages cannot fit the cap
+        if width == 0:
+            return math.inf, None
+        start = self.start[:, :width]
+        h = np.full(self.n + 1, np.inf)
+        h[0] = 0.0
+        back = []
+        rows = np.arange(self.n + 1)
+        capped: dict[int, np.ndarray] = {}  # one per distinct band: PNodes alike share it
+        for busy, last in zip(self.busy, self.last_end):
+            if id(busy) not in capped:
+                band = busy[:, :width]
+                capped[id(busy)] = np.where(band <= cap, band, np.inf)
+            total = h[start] + capped[id(busy)]
+            d = total.argmin(axis=1)
+            h = total[rows, d]
+            h[last + 1:] = np.inf
+            back.append(d)
+        if not np.isfinite(h[self.n]):
+            return math.inf, None
+        cuts, b = [], self.n
+        for d in reversed(back):
+            cuts.append(b)
+            b = b - int(d[b]) - 1
+        return float(h[self.n]), cuts[::-1]
+
+
+def _bands(costs: StageCosts, pnodes: list[PNodeCapacity], micro_batches: int) -> dict[str, np.ndarray]:
+    """Each PNode's busy band (step_time.band_busy_s); PNodes alike (speed, link, memory) share one."""
+    by_kind: dict[tuple, np.ndarray] = {}
+    out = {}
+    for p in pnodes:
+        kind = (p.flops_per_s, p.bandwidth_bytes_per_s, p.memory_bytes)
+        if kind not in by_kind:
+            by_kind[kind] = band_busy_s(costs, p, micro_batches)
+        out[p.pnode] = by_kind[kind]
+    return out
+
+
+def _orders(pnodes: list[PNodeCapacity], costs: StageCosts, used: int) -> list[list[PNodeCapacity]]:
+    """PNode orders along the pipeline worth trying: most memory first; fastest first."""
+    by_memory = sorted(pnodes, key=lambda p: (-p.memory_bytes, p.pnode))
+    typical_bytes = sum(costs.traffic(a, a + 1) for a in range(costs.n)) / costs.n
+    share = costs.flops(0, costs.n) / used
+
+    def stage_time(p: PNodeCapacity) -> float:
+        return share / p.flops_per_s + typical_bytes / p.bandwidth_bytes_per_s
+
+    by_speed = sorted(pnodes, key=lambda p: (stage_time(p), -p.memory_bytes, p.pnode))
+    return [by_memory] if by_speed == by_memory else [by_memory, by_speed]
 
 
 def bytes_across(graph: Graph, assignment: dict[str, str], batch_size: int) -> int:
-    """The allocation's score: bytes crossing between PNodes per step (an output goes once to each other PNode)."""
+    """Bytes crossing between PNodes per step (an output goes once to each other PNode), as recorded."""
     sent = {
         (e.src, assignment[e.dst]): graph.edge_bytes_per_step(e, batch_size)
         for e in graph.edges

@@ -36,7 +36,7 @@ class MembershipRecorder:
         elif key not in self._joined:
             self._joined.add(key)
             joined = PNodeJoined(pnode=beat.pnode, host=beat.host, os_pid=beat.os_pid, device=beat.device,
-                                 memory_bytes=beat.memory_bytes)
+                                 memory_bytes=beat.memory_bytes, throughput=beat.throughput)
             self._record(f"joined-{beat.pnode}-{beat.incarnation}", joined, beat.pnode)
 
     def _record(self, event_id: str, payload: PNodeJoined | PNodeLeft, pnode: str) -> None:

@@ -15,7 +15,7 @@ from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNodePlacement
 from computeall.protocol.pnode_api import BatchSource, LoadPlan
 
-from .allocator import Allocation, AllocationError, PNodeCapacity
+from .allocator import Allocation, AllocationError
 from .errors import DriverDone
 from .network_jobs import NetworkJobs
 from .pnodes import PNodeRegistry
@@ -123,10 +123,8 @@ class Placement:
         raise DriverDone("paused until there is capacity again")
 
     async def _allocate(self, exclude: set[str]) -> Allocation:
-        live = [hb for hb in self.registry.live() if hb.pnode not in exclude]
         return await self.jobs.allocate(  # off the event loop
-            self.graph, [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in live],
-            self.config.batch_size, self.config.micro_batch_size,
+            self.graph, self.registry.capacities(exclude), self.config.batch_size, self.config.micro_batch_size,
         )
 
     def _event_fields(self, allocation: Allocation) -> dict:
@@ -145,4 +143,5 @@ class Placement:
             edges=[EdgeTraffic(src=s, dst=d, bytes_per_step=b) for (s, d), b in crossing.items()],
             pnodes=[s.pnode for s in allocation.stages],
             bytes_across_per_step=allocation.bytes_across_per_step,
+            estimated_step_s=allocation.step_time_s,
         )

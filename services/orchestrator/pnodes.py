@@ -6,6 +6,8 @@ import time
 
 from computeall.protocol.telemetry import Heartbeat
 
+from .step_time import PNodeCapacity
+
 
 class PNodeRegistry:
     def __init__(self, timeout_s: float = 5.0) -> None:
@@ -42,6 +44,10 @@ class PNodeRegistry:
             key=lambda hb: hb.pnode,
         )
 
+    def capacities(self, exclude: set[str] = frozenset()) -> list[PNodeCapacity]:
+        """What the allocator is given of the live PNodes (but `exclude`): memory and measured speeds."""
+        return [capacity(hb) for hb in self.live() if hb.pnode not in exclude]
+
     def is_live(self, pnode: str) -> bool:
         seen = self._last.get(pnode)
         return seen is not None and time.monotonic() - seen[0] <= self.timeout_s
@@ -62,3 +68,11 @@ class PNodeRegistry:
         lost += self._restarted
         self._restarted = []
         return lost
+
+
+def capacity(hb: Heartbeat) -> PNodeCapacity:
+    """A PNode as the allocator sees it; nominal speeds until it has measured its own."""
+    t = hb.throughput
+    if t is None:
+        return PNodeCapacity(hb.pnode, hb.memory_bytes)
+    return PNodeCapacity(hb.pnode, hb.memory_bytes, t.flops_per_s, t.bandwidth_bytes_per_s, t.rtt_s)

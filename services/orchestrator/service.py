@@ -44,7 +44,6 @@ from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
-from .allocator import PNodeCapacity
 from .driver import SessionDriver
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
@@ -216,7 +215,7 @@ class Orchestrator:
 
     async def _fits(self, state: SessionState) -> bool:
         """Whether the live PNodes can hold the session's network now (asked again only when they change)."""
-        capacities = [PNodeCapacity(hb.pnode, hb.memory_bytes) for hb in self.registry.live()]
+        capacities = self.registry.capacities()
         asked = (tuple(sorted(capacities, key=lambda c: c.pnode)), state.fuse_heads, state.config)
         if self._capacity_checks.get(state.id) == asked:
             return False

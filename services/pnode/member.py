@@ -2,10 +2,11 @@
 control requests and their status telemetry. No torch here: the real PNode (`node.PNode`) and the
 simulated one (`simulated.SimulatedPNode`) both build on it.
 
-A member subscribes to its control and tensor subjects, heartbeats every `heartbeat_s` (the
-orchestrator records PNodeJoined/PNodeLeft from them), publishes a `MemorySample` every
-`telemetry_s`, and answers each control request with a `PNodeReply`. What a request does and what a
-tensor frame means is the subclass's: `dispatch`, `on_tensor`, `memory_sample`.
+A member subscribes to its control and tensor subjects, says what it measured of itself
+(`started`, before its first heartbeat), heartbeats every `heartbeat_s` (the orchestrator records
+PNodeJoined/PNodeLeft from them), publishes a `MemorySample` every `telemetry_s` and a `StepTiming`
+per applied step, and answers each control request with a `PNodeReply`. What a request does and
+what a tensor frame means is the subclass's: `dispatch`, `on_tensor`, `memory_sample`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from pydantic import TypeAdapter, ValidationError
 
 from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
-from computeall.protocol.pnode_api import PNodeReply, PNodeRequest
+from computeall.protocol.pnode_api import ApplyStep, PNodeReply, PNodeRequest, RunStep
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.throughput import Throughput
+
+from .step_timing import StepClock
 
 log = logging.getLogger("computeall.pnode")
 
@@ -51,6 +55,8 @@ class BusMember:
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
         self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
+        self.throughput: Throughput | None = None  # what it measured (or models) of its compute and link
+        self.clock = StepClock(self.name)
         self._stop = asyncio.Event()
         self.nc: NATS
 
@@ -64,6 +70,13 @@ class BusMember:
     def memory_sample(self) -> MemorySample:
         raise NotImplementedError
 
+    async def started(self) -> None:
+        """Connected and subscribed, before the first heartbeat: measure `throughput` here."""
+
+    def background(self) -> list:
+        """Coroutines to run while the member is up, beside its heartbeats and telemetry."""
+        return []
+
     def closed(self) -> None:
         """The connection is gone: release what the member holds (threads, ...)."""
 
@@ -74,10 +87,11 @@ class BusMember:
         await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
         await self.nc.subscribe(self.subjects.pnode_tensor(self.name), cb=self.on_tensor, pending_bytes_limit=1 << 30)
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
+        await self.started()
         # no event of its own: the orchestrator records PNodeJoined/PNodeLeft from the heartbeats
-        log.info("pnode %s ready on %s (%s, %.1f GiB)", self.name, ", ".join(self.credential.servers),
-                 self.device_name, self.memory_bytes / 2**30)
-        tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._telemetry())]
+        log.info("pnode %s ready on %s (%s, %.1f GiB; %s)", self.name, ", ".join(self.credential.servers),
+                 self.device_name, self.memory_bytes / 2**30, self.throughput)
+        tasks = [asyncio.create_task(c) for c in (self._heartbeat(), self._telemetry(), *self.background())]
         await self._stop.wait()
         for t in tasks:
             t.cancel()
@@ -114,7 +128,7 @@ class BusMember:
         return Heartbeat(
             pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=self.device_name,
             memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving or left,
-            incarnation=self.incarnation, left=left,
+            incarnation=self.incarnation, left=left, throughput=self.throughput,
         )
 
     # -- control requests ---------------------------------------------------------
@@ -134,7 +148,7 @@ class BusMember:
         step = getattr(request, "step", None)
         await self._status(request, "running", step, started)
         try:
-            reply = await self.dispatch(request)
+            reply = await self._timed(request)
         except self.failures as exc:
             log.warning("%s failed: %s", request.type, exc)
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
@@ -142,6 +156,21 @@ class BusMember:
             self.pending -= 1
         await self._status(request, "done" if reply.ok else "failed", step, started)
         await self._reply(msg, reply)
+
+    async def _timed(self, request) -> PNodeReply:
+        """`dispatch`, with the step's timing published once its ApplyStep is done (`StepTiming`)."""
+        if isinstance(request, RunStep):
+            self.clock.run_started(request.session_id, request.step)
+            reply = await self.dispatch(request)
+            self.clock.run_done(request.session_id, reply)
+            return reply
+        if isinstance(request, ApplyStep):
+            t0 = time.monotonic()
+            reply = await self.dispatch(request)
+            if timing := self.clock.applied(request.session_id, request.step, t0, time.monotonic() - t0):
+                await self.nc.publish(self.subjects.tel(self.name, "step"), timing.model_dump_json().encode())
+            return reply
+        return await self.dispatch(request)
 
     async def _reply(self, msg, reply: PNodeReply) -> None:
         if msg.reply:

@@ -8,6 +8,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import nats.errors
 import psutil
 import torch
 
@@ -31,7 +32,7 @@ from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.wire import tensor_from_wire
 
-from . import checkpoints, sampling
+from . import checkpoints, sampling, throughput
 from .batches import BatchFeed
 from .member import BusMember
 from .memory import bytes_by_category
@@ -40,6 +41,8 @@ from .routing import TensorRoute
 from .stage import SessionStage, StepAborted
 
 log = logging.getLogger("computeall.pnode")
+
+REMEASURE_S = 120.0  # how often a PNode hosting nothing measures its link again
 
 
 class PNode(BusMember):
@@ -67,6 +70,28 @@ class PNode(BusMember):
         self.reassembler = Reassembler()
         self.rejected_frames = 0
         self.process = psutil.Process()
+
+    # -- what it measures of itself ---------------------------------------------
+    async def started(self) -> None:
+        self.flops_per_s = await asyncio.get_running_loop().run_in_executor(
+            self.executor, throughput.compute_flops_per_s, self.device)
+        await self._measure()  # before the first heartbeat: the one the orchestrator records as PNodeJoined
+
+    def background(self) -> list:
+        return [self._remeasure()]
+
+    async def _measure(self) -> None:
+        try:
+            self.throughput = await throughput.measure(self.nc, self.subjects.pnode_probe(self.name), self.flops_per_s)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("could not measure the link to the bus (%s); keeping %s", exc, self.throughput)
+
+    async def _remeasure(self) -> None:
+        """Links change: measure again now and then, only while hosting nothing (a probe would slow a step)."""
+        while True:
+            await asyncio.sleep(REMEASURE_S)
+            if not self.stages and not self.pending:
+                await self._measure()
 
     def closed(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

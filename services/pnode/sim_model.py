@@ -2,7 +2,8 @@
 
 - Time: a VNode's forward and backward of one micro-batch take its FLOPs (the op registry's cost
   model, the allocator's units: forward + backward per token) over the PNode's advertised FLOP/s,
-  one third forward and two thirds backward.
+  one third forward and two thirds backward. That FLOP/s and a 1 Gbit/s, 1 ms link are what it
+  reports as its `Throughput`.
 - Bytes: a VNode's output for one micro-batch is micro_batch_size x context x its width in its
   precision; its gradient is as large. What goes on the wire is a placeholder that names that count.
 - Loss: a function of (seed, phase, step) alone, so every placement, restart and replay of a
@@ -21,6 +22,9 @@ from computeall.network import Graph
 from computeall.network.graph import BYTES_PER_ELEMENT, init_seed
 from computeall.protocol.pnode_api import LoadPlan
 
+# what a simulated PNode reports of its link (it measures nothing): a 1 Gbit/s LAN, 1 ms away
+BANDWIDTH_BYTES_PER_S = 125e6
+RTT_S = 1e-3
 FORWARD_SHARE = 1 / 3  # of a VNode's forward+backward FLOPs (backward is about twice the forward)
 ADAM_STATE_BYTES = 8  # what a real PNode's optimizer keeps per parameter (two fp32 moments)
 

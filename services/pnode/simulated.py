@@ -33,6 +33,7 @@ from computeall.protocol.pnode_api import (
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, MemorySample
+from computeall.protocol.throughput import Throughput
 
 from . import sim_model
 from .checkpoint_objects import CheckpointObjectError, fetch, object_name
@@ -71,6 +72,10 @@ class SimulatedPNode(BusMember):
         self.stages: dict[str, SimulatedStage] = {}
         self.reassembler = wire.Reassembler()
         self.rejected_frames = 0
+
+    async def started(self) -> None:
+        self.throughput = Throughput(flops_per_s=self.flops_per_s, bandwidth_bytes_per_s=sim_model.BANDWIDTH_BYTES_PER_S,
+                                     rtt_s=sim_model.RTT_S, measured_at=time.time())
 
     async def dispatch(self, request) -> PNodeReply:
         if isinstance(request, Reset):

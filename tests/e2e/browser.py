@@ -31,8 +31,11 @@ def chromium_path() -> str:
 
 
 def ensure_dashboard_built() -> None:
-    """`make web` does this; a test run straight from pytest builds it too rather than skip."""
-    if (WEB / "dist" / "index.html").exists():
+    """`make web` does this; a test run straight from pytest builds it too rather than skip, and
+    builds again when a source is newer than the build (a stale build would test old pages)."""
+    built = WEB / "dist" / "index.html"
+    sources = [p for p in (WEB / "src").rglob("*") if p.is_file()] + [WEB / "index.html", WEB / "package.json"]
+    if built.exists() and max(p.stat().st_mtime for p in sources if p.exists()) <= built.stat().st_mtime:
         return
     if not (WEB / "node_modules").exists():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=WEB, check=True, capture_output=True)

@@ -2,8 +2,10 @@
 
 One test walks the whole path a user takes (the system takes a while to start, so it starts
 once): a wrong key is refused, the right key logs in, the running session is listed, its loss
-chart gains points while it trains, the text its model writes appears by step, newest first, the topology shows a VNode's memory, the PNodes view lists
-both PNodes, and pausing from the UI changes the session's state. Screenshots of every page go
+chart gains points while it trains, the text its model writes appears by step, newest first, the
+topology shows a VNode's memory, where each PNode's time goes and the links' measured bandwidth, the
+PNodes view lists both PNodes with what they measured, and pausing from the UI changes the session's
+state. Screenshots of every page go
 to test-artifacts/e2e/.
 """
 
@@ -142,6 +144,20 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
     assert await panel.locator('[data-field="precision"]').inner_text() == "fp32"
     memory = await panel.locator('[data-table="vnode-memory"]').inner_text()
     assert "weights" in memory and "KiB" in memory, memory
+    # where the time goes: each PNode's shares of its last steps, the links between them with the
+    # bandwidth the PNodes measured, and that bandwidth on the edges that cross (the page polls)
+    for name in PNODES:
+        await page.wait_for_selector(f'[data-host="{name}"] [data-share="compute"]', timeout=60_000)
+    shares = {k: float(await page.get_attribute(f'[data-host="{PNODES[0]}"] [data-share="{k}"]', "data-value"))
+              for k in ("compute", "send", "wait")}
+    assert 0 < shares["compute"] <= 1 and 0 <= shares["wait"] < 1 and shares["send"] >= 0, shares
+    link = page.locator(f'[data-link="{PNODES[0]}->{PNODES[1]}"]')
+    await link.wait_for()
+    assert "bit/s" in await link.locator('[data-field="bandwidth"]').inner_text()
+    labels = await page.evaluate(
+        """() => document.querySelector('[data-topology-graph]')._cyreg.cy.edges('[?cross]').map(e => e.data('label'))"""
+    )
+    assert labels and all("/step · " in label and "bit/s" in label for label in labels), labels
     await page.screenshot(path=str(ARTIFACTS / "topology.png"), full_page=True)
 
     # the PNodes view: both PNodes live, each with the VNodes it hosts
@@ -150,6 +166,10 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
         await page.wait_for_selector(f'[data-pnode="{name}"][data-state="live"]')
     hosted = await page.locator("[data-pnode] .hosted code").count()
     assert hosted >= 2, "the PNodes should list the VNodes they host"
+    for name in PNODES:  # what each measured of itself, and its time shares
+        card = page.locator(f'[data-pnode="{name}"]')
+        assert "bit/s" in await card.locator('[data-field="throughput"]').inner_text()
+        await card.locator('[data-share="wait"]').wait_for()
     await page.screenshot(path=str(ARTIFACTS / "pnodes.png"), full_page=True)
 
     # pause from the UI: the status follows the session's real state

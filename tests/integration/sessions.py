@@ -18,8 +18,9 @@ from .waiting import wait_until_async
 
 
 def config(steps: int = 24, **overrides) -> SessionConfig:
-    settings = {"seed": 3, "checkpoint_every": 5, "keep_checkpoints": 10, "min_pnodes": 2, **overrides}
-    return SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=steps, **settings)
+    settings = {"network_yaml": NETWORK.read_text(), "seed": 3, "checkpoint_every": 5, "keep_checkpoints": 10,
+                "min_pnodes": 2, **overrides}
+    return SessionConfig(data=DataConfig(files=stdlib_corpus()), steps=steps, **settings)
 
 
 async def command(client: Client, sid: str, payload) -> CommandEnvelope:

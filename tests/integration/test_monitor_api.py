@@ -17,7 +17,8 @@ from computeall.protocol.events import (
     Allocated, EdgeTraffic, EventEnvelope, PNodeJoined, Sample, SamplesGenerated, StepCompleted, VNodePlacement,
 )
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.telemetry import Heartbeat, MemorySample, RequestStatus, StepTiming
+from computeall.protocol.throughput import Throughput
 
 from .monitor_harness import (
     PYTHON,
@@ -222,6 +223,14 @@ def test_future_event_types_are_stored_and_projected(system, keys, sessions):
     assert got["events"] == [{"type": "SomethingNew", "payload": {"type": "SomethingNew", "x": 1}}]
 
 
+async def beat(system: MonitorProcess, heartbeat: Heartbeat) -> None:
+    """One heartbeat, sent as the PNode it is from."""
+    nc = await connect_as(system.server, "pnode", heartbeat.pnode)
+    await nc.publish(Subjects().heartbeat(heartbeat.pnode), heartbeat.model_dump_json().encode())
+    await nc.flush()
+    await nc.close()
+
+
 def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, sessions):
     s = Subjects()
     now = time.time()
@@ -241,14 +250,8 @@ def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, 
         (s.tel("p1", "request"), request.model_dump_json().encode()),
     ]))
 
-    async def heartbeat():
-        nc = await connect_as(system.server, "pnode", "p2")
-        hb = Heartbeat(pnode="p2", host="h2", os_pid=2, device="cuda", memory_bytes=1 << 33, ts=time.time())
-        await nc.publish(s.heartbeat("p2"), hb.model_dump_json().encode())
-        await nc.flush()
-        await nc.close()
-
-    asyncio.run(heartbeat())
+    asyncio.run(beat(system, Heartbeat(pnode="p2", host="h2", os_pid=2, device="cuda", memory_bytes=1 << 33,
+                                       ts=time.time())))
     wait_until(lambda: caught_up(system, keys["alice"], seq))
     query = ('{ topology(sessionId: "sa") { vnodes { id op params precision pnode } edges { src dst bytesPerStep } '
              'bytesAcrossPerStep pnodes { id } } pnodes { id state rssBytes pendingRequests hostedVNodes bytesByCategory '
@@ -269,6 +272,60 @@ def test_topology_and_pnodes_from_events_telemetry_and_heartbeats(system, keys, 
     # bob does not see alice's requests on a shared PNode
     bob = {p["id"]: p for p in data(system.url, keys["bob"], "{ pnodes { id requests { request } } }")["pnodes"]}
     assert bob["p1"]["requests"] == []
+
+
+def test_time_shares_links_and_measured_bandwidth(system, keys, sessions):
+    s = Subjects()
+    now = time.time()
+    fast = Throughput(flops_per_s=5e10, bandwidth_bytes_per_s=1.25e8, rtt_s=0.002, measured_at=now)
+    slow = Throughput(flops_per_s=2e10, bandwidth_bytes_per_s=1.25e7, rtt_s=0.040, measured_at=now)
+    allocated = EventEnvelope(session_id="sa", payload=Allocated(
+        placements=[VNodePlacement(vnode="embed", op="embedding", pnode="q1", params=1000, precision="fp32"),
+                    VNodePlacement(vnode="block0", op="attention", pnode="q2", params=4000, precision="fp32")],
+        edges=[EdgeTraffic(src="embed", dst="block0", bytes_per_step=65536)],
+        pnodes=["q1", "q2"], bytes_across_per_step=65536))
+    joined = EventEnvelope(payload=PNodeJoined(pnode="q1", host="h", os_pid=1, device="cpu", memory_bytes=1 << 30,
+                                               throughput=fast))
+
+    def timing(pnode: str, step: int, sent: dict[str, int], compute: float, wait: float) -> bytes:
+        return StepTiming(pnode=pnode, session_id="sa", step=step, ts=now + step, step_s=1.0, compute_s=compute,
+                          send_s=0.1, wait_s=wait, sent_bytes=sent).model_dump_json().encode()
+
+    seq = asyncio.run(publish(system.server, [
+        *event_items([allocated]),
+        (s.pnode_evt("q1", "PNodeJoined"), joined.model_dump_json().encode()),
+        (s.tel("q1", "step"), timing("q1", 0, {"q2": 1000}, 0.5, 0.4)),
+        (s.tel("q1", "step"), timing("q1", 1, {"q2": 3000}, 0.7, 0.2)),
+        (s.tel("q2", "step"), timing("q2", 1, {"q1": 500}, 0.3, 0.6)),
+    ]))
+
+    # q2 reports its measurement only in heartbeats
+    asyncio.run(beat(system, Heartbeat(pnode="q2", host="h2", os_pid=2, device="cpu", memory_bytes=1 << 30,
+                                       ts=time.time(), throughput=slow)))
+    wait_until(lambda: caught_up(system, keys["alice"], seq))
+    query = ('{ topology(sessionId: "sa") { edges { src dst crosses linkBandwidthBytesPerS } '
+             'links { src dst bytesPerStep bandwidthBytesPerS latencyS } } '
+             'pnodes { id throughput { bandwidthBytesPerS rttS flopsPerS } '
+             'timeShare(lastSteps: 5) { steps stepS compute send wait sentBytesPerStep } } }')
+    # q2's timing is the last telemetry published: once it is in, so are q1's
+    got = wait_until(lambda: (d := data(system.url, keys["alice"], query))
+                     and any(p["id"] == "q2" and p["throughput"] and p["timeShare"] for p in d["pnodes"]) and d)
+    pnodes = {p["id"]: p for p in got["pnodes"]}
+    assert pnodes["q1"]["throughput"] == {"bandwidthBytesPerS": 1.25e8, "rttS": 0.002, "flopsPerS": 5e10}
+    assert pnodes["q2"]["throughput"]["bandwidthBytesPerS"] == 1.25e7
+    assert pnodes["q1"]["timeShare"] == pytest.approx(
+        {"steps": 2, "stepS": 1.0, "compute": 0.6, "send": 0.1, "wait": 0.3, "sentBytesPerStep": 2000.0})
+    assert pnodes["q2"]["timeShare"]["wait"] == pytest.approx(0.6)
+    topo = got["topology"]
+    # a tensor from q1 to q2 goes up q1's link and down q2's: the slower one's bandwidth
+    assert topo["edges"] == [{"src": "embed", "dst": "block0", "crosses": True, "linkBandwidthBytesPerS": 1.25e7}]
+    assert topo["links"] == [
+        {"src": "q1", "dst": "q2", "bytesPerStep": 2000.0, "bandwidthBytesPerS": 1.25e7, "latencyS": pytest.approx(0.021)},
+        {"src": "q2", "dst": "q1", "bytesPerStep": 500.0, "bandwidthBytesPerS": 1.25e7, "latencyS": pytest.approx(0.021)},
+    ]
+    # bob's key sees the PNodes, not what they did for alice
+    bob = {p["id"]: p for p in data(system.url, keys["bob"], "{ pnodes { id timeShare { steps } } }")["pnodes"]}
+    assert bob["q1"]["timeShare"] is None
 
 
 def test_depth_and_cost_limits(system, keys):

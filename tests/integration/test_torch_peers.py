@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from .wan import require_lab
 
-from bench.wanlab import LabUnavailable, WanLab  # noqa: E402
-from bench.wanlab.netns import check_available  # noqa: E402
+require_lab()
 
-try:
-    check_available()
-except LabUnavailable as e:
-    pytest.skip(f"WAN lab unavailable: {e}", allow_module_level=True)
-
+from bench.wanlab import WanLab  # noqa: E402
 from bench.wanlab.torch_peers import pipeline, plain  # noqa: E402
 
 

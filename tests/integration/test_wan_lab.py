@@ -10,20 +10,15 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from .wan import REPO, require_lab
 
-from bench.wanlab import LabUnavailable, WanLab, cleanup_stale  # noqa: E402
-from bench.wanlab.netns import check_available, lab_links, lab_namespaces, sh  # noqa: E402
+require_lab()
 
-try:
-    check_available()
-except LabUnavailable as e:
-    pytest.skip(f"WAN lab unavailable: {e}", allow_module_level=True)
+from bench.wanlab import WanLab, cleanup_stale  # noqa: E402
+from bench.wanlab.netns import lab_links, lab_namespaces, sh  # noqa: E402
 
 PY = sys.executable
 PING = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..throughput import Throughput
 from .base import DomainEvent, recorded_as
 
 
@@ -15,6 +16,7 @@ class PNodeJoined(DomainEvent):
     os_pid: int
     device: str
     memory_bytes: int
+    throughput: Throughput | None = None  # what it measured of its compute and its link to the bus
 
 
 @recorded_as("pnode")

@@ -31,6 +31,7 @@ class Allocated(DomainEvent):
     edges: list[EdgeTraffic]
     pnodes: list[str]
     bytes_across_per_step: int
+    estimated_step_s: float | None = None  # the allocator's estimate of a step on these PNodes and links
 
 
 @recorded_as("session")

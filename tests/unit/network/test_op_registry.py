@@ -6,7 +6,7 @@ import pytest
 
 from computeall.network import Graph, NetworkError, load_network
 from computeall.network.ops import OPS, OpParams, OpSpec, Problem, Site, n_inputs
-from computeall.orchestrator.allocator import vnode_flops_per_token, vnode_memory_bytes
+from computeall.orchestrator.step_time import vnode_flops_per_token, vnode_memory_bytes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -45,7 +45,8 @@ def test_there_is_a_loss_op() -> None:
     assert any(op.is_loss for op in OPS.values())
 
 
-@pytest.mark.parametrize("path", ["libs/network/loader.py", "libs/network/graph.py", "services/orchestrator/allocator.py"])
+@pytest.mark.parametrize("path", ["libs/network/loader.py", "libs/network/graph.py", "services/orchestrator/allocator.py",
+                                  "services/orchestrator/step_time.py"])
 def test_no_op_names_outside_the_registry(path: str) -> None:
     source = (ROOT / path).read_text()
     named = [name for name in OPS if f'"{name}"' in source or f"'{name}'" in source]

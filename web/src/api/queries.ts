@@ -6,7 +6,10 @@ import { STEP_FIELDS } from "./protocol";
 const SESSION_SUMMARY = "id status step lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
 const STEP_COLUMNS = STEP_FIELDS.join(" ");
 const PNODE_SUMMARY =
-  "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes";
+  "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes " +
+  "throughput { flopsPerS bandwidthBytesPerS rttS }";
+// a read per PNode: asked for by the polled queries, not by the live subscription's snapshot every second
+const TIME_SHARE = "timeShare { steps stepS compute send wait sentBytesPerStep }";
 
 export const ME = "query Me { me { name } }";
 
@@ -41,13 +44,14 @@ export const TOPOLOGY = `query Topology($id: ID!) {
   topology(sessionId: $id) {
     sessionId bytesAcrossPerStep
     vnodes { id op params precision pnode }
-    edges { src dst bytesPerStep crosses }
-    pnodes { ${PNODE_SUMMARY} }
+    edges { src dst bytesPerStep crosses linkBandwidthBytesPerS }
+    links { src dst bytesPerStep bandwidthBytesPerS latencyS }
+    pnodes { ${PNODE_SUMMARY} ${TIME_SHARE} }
   }
 }`;
 
 export const PNODES = `query PNodes($since: Float, $ids: [ID!]) {
-  pnodes(ids: $ids) { ${PNODE_SUMMARY} memory(since: $since) { ts rssBytes gpuAllocatedBytes gpuReservedBytes pendingRequests }
+  pnodes(ids: $ids) { ${PNODE_SUMMARY} ${TIME_SHARE} memory(since: $since) { ts rssBytes gpuAllocatedBytes gpuReservedBytes pendingRequests }
     requests(limit: 8) { sessionId request step state ts durationS } }
 }`;
 

@@ -61,6 +61,34 @@ export interface Edge {
   /** carried per step when the edge crosses PNodes */
   bytesPerStep: number;
   crosses: boolean;
+  /** what the link between its PNodes carries, as they measured it (null inside a PNode) */
+  linkBandwidthBytesPerS: number | null;
+}
+
+/** Tensors from one PNode to another over the session's last steps (measured). */
+export interface Link {
+  src: string;
+  dst: string;
+  bytesPerStep: number;
+  bandwidthBytesPerS: number | null;
+  latencyS: number | null;
+}
+
+/** What a PNode measured of its compute and its link to the bus. */
+export interface Throughput {
+  flopsPerS: number;
+  bandwidthBytesPerS: number;
+  rttS: number;
+}
+
+/** Shares of a PNode's last steps; sending overlaps computing, so they need not add up to 1. */
+export interface TimeShare {
+  steps: number;
+  stepS: number;
+  compute: number;
+  send: number;
+  wait: number;
+  sentBytesPerStep: number;
 }
 
 /** What the monitor says of a PNode (services/monitor/reads.py: live unless an event or a silent heartbeat says otherwise). */
@@ -82,13 +110,15 @@ export interface PNodeSummary {
   bytesByCategory: BytesByCategory | null;
   pendingRequests: number | null;
   hostedVNodes: string[];
+  throughput: Throughput | null;
 }
 
 export interface Topology {
   sessionId: string;
   vnodes: VNode[];
   edges: Edge[];
-  pnodes: PNodeSummary[];
+  links: Link[];
+  pnodes: PNodeWithTime[];
   bytesAcrossPerStep: number | null;
 }
 
@@ -109,7 +139,11 @@ export interface RequestStatus {
   durationS: number | null;
 }
 
-export interface PNodeDetail extends PNodeSummary {
+export interface PNodeWithTime extends PNodeSummary {
+  timeShare: TimeShare | null;
+}
+
+export interface PNodeDetail extends PNodeWithTime {
   memory: MemoryPoint[];
   requests: RequestStatus[];
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { formatAgo, formatBytes, formatCount, formatDuration, formatNumber } from "./format";
+import { formatAgo, formatBitRate, formatBytes, formatCount, formatDuration, formatNumber, formatShare } from "./format";
 
 describe("formatBytes", () => {
   it("uses binary units", () => {
@@ -14,6 +14,24 @@ describe("formatBytes", () => {
     expect(formatBytes(null)).toBe("—");
     expect(formatBytes(undefined)).toBe("—");
     expect(formatBytes(Number.NaN)).toBe("—");
+  });
+});
+
+describe("formatBitRate", () => {
+  it("counts bits in decimal units", () => {
+    expect(formatBitRate(12.5e6)).toBe("100 Mbit/s");
+    expect(formatBitRate(2.5e6)).toBe("20.0 Mbit/s");
+    expect(formatBitRate(125e6)).toBe("1.00 Gbit/s");
+    expect(formatBitRate(100)).toBe("800 bit/s");
+    expect(formatBitRate(null)).toBe("—");
+  });
+});
+
+describe("formatShare", () => {
+  it("rounds to a whole percentage", () => {
+    expect(formatShare(0.456)).toBe("46%");
+    expect(formatShare(0)).toBe("0%");
+    expect(formatShare(undefined)).toBe("—");
   });
 });
 

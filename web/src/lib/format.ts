@@ -21,6 +21,24 @@ export function formatBytes(v: number | null | undefined): string {
   return `${sign}${i === 0 ? x.toFixed(0) : x.toFixed(x < 10 ? 2 : x < 100 ? 1 : 0)} ${units[i]}`;
 }
 
+/** Bytes per second as a line rate in bits: 12.5e6 -> "100 Mbit/s"; decimal units, as links are sold. */
+export function formatBitRate(bytesPerS: number | null | undefined): string {
+  if (missing(bytesPerS)) return DASH;
+  const units = ["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"];
+  let x = Math.abs(bytesPerS) * 8;
+  let i = 0;
+  while (x >= 1000 && i < units.length - 1) {
+    x /= 1000;
+    i++;
+  }
+  return `${x.toFixed(x < 10 ? 2 : x < 100 ? 1 : 0)} ${units[i]}`;
+}
+
+/** A share in [0, 1] as a whole percentage: 0.456 -> "46%". */
+export function formatShare(v: number | null | undefined): string {
+  return missing(v) ? DASH : `${Math.round(v * 100)}%`;
+}
+
 /** 12345 -> "12.3k", 2.5e6 -> "2.50M"; counts such as parameters and tokens/s. */
 export function formatCount(v: number | null | undefined): string {
   if (missing(v)) return DASH;

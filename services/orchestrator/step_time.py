@@ -1,0 +1,190 @@
+"""The allocator's cost model: how long a training step takes when the network is cut into stages.
+
+Per micro-batch, the stage on PNode p is busy computing (its FLOPs over p's FLOP/s, plus a fixed
+cost per VNode: Python, an autograd call, bookkeeping, which dominates small networks) and moving
+its traffic over p's link to the bus (the larger of what it sends and what it receives, over p's
+bandwidth); the two add up, since one PNode process both computes and sends. With M micro-batches
+a pipeline of stages then takes about
+
+    T = (M - 1) * max_s busy_s  +  sum_s busy_s  +  2 * sum_s rtt_s      (the rtt term: > 1 stage)
+
+one micro-batch all the way through (every stage once, and each PNode's link crossed both ways
+forward and back), then one slowest stage more per further micro-batch. Figures a PNode has not
+measured take NOMINAL values, the same for every PNode, so they cancel out of the comparison.
+
+`StageCosts` precomputes, for the network's units (VNodes in topological order, tied groups
+merged) and every contiguous range [a, b) of them, the FLOPs, memory and link traffic of a stage
+holding exactly that range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+
+import numpy as np
+
+from computeall.network import Graph
+from computeall.network.graph import BYTES_PER_ELEMENT
+
+ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
+MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
+GRAD_BUFFER_BYTES = 4  # the fused optimizer's flat fp32 gradient buffer
+
+# What a PNode that has not measured itself is taken to have: a CPU core's training throughput,
+# a 1 Gbit/s LAN link with a 1 ms round trip.
+NOMINAL_FLOPS_PER_S = 10e9
+NOMINAL_BANDWIDTH_BYTES_PER_S = 125e6
+NOMINAL_RTT_S = 1e-3
+# a VNode's forward and backward of one micro-batch cost about this much beyond their FLOPs
+# (micro-gpt with 8-token micro-batches on one core of the development machine: 0.5 to 1.4 ms)
+VNODE_OVERHEAD_S = 1e-3
+
+
+@dataclass(frozen=True)
+class PNodeCapacity:
+    """What the allocator is given of a PNode: its memory (a hard limit) and what it measured of its speed."""
+
+    pnode: str
+    memory_bytes: int
+    flops_per_s: float = NOMINAL_FLOPS_PER_S
+    bandwidth_bytes_per_s: float = NOMINAL_BANDWIDTH_BYTES_PER_S
+    rtt_s: float = NOMINAL_RTT_S
+
+
+def vnode_flops_per_token(graph: Graph, vid: str) -> float:
+    """Forward+backward FLOPs per token, from the op's model in the registry."""
+    return graph.flops_per_token(vid)
+
+
+def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
+    """Weights, gradient, fp32 master (low precision only), Adam state, the optimizer's gradient buffer,
+    and a micro-batch's activations (the op's model in the registry)."""
+    v = graph.vnodes[vid]
+    element = BYTES_PER_ELEMENT[v.precision]
+    master = MASTER_BYTES if v.precision != "fp32" else 0
+    params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
+    activations = graph.op(vid).activation_elements(graph.params(vid), graph.site(vid))
+    return params + micro_batch_size * graph.spec.context * activations * element
+
+
+class StageCosts:
+    """Per-step FLOPs, memory and link traffic of a stage holding units [a, b).
+
+    Besides lookups by (a, b), the figures come as band arrays indexed [b, d] for the stage
+    [b - d - 1, b), d < max_len (`valid` says which exist), so the allocator's dynamic programmes
+    run over whole arrays at once.
+    """
+
+    def __init__(self, graph: Graph, units: list[tuple[str, ...]], batch_size: int, micro_batch_size: int,
+                 max_len: int) -> None:
+        tokens = batch_size * graph.spec.context
+        self.n = n = len(units)
+        self.max_len = max_len
+        self._flops = [0.0, *accumulate(sum(vnode_flops_per_token(graph, v) for v in u) * tokens for u in units)]
+        self._memory = [0, *accumulate(sum(vnode_memory_bytes(graph, v, micro_batch_size) for v in u) for u in units)]
+        self._vnodes = [0, *accumulate(len(u) for u in units)]
+        self._traffic = traffic_grid(graph, units, batch_size)
+        # band arrays: row b (0..n), column d: the stage [b - d - 1, b)
+        b = np.arange(n + 1)[:, None]
+        self.start = b - np.arange(max_len)[None, :] - 1
+        self.valid = self.start >= 0
+        start = np.where(self.valid, self.start, 0)
+        flops, memory, vnodes = np.array(self._flops), np.array(self._memory, dtype=np.float64), np.array(self._vnodes)
+        self.band_flops = np.where(self.valid, flops[b] - flops[start], np.inf)
+        self.band_vnodes = np.where(self.valid, vnodes[b] - vnodes[start], 0)
+        self.band_memory = np.where(self.valid, memory[b] - memory[start], np.inf)
+        self.band_traffic = np.where(self.valid, self._traffic[start, np.broadcast_to(b, start.shape)], 0.0)
+
+    def flops(self, a: int, b: int) -> float:
+        return self._flops[b] - self._flops[a]
+
+    def memory(self, a: int, b: int) -> int:
+        return self._memory[b] - self._memory[a]
+
+    def vnodes(self, a: int, b: int) -> int:
+        return self._vnodes[b] - self._vnodes[a]
+
+    def traffic(self, a: int, b: int) -> float:
+        """Bytes per step over the link of the PNode holding [a, b): the larger of its two directions."""
+        return float(self._traffic[a, b])
+
+
+def traffic_grid(graph: Graph, units: list[tuple[str, ...]], batch_size: int) -> np.ndarray:
+    """max(up, down) bytes per step of every stage [a, b) of the units, as a grid indexed [a, b].
+
+    An output goes once to the PNode that reads it (however many of its VNodes do); a gradient
+    comes back per consumer (docs/decisions.md). With x a VNode's output bytes:
+        up   = sum over VNodes inside with a reader outside of x  +  x per edge from outside in (its gradient)
+        down = sum over VNodes outside with a reader inside of x  +  x per edge from inside out (its gradient)
+    The per-edge sums come from 2-D prefix sums of the edge matrix; each "has a reader across"
+    term is a union of rectangles in (a, b), added into a 2-D difference array: no loop over stages.
+    """
+    n = len(units)
+    position = {v: i for i, u in enumerate(units) for v in u}
+    readers: dict[str, list[int]] = {}
+    out_bytes: dict[str, int] = {}
+    edge = np.zeros((n, n))  # [src unit, dst unit]: bytes one way, summed over edges
+    for e in graph.edges:
+        if e.src not in position or position[e.src] == position[e.dst]:
+            continue  # from the dataset, or inside one unit
+        one_way = graph.edge_bytes_per_step(e, batch_size) // 2
+        readers.setdefault(e.src, []).append(position[e.dst])
+        out_bytes[e.src] = one_way
+        edge[position[e.src], position[e.dst]] += one_way
+
+    sent_once, got_once = _Rectangles(n), _Rectangles(n)
+    for src, positions in readers.items():
+        p, x, cs = position[src], out_bytes[src], sorted(set(positions))
+        # inside, with a reader outside: inside minus "it and all its readers inside"
+        sent_once.add(0, p, p + 1, x)
+        sent_once.add(0, min(p, cs[0]), max(p, cs[-1]) + 1, -x)
+        # outside, with a reader inside: disjoint pieces {c_prev < a <= c, b > c}, minus where it is inside too
+        lo = 0
+        for c in cs:
+            got_once.add(lo, c, c + 1, x)
+            if lo <= min(c, p):
+                got_once.add(lo, min(c, p), max(c, p) + 1, -x)
+            lo = c + 1
+
+    prefix = np.zeros((n + 1, n + 1))
+    prefix[1:, 1:] = edge.cumsum(axis=0).cumsum(axis=1)
+    rows, cols = prefix[:, n], prefix[n, :]  # bytes leaving units [0, i), entering units [0, j)
+    a, b = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
+    inner = prefix[b, b] - prefix[a, b] - prefix[b, a] + prefix[a, a]
+    up = sent_once.total() + (cols[b] - cols[a] - inner)
+    down = got_once.total() + (rows[b] - rows[a] - inner)
+    return np.where(b > a, np.maximum(up, down), 0.0)
+
+
+class _Rectangles:
+    """Sums of values over rectangles {a0 <= a <= a1, b >= b0} of the (a, b) grid, via a difference array."""
+
+    def __init__(self, n: int) -> None:
+        self.diff = np.zeros((n + 2, n + 2))
+
+    def add(self, a0: int, a1: int, b0: int, value: float) -> None:
+        self.diff[a0, b0] += value
+        self.diff[a1 + 1, b0] -= value
+
+    def total(self) -> np.ndarray:
+        return self.diff.cumsum(axis=0).cumsum(axis=1)[:-1, :-1]
+
+
+def busy_s(costs: StageCosts, speed: PNodeCapacity, a: int, b: int, micro_batches: int) -> float:
+    """Seconds the PNode holding [a, b) is busy per micro-batch: computing, then moving its traffic."""
+    work = costs.flops(a, b) / speed.flops_per_s + costs.traffic(a, b) / speed.bandwidth_bytes_per_s
+    return work / micro_batches + costs.vnodes(a, b) * VNODE_OVERHEAD_S
+
+
+def band_busy_s(costs: StageCosts, speed: PNodeCapacity, micro_batches: int) -> np.ndarray:
+    """busy_s of every stage in the band arrays; inf where the stage does not exist or does not fit."""
+    work = costs.band_flops / speed.flops_per_s + costs.band_traffic / speed.bandwidth_bytes_per_s
+    busy = work / micro_batches + costs.band_vnodes * VNODE_OVERHEAD_S
+    return np.where(costs.band_memory <= speed.memory_bytes, busy, np.inf)
+
+
+def step_time_s(busy: list[float], rtts: list[float], micro_batches: int) -> float:
+    """The estimated step time of a pipeline whose stages are busy `busy` seconds per micro-batch."""
+    latency = 2 * sum(rtts) if len(busy) > 1 else 0.0
+    return (micro_batches - 1) * max(busy) + sum(busy) + latency
