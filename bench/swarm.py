@@ -7,13 +7,15 @@ For each size N (32, 64, 128, 256 PNodes; --quick: 32 and 64), with a network of
     same allocation inline. The budget is 2 s.
   - heartbeats: the orchestrator's CPU time over a window with N PNodes heartbeating and no
     session, as a share of one core; anchor: the same window before any PNode joined. Budget 5%.
-  - kill: a session trains; one swarm process (N/8 PNodes at most, hosting VNodes) is killed -9;
+  - kill: a session trains; the swarm process (8 PNodes) hosting the most VNodes is killed -9 (with
+    --churn-minutes M: one every 30 s for M minutes);
     the seconds from the kill to the first step recorded after the rollback (the heartbeat
     timeout, reallocation, plans, checkpoint restore, the step).
   - monitor lag: messages of CA_LOG and CA_TEL not yet committed by the monitor, sampled every
-    second while the session runs; `growing` when the second half's median exceeds the first's.
+    second while the session runs; its trend (least squares, messages per minute) is `growing` when
+    it adds more than the median lag (and over 100) every minute.
 
-    python bench/swarm.py [--quick] [--json PATH] [--sizes 32,64]
+    python bench/swarm.py [--quick] [--json PATH] [--sizes 32,64] [--churn-minutes 10]
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ MEMORY = 1 << 30
 PER_PROCESS = 8
 HEARTBEAT_WINDOW_S = 10.0
 ALLOCATION_CAP_S = 60.0
+CHURN_EVERY_S = 30.0
 
 
 def network(pnodes: int) -> str:
@@ -109,7 +112,9 @@ async def wait_until(condition, timeout_s: float, what: str):
     return value
 
 
-async def one_size(pnodes: int, workdir: Path) -> dict:
+async def one_size(pnodes: int, workdir: Path, churn_s: float = 0.0) -> dict:
+    """One size's row; with `churn_s`, a swarm process hosting VNodes is killed every CHURN_EVERY_S
+    for that long (instead of once), each kill's detection and recovery timed."""
     row = {"pnodes": pnodes, **await allocation(pnodes)}
     async with running_cluster(workdir, pnodes=0, with_monitor=True) as (client, supervisor):
         orchestrator = supervisor.services["orchestrator"].process.pid
@@ -150,22 +155,36 @@ async def one_size(pnodes: int, workdir: Path) -> dict:
         sampler = asyncio.create_task(sample_lag())
         try:
             await wait_until(lambda: _steps_done(client, sid, 6), 900, "6 steps")
-            state_pnodes = await _hosting(client, sid)
-            victim = max(range(processes), key=lambda i: len(state_pnodes & set(swarm_names(pnodes)[i::processes])))
-            killed = time.time()
-            supervisor.services[f"swarm-{victim}"].process.kill()
-            first = await wait_until(lambda: _first_step_after_rollback(client, sid), 900, "a step after the kill")
-            row["kill_to_step_s"] = first - killed
-            row["killed_pnodes"] = len(swarm_names(pnodes)[victim::processes])
+            recoveries: list[float] = []
+            started = time.monotonic()
+            while True:
+                kill_at = time.monotonic()
+                recoveries.append(await _kill_and_recover(client, supervisor, sid, pnodes, processes, len(recoveries)))
+                if time.monotonic() - started + CHURN_EVERY_S > churn_s:
+                    break
+                await asyncio.sleep(max(0.0, kill_at + CHURN_EVERY_S - time.monotonic()))
+            row["kill_to_step_s"] = statistics.median(recoveries)
+            row["kills"] = {"count": len(recoveries), "recovered": len(recoveries), "max_s": max(recoveries)}
+            row["killed_pnodes"] = PER_PROCESS
             await asyncio.sleep(5.0)
         finally:
             sampler.cancel()
             await client.eventlog.publish_command(CommandEnvelope(actor="local", session_id=sid, payload=StopSession()))
             await watcher.close()
-        half = len(lags) // 2
-        row["monitor_lag_messages"] = {"median": statistics.median(lags), "max": max(lags),
-                                       "growing": statistics.median(lags[half:]) > 2 * max(1, statistics.median(lags[:half]))}
+        slope = statistics.linear_regression(range(len(lags)), lags).slope if len(lags) > 2 else 0.0  # per sample (1 s)
+        row["monitor_lag_messages"] = {"median": statistics.median(lags), "max": max(lags), "per_minute": 60 * slope,
+                                       "growing": 60 * slope > max(100.0, statistics.median(lags))}
     return row
+
+
+async def _kill_and_recover(client, supervisor, sid: str, pnodes: int, processes: int, done: int) -> float:
+    """Kill -9 the swarm process whose PNodes host the most VNodes; seconds to the first step after its rollback."""
+    hosting = await _hosting(client, sid)
+    victim = max(range(processes), key=lambda i: len(hosting & set(swarm_names(pnodes)[i::processes])))
+    killed = time.time()
+    supervisor.services[f"swarm-{victim}"].process.kill()
+    first = await wait_until(lambda: _first_step_after_rollback(client, sid, done), 900, f"a step after kill {done + 1}")
+    return first - killed
 
 
 async def _true(value: bool) -> bool:
@@ -180,10 +199,13 @@ async def _hosting(client, sid: str) -> set[str]:
     return set(fold(sid, await session_events(client.eventlog, sid)).allocation.values())
 
 
-async def _first_step_after_rollback(client, sid: str) -> float | None:
+async def _first_step_after_rollback(client, sid: str, earlier: int) -> float | None:
+    """When the first step after the session's rollback number `earlier` + 1 was recorded."""
     events = [e for _, e in await session_events(client.eventlog, sid)]
     rolled = [e.ts for e in events if isinstance(e.payload, RolledBack)]
-    after = [e.ts for e in events if isinstance(e.payload, StepCompleted) and rolled and e.ts > rolled[0]]
+    if len(rolled) <= earlier:
+        return None
+    after = [e.ts for e in events if isinstance(e.payload, StepCompleted) and e.ts > rolled[earlier]]
     return after[0] if after else None
 
 
@@ -191,13 +213,15 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sizes", default=None, help="comma-separated PNode counts")
+    parser.add_argument("--churn-minutes", type=float, default=0.0,
+                        help="kill a PNode-hosting swarm process every 30 s for this long (each size)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "swarm.json")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([32, 64] if args.quick else [32, 64, 128, 256])
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"swarm-{n}-") as tmp:
-            row = await one_size(n, Path(tmp))
+            row = await one_size(n, Path(tmp), churn_s=60.0 * args.churn_minutes)
         rows.append(row)
         if row["allocate_s"] is None:
             print(f"{n:>4} PNodes, {row['vnodes']} VNodes: {row['note']} (loop stall {row['loop_stall_s'] * 1e3:.0f} ms), "
@@ -207,7 +231,8 @@ async def main() -> None:
         print(f"{n:>4} PNodes, {row['vnodes']} VNodes: allocate {row['allocate_s']:.2f} s off the loop "
               f"(loop stall {row['loop_stall_s'] * 1e3:.0f} ms; inline {row['inline_s']:.2f} s), "
               f"heartbeats {row['orchestrator_heartbeat_share']:.1%} of a core (idle {row['orchestrator_idle_share']:.1%}), "
-              f"kill -> step {row['kill_to_step_s']:.1f} s ({row['killed_pnodes']} PNodes), "
+              f"kill -> step {row['kill_to_step_s']:.1f} s ({row['killed_pnodes']} PNodes; {row['kills']['recovered']} of "
+              f"{row['kills']['count']} kills recovered, slowest {row['kills']['max_s']:.1f} s), "
               f"monitor lag median {row['monitor_lag_messages']['median']} msgs"
               f"{' GROWING' if row['monitor_lag_messages']['growing'] else ''}", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
