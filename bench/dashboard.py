@@ -87,7 +87,7 @@ def start_monitor(server: EmbeddedNats, data_dir: Path) -> tuple[subprocess.Pope
     data_dir.mkdir(parents=True)
     monitor = subprocess.Popen(
         [sys.executable, "-m", "computeall.monitor", "--credential", str(server.credential_file("monitor")),
-         "--data-dir", str(data_dir),
+         "--local-key-file", str(server.local_api_key_file()), "--data-dir", str(data_dir),
          "--web-dir", str(REPO / "web" / "dist")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -96,7 +96,7 @@ def start_monitor(server: EmbeddedNats, data_dir: Path) -> tuple[subprocess.Pope
         if monitor.poll() is not None:
             raise RuntimeError("the monitor did not start")
         time.sleep(0.05)
-    return monitor, json.loads(address.read_text())["url"], (data_dir / "local-api-key").read_text().strip()
+    return monitor, json.loads(address.read_text())["url"], server.security.local_api_key()
 
 
 def wait_caught_up(url: str, key: str, seq: int, timeout: float = 300) -> None:

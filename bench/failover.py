@@ -33,7 +33,7 @@ def session(network: Path, steps: int, checkpoint_every: int) -> SessionConfig:
 
 async def seconds_per_step(client, network: Path, steps: int, checkpoint_every: int) -> float:
     sid = await run_to_end(client, session(network, steps, checkpoint_every))
-    events = [e for _, e in await session_events(client.eventlog, sid)]
+    events = [e for _, e in await session_events(client, sid)]
     started = next(e.ts for e in events if e.type == "SessionClaimed")
     ended = next(e.ts for e in events if e.type == "SessionCompleted")
     return (ended - started) / steps
@@ -45,7 +45,7 @@ async def failover(client, supervisor, network: Path, steps: int, interval: int)
     killed_at = time.time()
     supervisor.services.pop("pnode-1").process.kill()  # kill -9, and no restart
     await wait_for(client, sid, lambda s: s.status == "completed", timeout=900)
-    events = [e for _, e in await session_events(client.eventlog, sid)]
+    events = [e for _, e in await session_events(client, sid)]
     lost = next(e for e in events if e.type == "PNodeLost")
     realloc = next(e for e in events if e.type == "Reallocated")
     rolled = next(e for e in events if e.type == "RolledBack")

@@ -104,7 +104,7 @@ def extend_session(db: Database, first: int) -> None:
 def query_latency(server: EmbeddedNats, data_dir: Path, n: int) -> list[float]:
     monitor = subprocess.Popen(
         [sys.executable, "-m", "computeall.monitor", "--credential", str(server.credential_file("monitor")),
-         "--data-dir", str(data_dir)],
+         "--local-key-file", str(server.local_api_key_file()), "--data-dir", str(data_dir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -114,7 +114,7 @@ def query_latency(server: EmbeddedNats, data_dir: Path, n: int) -> list[float]:
                 raise RuntimeError("the monitor did not start")
             time.sleep(0.05)
         base = json.loads(address.read_text())["url"]
-        key = (data_dir / "local-api-key").read_text().strip()
+        key = server.security.local_api_key()
         timings = []
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
             for i in range(n + 5):

@@ -74,10 +74,10 @@ async def run_sessions(client, configs: list[SessionConfig]) -> list[list[Step]]
 
     async def one(config: SessionConfig) -> list[Step]:
         sid, command = await start_session(client, config)
-        outcome = await follow_session(client.eventlog, sid, config.steps, progress=False, command_id=command)
+        outcome = await follow_session(client, sid, config.steps, progress=False, command_id=command)
         if not outcome.ok:
             raise RuntimeError(outcome.message)
-        steps = [e for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, StepCompleted)]
+        steps = [e for _, e in await session_events(client, sid) if isinstance(e.payload, StepCompleted)]
         return [Step(b.ts - a.ts, b.payload) for a, b in zip(steps, steps[1:])]
 
     return list(await asyncio.gather(*(one(c) for c in configs)))

@@ -21,6 +21,7 @@ class ServiceStatus(BaseModel):
 
 class ClusterInfo(BaseModel):
     nats: str
+    public_nats: list[str] = []  # how other machines dial NATS (`up --public`): what invites carry
     monitor: str | None = None
     services: list[ServiceStatus] = []
     default_user: str | None = None

@@ -8,47 +8,52 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
-from nats.js.errors import NotFoundError
+import nats.errors
 
-from computeall.protocol.subjects import LOG_STREAM
+from computeall.protocol.session_reads import list_sessions
 
 from .client import Client, connect
 from .nats_cluster import NatsCluster
+from .security.authority import Authority
 from .supervisor import Supervisor, default_services
 
 
 @asynccontextmanager
 async def running_cluster(
     directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
-    nats_servers: int = 1,
+    listen: str | None = None, nats_servers: int = 1,
 ) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
     event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
-    PNodes' worth of threads to divide the cores by (default `pnodes`). `nats_servers` 3: a clustered bus."""
-    server = NatsCluster(directory, nats_servers).start()
+    PNodes' worth of threads to divide the cores by (default `pnodes`). `listen` ("HOST:PORT")
+    serves NATS there with TLS, as `up --listen` does, and every process connects over it.
+    `nats_servers` 3: a clustered bus (`NatsCluster`)."""
+    server = NatsCluster(directory, nats_servers, listen=listen).start()
     supervisor = Supervisor(directory, server.url, server)
     supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
-    watcher = asyncio.create_task(supervisor.watch())
+    tasks = [asyncio.create_task(supervisor.watch()), asyncio.create_task(Authority(server).run())]
     try:
         async with connect(server.credential("user")) as client:
             await wait_for_event_log(client)
             supervisor.announce()
             yield client, supervisor
     finally:
-        watcher.cancel()
+        for task in tasks:
+            task.cancel()
         supervisor.stop()
         server.stop()
 
 
 async def wait_for_event_log(client: Client, timeout_s: float = 60.0) -> None:
-    """Until a service has created the event log's stream (only services set up streams)."""
+    """Until an orchestrator answers the client's reads: by then it has set up the event log
+    (only services set up streams)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         try:
-            await client.js.stream_info(LOG_STREAM)
+            await list_sessions(client.nc, client.subjects, client.user, timeout=5.0, patience_s=0.0)
             return
-        except NotFoundError:
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
             if loop.time() > deadline:
-                raise TimeoutError(f"no service created the {LOG_STREAM} stream within {timeout_s:.0f}s; see the logs") from None
+                raise TimeoutError(f"no orchestrator answered within {timeout_s:.0f}s; see the logs") from None
             await asyncio.sleep(0.1)

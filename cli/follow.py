@@ -7,7 +7,6 @@ import sys
 from contextlib import aclosing
 from pathlib import Path
 
-from pydantic import ValidationError
 from tqdm import tqdm
 
 from .client import Client
@@ -16,10 +15,8 @@ from .errors import UserError
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.envelope import new_id
-from computeall.protocol.eventlog import CommandTooLarge, EventLog
-from computeall.protocol.events import (
-    CommandRejected, EventEnvelope, SamplesGenerated, SessionCompleted, SessionFailed, StepCompleted,
-)
+from computeall.protocol.eventlog import CommandTooLarge
+from computeall.protocol.events import CommandRejected, SamplesGenerated, SessionCompleted, SessionFailed, StepCompleted
 
 
 def new_session_id() -> str:
@@ -27,13 +24,13 @@ def new_session_id() -> str:
 
 
 async def start_session(
-    client: Client, config: SessionConfig, actor: str = "local", start: bool = True, sid: str | None = None
+    client: Client, config: SessionConfig, start: bool = True, sid: str | None = None
 ) -> tuple[str, str]:
-    """Publish `CreateSession` for session `sid` (default: a new id); (session id, command id)."""
+    """Publish `CreateSession` for session `sid` (default: a new id), as the client's user; (session id, command id)."""
     sid = sid or new_session_id()
-    command = CommandEnvelope(actor=actor, session_id=sid, payload=CreateSession(config=config, start=start))
+    command = CommandEnvelope(actor=client.user, session_id=sid, payload=CreateSession(config=config, start=start))
     try:
-        await client.eventlog.publish_command(command)
+        await client.publish_command(command)
     except CommandTooLarge as exc:
         raise UserError(str(exc)) from None
     return sid, command.id
@@ -46,7 +43,7 @@ class Outcome:
 
 
 async def follow_session(
-    eventlog: EventLog,
+    client: Client,
     session_id: str,
     total_steps: int,
     metrics_out: Path | None = None,
@@ -57,13 +54,9 @@ async def follow_session(
     out = open(metrics_out, "w") if metrics_out else None
     bar = tqdm(total=total_steps, desc=f"session {session_id}", unit="step", disable=not progress, file=sys.stderr)
     try:
-        events = eventlog.follow(eventlog.subjects.session_evt_all(session_id))
+        events = client.follow(session_id)
         async with aclosing(events):
-            async for record in events:
-                try:
-                    event = EventEnvelope.model_validate_json(record.data)
-                except ValidationError:
-                    continue  # an event type this client does not know yet
+            async for _, event in events:
                 p = event.payload
                 if isinstance(p, StepCompleted):
                     if out:

@@ -10,7 +10,7 @@ import sys
 from .errors import UserError
 
 COMMANDS = ["up", "run", "status", "pnode", "session", "dataset", "user", "replay", "network", "generate", "export",
-            "compose-env"]
+            "invite", "compose-env"]
 
 
 def build_parser() -> argparse.ArgumentParser:

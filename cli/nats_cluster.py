@@ -30,9 +30,13 @@ CLUSTER_NAME = "computeall"
 
 
 class NatsCluster:
-    def __init__(self, directory: Path, size: int = 1, security: Security | None = None) -> None:
+    def __init__(self, directory: Path, size: int = 1, security: Security | None = None, listen: str | None = None) -> None:
+        """`listen` ("HOST:PORT"): a single server open to other machines, with TLS (`EmbeddedNats`)."""
         if size < 1:
             raise ValueError(f"a bus needs at least one nats-server, not {size}")
+        if listen and size > 1:
+            raise ValueError("a cluster of nats-servers listens on localhost only for now; leave out --public/--listen "
+                             "or run one server")
         clustered = sorted(p.name for p in (directory / "nats-cluster").glob("nats-*"))
         if clustered and len(clustered) != size:
             raise ValueError(f"the bus of {directory} is a cluster of {len(clustered)} nats-servers (its streams live on "
@@ -43,6 +47,7 @@ class NatsCluster:
         urls = [f"nats://127.0.0.1:{port}" for port in ports]
         routes = [f"nats-route://127.0.0.1:{free_port()}" for _ in range(size)]
         self.servers = []
+        self.health_ports: list[int | None] = []
         for i in range(size):
             cluster = None
             if size > 1:
@@ -51,13 +56,19 @@ class NatsCluster:
                     routes=tuple(r for j, r in enumerate(routes) if j != i), secret=self.security.route_secret(),
                     health_port=free_port(),
                 )
+            self.health_ports.append(cluster.health_port if cluster else None)
             store = directory / "nats" if size == 1 else directory / "nats-cluster" / f"nats-{i}"
-            self.servers.append(EmbeddedNats(store, port=ports[i], security=self.security, cluster=cluster, urls=urls))
+            self.servers.append(EmbeddedNats(store, port=ports[i], security=self.security, urls=urls if cluster else None,
+                                             sections=cluster.sections() if cluster else (), listen=listen))
 
     # -- addresses and identities --------------------------------------------------------------
     @property
     def urls(self) -> list[str]:
-        return list(self.servers[0].urls)
+        return [server.url for server in self.servers]
+
+    def public_urls(self) -> list[str]:
+        """How other machines dial the bus (only a single server listening beyond loopback)."""
+        return self.servers[0].public_urls()
 
     @property
     def url(self) -> str:
@@ -128,8 +139,8 @@ class NatsCluster:
     def _jetstream_ready(self, timeout_s: float) -> None:
         """Until every server says it is healthy: routes up, a JetStream meta leader, its streams current."""
         deadline = time.monotonic() + timeout_s
-        for server in self.servers:
-            url = f"http://127.0.0.1:{server.cluster.health_port}/healthz"
+        for server, port in zip(self.servers, self.health_ports):
+            url = f"http://127.0.0.1:{port}/healthz"
             while True:
                 try:
                     with urllib.request.urlopen(url, timeout=2.0) as reply:

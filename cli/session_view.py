@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import (
     CheckpointCommitted,
     CommandRejected,
@@ -22,32 +19,19 @@ from computeall.protocol.events import (
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.session_status import SessionStatus
 
+from .client import Client
 from .errors import UserError
 
 
-async def session_events(eventlog: EventLog, sid: str) -> list[tuple[int, EventEnvelope]]:
-    out = []
-    for record in await eventlog.read(eventlog.subjects.session_evt_all(sid)):
-        try:
-            out.append((record.seq, EventEnvelope.model_validate_json(record.data)))
-        except ValidationError:
-            continue  # an event type this client does not know
-    return out
+async def session_events(client: Client, sid: str) -> list[tuple[int, EventEnvelope]]:
+    """A session of the client's user, as recorded (the orchestrator refuses anyone else's)."""
+    return await client.session_events(sid)
 
 
-async def session_ids(eventlog: EventLog) -> list[str]:
-    return [r.subject.split(".")[-2] for r in await eventlog.read(eventlog.subjects.session_created_all())]
-
-
-def visible(state: SessionState, user: str | None) -> bool:
-    """A session exists once created, and a user sees only theirs (no user: the local default sees all)."""
-    return state.status != SessionStatus.NEW and (user is None or state.owner == user)
-
-
-def find_session(sid: str, events: list[tuple[int, EventEnvelope]], user: str | None) -> SessionState:
-    """The session folded from its events, or the user's error when it does not exist for them."""
+def find_session(sid: str, events: list[tuple[int, EventEnvelope]]) -> SessionState:
+    """The session folded from its events, or the user's error when it does not exist (yet)."""
     state = fold(sid, events)
-    if not visible(state, user):
+    if state.status == SessionStatus.NEW:
         raise UserError(f"no session {sid}")
     return state
 

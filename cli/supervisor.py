@@ -90,6 +90,8 @@ class Credentials(Protocol):
 
     def credential_file(self, role: Role, name: str | None = None) -> Path: ...
 
+    def local_api_key_file(self) -> Path: ...
+
 
 @dataclass
 class _Running:
@@ -112,6 +114,7 @@ class Supervisor:
         self.default_user: str | None = None
         self._stopping = False
         self._announced = False  # cluster.json is written once clients can use the system
+        self.public_urls: list[str] = []
 
     def start(self, specs: list[ServiceSpec]) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -135,7 +138,10 @@ class Supervisor:
         """`--credential FILE` for a process of this machine: its own identity, issued on first use."""
         if self.credentials is None:
             return []
-        return ["--credential", str(self.credentials.credential_file(role, name))]
+        args = ["--credential", str(self.credentials.credential_file(role, name))]
+        if role == "monitor":  # the local user's key, so that it logs into the dashboard
+            args += ["--local-key-file", str(self.credentials.local_api_key_file())]
+        return args
 
     async def watch(self, interval_s: float = 0.5) -> None:
         """Restart services that die (with a growing back-off) until `stop` is called."""
@@ -211,5 +217,6 @@ class Supervisor:
             return
         write(
             self.data_dir,
-            ClusterInfo(nats=self.nats_url, monitor=self.monitor_url, services=self.statuses(), default_user=self.default_user),
+            ClusterInfo(nats=self.nats_url, public_nats=self.public_urls, monitor=self.monitor_url,
+                        services=self.statuses(), default_user=self.default_user),
         )

@@ -24,7 +24,9 @@ from pydantic import BaseModel
 
 from model_doc import Page, link, members, model_section
 
-from computeall.protocol import dataset_api, limits, monitor_api, pnode_api, telemetry, throughput, uploads, wire
+from computeall.protocol import (
+    dataset_api, limits, membership_api, monitor_api, pnode_api, session_reads, telemetry, throughput, uploads, wire,
+)
 from computeall.protocol.commands import Command, PauseSession
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetEvent, PNodeEvent, SessionEvent
@@ -46,6 +48,11 @@ class SubjectRow:
     what: str
     messages: tuple[type[BaseModel], ...] = ()
     args: tuple[str, ...] = ()  # leading arguments given as is; the rest become <placeholders>
+
+
+def _user_read(verb: str) -> Callable[[Subjects, str], str]:
+    """`<prefix>.api.<user>.<verb>`: the user is the placeholder, the verb fixed."""
+    return lambda subjects, user: session_reads.reads_subject(subjects, user, verb)
 
 
 SUBJECTS = [
@@ -82,8 +89,19 @@ SUBJECTS = [
       for verb, model, what in [
           (monitor_api.USER_CREATE, monitor_api.UserCreate, "create a user or add a key; the key is shown once"),
           (monitor_api.AUTH, monitor_api.Auth, "resolve an API key to its user"),
-          (monitor_api.DEFAULT_KEY, monitor_api.DefaultKey, "the local default user's key"),
           (monitor_api.REBUILD, monitor_api.Rebuild, "re-project the whole log"),
+      ]),
+    *(SubjectRow(_user_read(verb), "request/reply", what, (model, session_reads.ReadsReply))
+      for verb, model, what in [
+          (session_reads.SESSIONS, session_reads.ListSessions, "the user's sessions (the orchestrator answers)"),
+          (session_reads.EVENTS, session_reads.ReadEvents, "a session of the user's: its events, long-polled"),
+          (session_reads.OBJECT, session_reads.ReadObject, "a checkpoint object or the tokenizer of a session of the user's"),
+      ]),
+    *(SubjectRow(membership_api.membership_subject, "request/reply", what, (model, membership_api.MembershipReply),
+                 args=(verb,))
+      for verb, model, what in [
+          (membership_api.USERS, membership_api.UsersSync, "the monitor's list of active API-key identities"),
+          (membership_api.REVOKE_PNODE, membership_api.RevokePNode, "revoke a PNode's credential, close its connections"),
       ]),
 ]
 
@@ -180,7 +198,7 @@ EXAMPLES: dict[str, object] = {
     "vocab_size": 4096, "requested_vocab_size": 4096, "tokenizer_digest": "5d41402abc4b2a76b9719d911017c592",
     "documents": 7223, "text_bytes": 1115394, "dtype": "uint16", "split": "val", "method": "random-doc",
     "shards": 1, "shard_digests": ["0cc175b9c0f1b6a831c399e269772661"], "dataset": "tinyshakespeare",
-    "request": "RunStep", "state": "done", "rss_bytes": 512 << 20, "api_key": "ca_k_1a2b3c",
+    "request": "RunStep", "state": "done", "rss_bytes": 512 << 20, "api_key": "ca.alice.Q2JrZl9zZWNyZXRfMzJfYnl0ZXNfaGVyZV9iYXNlNjQ",
     "network_yaml": "name: tiny-gpt\nvocab_size: 4096\ncontext: 256\n...", "assignment": {"embed": "pnode-0"},
     "network": {"name": "tiny-gpt", "vnodes": ["..."]}, "seed": 1, "micro_batch_size": 8, "context": 256,
     "micro_batches": 1, "batch": 8, "key": "a1b2c3d4e5f6/train/41/0/b1.res2/act", "shape": [8, 256, 128],
@@ -189,6 +207,10 @@ EXAMPLES: dict[str, object] = {
     "flops_per_s": 9.2e10, "bandwidth_bytes_per_s": 1.2e7, "rtt_s": 0.041, "measured_at": 1796212790.0,
     "step_s": 0.93, "StepTiming.compute_s": 0.41, "StepTiming.send_s": 0.12, "StepTiming.wait_s": 0.38,
     "StepTiming.sent_bytes": {"pnode-1": 4194512},
+    "nkey": "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4", "key_id": "7c9e6679f4c74f1b",
+    "user": "alice", "revoked": ["7c9e6679f4c74f1b"], "after_seq": 120, "wait_s": 20.0, "seq": 121,
+    "subject": "ca.evt.session.a1b2c3d4e5f6.StepCompleted", "sessions": ["a1b2c3d4e5f6"], "last_seq": 121,
+    "data": '{"type": "StepCompleted", "...": "..."}',
     "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "size": 1115394,
     "UploadedFile.name": "input.txt", "path": "/home/alice/input.txt", "part_bytes": 8 << 20,
     "parts": ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"], "UploadManifest.size": 1115394,
@@ -235,8 +257,11 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
             dataset_api.SampleRequest, dataset_api.LocateFiles, dataset_api.DatasetProgress, dataset_api.DatasetReply,
             uploads.UploadManifest]),
         "monitor_api": lambda: page.models([
-            monitor_api.UserCreate, monitor_api.Auth, monitor_api.DefaultKey, monitor_api.Rebuild,
-            monitor_api.MonitorReply]),
+            monitor_api.UserCreate, monitor_api.Auth, monitor_api.Rebuild, monitor_api.MonitorReply]),
+        "session_reads": lambda: page.models([
+            session_reads.ListSessions, session_reads.ReadEvents, session_reads.ReadObject, session_reads.ReadsReply]),
+        "membership_api": lambda: page.models([
+            membership_api.UsersSync, membership_api.RevokePNode, membership_api.MembershipReply]),
         "types": page.types,
     }
 

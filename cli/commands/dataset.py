@@ -16,7 +16,7 @@ from computeall.protocol.dataset_api import CreateDataset, DatasetProgress, Samp
 from ..client import connect
 from ..data_upload import expand, send_files
 from ..errors import UserError
-from ..identity import add_credential_argument, user_credential
+from ..identity import add_user_arguments, user_credential
 
 
 def register(subparsers) -> None:
@@ -29,7 +29,7 @@ def register(subparsers) -> None:
         p.add_argument("--prefix", help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
         p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the service")
         p.add_argument("--json", action="store_true", help="print JSON")
-        add_credential_argument(p)
+        add_user_arguments(p)
 
     create = sub.add_parser("create", help="train a tokenizer (or reuse one), tokenize, cut a validation split")
     create.add_argument("name")

@@ -13,7 +13,7 @@ from computeall.protocol.events import StepCompleted
 from computeall.protocol.session_state import fold
 
 from ..client import connect
-from ..identity import add_credential_argument, user_credential
+from ..identity import add_user_arguments, user_credential
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..session_view import session_events
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         v.add_argument("--nats", default=None)
         v.add_argument("--data-dir", default=None)
         v.add_argument("--prefix", default=None)
-        add_credential_argument(v)
+        add_user_arguments(v)
         v.set_defaults(func=lambda a, f=func: asyncio.run(f(a)))
     verbs.add_parser("rebuild", help=REBUILD_HELP, load=_load_rebuild)
 
@@ -69,7 +69,7 @@ class _VerbParser(argparse.ArgumentParser):
 
 async def _events(args: argparse.Namespace):
     async with connect(user_credential(args), args.prefix) as client:
-        events = await session_events(client.eventlog, args.session_id)
+        events = await session_events(client, args.session_id)
     if not events:
         raise UserError(f"no session {args.session_id} in the log")
     return events
@@ -100,7 +100,7 @@ async def _export(args: argparse.Namespace) -> int:
 
 async def _verify(args: argparse.Namespace) -> int:
     async with connect(user_credential(args), args.prefix) as client:
-        original_events = await session_events(client.eventlog, args.session_id)
+        original_events = await session_events(client, args.session_id)
         original = fold(args.session_id, original_events)
         if original.config is None:
             raise UserError(f"no session {args.session_id} in the log")
@@ -111,11 +111,11 @@ async def _verify(args: argparse.Namespace) -> int:
         config = original.config.model_copy(
             update={"replay_of": ReplayOf(session_id=args.session_id, from_step=args.from_step, to_step=to_step)}
         )
-        sid, command_id = await start_session(client, config, actor=original.owner or "local")
-        outcome = await follow_session(client.eventlog, sid, to_step, progress=False, command_id=command_id)
+        sid, command_id = await start_session(client, config)
+        outcome = await follow_session(client, sid, to_step, progress=False, command_id=command_id)
         if not outcome.ok:
             raise UserError(f"the verification run did not finish: {outcome.message}")
-        rerun = {e.payload.step: e.payload.loss for _, e in await session_events(client.eventlog, sid)
+        rerun = {e.payload.step: e.payload.loss for _, e in await session_events(client, sid)
                  if isinstance(e.payload, StepCompleted)}
     failures = 0
     print(f"{'step':>6} {'recorded':>12} {'re-executed':>12} {'rel diff':>10}")

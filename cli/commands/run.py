@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-out", type=Path, default=None, help="write one JSON object per step here")
     p.add_argument("--data-dir", default=None, help="where the embedded cluster keeps its files (default: a temp dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--listen", metavar="HOST:PORT", default=None,
+                   help="serve NATS here with TLS, as `up --listen` does (default: 127.0.0.1, plain)")
     p.set_defaults(func=lambda args: asyncio.run(run(args)))
 
 
@@ -115,11 +117,11 @@ async def run(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="computeall-run-"))
     ok = False
     try:
-        async with running_cluster(data_dir, args.pnodes) as (client, _):
+        async with running_cluster(data_dir, args.pnodes, listen=args.listen) as (client, _):
             config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
-                client.eventlog, sid, config.steps, args.metrics_out, not args.no_progress, command_id
+                client, sid, config.steps, args.metrics_out, not args.no_progress, command_id
             )
         ok = outcome.ok
         print(outcome.message, file=sys.stdout if ok else sys.stderr)

@@ -1,6 +1,6 @@
 """`computeall session create|start|pause|resume|stop|validate|list|show`: thin clients over NATS.
 
-Each command is published to `ca.cmd.session.<sid>`; the client then waits for the event that
+Each command is published to `ca.cmd.<user>.session.<sid>`; the client then waits for the event that
 shows its effect, or for the `CommandRejected` that says why not.
 """
 
@@ -22,7 +22,6 @@ from computeall.protocol.commands import (
 )
 from computeall.protocol.events import (
     CommandRejected,
-    EventEnvelope,
     PauseRequested,
     SessionCreated,
     SessionPaused,
@@ -32,20 +31,17 @@ from computeall.protocol.events import (
     StopRequested,
     ValidationRequested,
 )
-from computeall.protocol.credentials import Credential
-from computeall.protocol.monitor_api import AUTH, Auth
 from computeall.protocol.session_state import fold
-from computeall.protocol.subjects import LOG_STREAM
+from computeall.protocol.session_status import SessionStatus
 
 from ..client import Client, connect
 from ..data_upload import with_sent_data
-from ..identity import add_credential_argument, user_credential
 from ..errors import UserError
 from ..follow import new_session_id, start_session
+from ..identity import add_user_arguments, user_credential
 from ..init_from import init_from
-from ..session_view import find_session, report, session_events, session_ids, summary, visible
+from ..session_view import find_session, report, session_events, summary
 from .run import add_training_args, session_config
-from .user import ask_monitor, resolve_api_key
 
 # command -> the event types that show it took effect
 EFFECTS = {
@@ -84,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         _common(v)
         v.set_defaults(func=lambda a: asyncio.run(_command(a)))
 
-    listing = verbs.add_parser("list", help="every session (of the API key's user, with a key)")
+    listing = verbs.add_parser("list", help="your sessions (the credential's or API key's user)")
     _common(listing)
     listing.set_defaults(func=lambda a: asyncio.run(_list(a)))
 
@@ -99,44 +95,31 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats", default=None)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--prefix", default=None)
-    p.add_argument("--api-key", default=None, help="act as this key's user (default: $COMPUTEALL_API_KEY, else local)")
-    add_credential_argument(p)
-
-
-async def _user(args: argparse.Namespace, credential: Credential) -> str | None:
-    """The API key's user, or None for the local default user."""
-    key = resolve_api_key(args.api_key)
-    if not key:
-        return None
-    return (await ask_monitor(credential, args.prefix, AUTH, Auth(api_key=key))).user
+    add_user_arguments(p)
 
 
 async def _create(args: argparse.Namespace) -> int:
     config = session_config(args, min_pnodes=args.min_pnodes)
-    credential = user_credential(args)
-    actor = await _user(args, credential) or "local"
-    async with connect(credential, args.prefix) as client:
+    async with connect(user_credential(args), args.prefix) as client:
         config = await with_sent_data(client.nc, client.subjects, config)
         sid = new_session_id()
         if args.init_from:
             config = config.model_copy(update={"init_from": await init_from(client, args.init_from, config.network_yaml, sid)})
-        sid, command_id = await start_session(client, config, actor=actor, start=not args.no_start, sid=sid)
+        sid, command_id = await start_session(client, config, start=not args.no_start, sid=sid)
         await _await_effect(client, sid, command_id, (SessionCreated,), after_seq=0)
     print(json.dumps({"session_id": sid}) if args.json else f"session {sid} created")
     return 0
 
 
 async def _command(args: argparse.Namespace) -> int:
-    credential = user_credential(args)
-    user = await _user(args, credential)
-    async with connect(credential, args.prefix) as client:
-        find_session(args.session_id, await session_events(client.eventlog, args.session_id), user)
+    async with connect(user_credential(args), args.prefix) as client:
+        events = await session_events(client, args.session_id)
+        find_session(args.session_id, events)
         model, effects = EFFECTS[args.verb]
         extra = {"fuse_heads": args.fuse_heads} if getattr(args, "fuse_heads", None) is not None else {}
-        command = CommandEnvelope(actor=user or "local", session_id=args.session_id, payload=model(**extra))
-        after_seq = (await client.js.stream_info(LOG_STREAM)).state.last_seq
-        await client.eventlog.publish_command(command)
-        effect = await _await_effect(client, args.session_id, command.id, effects, after_seq)
+        command = CommandEnvelope(actor=client.user, session_id=args.session_id, payload=model(**extra))
+        await client.publish_command(command)
+        effect = await _await_effect(client, args.session_id, command.id, effects, after_seq=events[-1][0])
     print(json.dumps({"session_id": args.session_id, "event": effect}) if args.json else f"{args.verb}: {effect}")
     return 0
 
@@ -146,17 +129,13 @@ async def _await_effect(
 ) -> str:
     """Wait for an event of `effects` recorded after `after_seq`, or the command's rejection."""
     async def watch() -> str:
-        stream = client.eventlog.follow(client.subjects.session_evt_all(sid))
+        stream = client.follow(sid)
         async with aclosing(stream):
-            async for record in stream:
-                try:
-                    event = EventEnvelope.model_validate_json(record.data)
-                except ValueError:
-                    continue
+            async for seq, event in stream:
                 p = event.payload
                 if isinstance(p, CommandRejected) and p.command_id == command_id:
                     raise UserError(f"rejected: {p.reason}")
-                if isinstance(p, effects) and record.seq > after_seq:
+                if isinstance(p, effects) and seq > after_seq:
                     return p.type
         raise UserError("the event stream ended")
 
@@ -167,13 +146,11 @@ async def _await_effect(
 
 
 async def _list(args: argparse.Namespace) -> int:
-    credential = user_credential(args)
-    user = await _user(args, credential)
-    async with connect(credential, args.prefix) as client:
+    async with connect(user_credential(args), args.prefix) as client:
         rows = []
-        for sid in await session_ids(client.eventlog):
-            state = fold(sid, await session_events(client.eventlog, sid))
-            if visible(state, user):
+        for sid in await client.session_ids():
+            state = fold(sid, await session_events(client, sid))
+            if state.status != SessionStatus.NEW:
                 rows.append(summary(state))
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -185,11 +162,9 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    credential = user_credential(args)
-    user = await _user(args, credential)
-    async with connect(credential, args.prefix) as client:
-        events = await session_events(client.eventlog, args.session_id)
-    data = report(find_session(args.session_id, events, user), events)
+    async with connect(user_credential(args), args.prefix) as client:
+        events = await session_events(client, args.session_id)
+    data = report(find_session(args.session_id, events), events)
     if args.json:
         json.dump(data, sys.stdout, indent=2)
         print()

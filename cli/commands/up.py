@@ -11,10 +11,6 @@ import asyncio
 import signal
 import sys
 
-import nats.errors
-
-from computeall.protocol.monitor_api import DEFAULT_KEY, DefaultKey, MonitorReply, monitor_subject
-
 from computeall.protocol.credentials import Credential
 
 from ..client import Client, connect
@@ -25,9 +21,12 @@ from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..nats_cluster import NatsCluster
 from ..nats_server import env_url, url_reachable
+from ..security.authority import Authority
 from ..security.deployment import LOCAL_USER
 from ..supervisor import Supervisor, default_services, pid_alive
 from .run import add_training_args, session_config
+
+PUBLIC_PORT = 4222
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pnodes", type=int, default=3, help="PNode processes to start here (default 3)")
     p.add_argument("--data-dir", default=None, help="default: $COMPUTEALL_DATA_DIR or .computeall")
     p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
+    reach = p.add_mutually_exclusive_group()
+    reach.add_argument("--public", action="store_const", const=f"0.0.0.0:{PUBLIC_PORT}", dest="listen",
+                       help=f"let other machines join: NATS listens on every address, port {PUBLIC_PORT}, with TLS")
+    reach.add_argument("--listen", metavar="HOST:PORT", default=None,
+                       help="let other machines join through this address (TLS); default: 127.0.0.1 only")
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                    help="run N nats-servers clustered over routes, the event log and buckets at min(N, 3) replicas "
                         "(3: any one server may die); a data dir started with 1 moves to 3 (docs/operations.md)")
@@ -65,11 +69,12 @@ async def up(args: argparse.Namespace) -> int:
         local_user = Credential(role="user", name=LOCAL_USER).at(url)
     else:
         try:
-            nats_server = NatsCluster(directory, args.nats_cluster).start()
+            nats_server = NatsCluster(directory, args.nats_cluster, listen=args.listen).start()
         except ValueError as exc:
             raise UserError(str(exc)) from None
         url = nats_server.url
         supervisor = Supervisor(directory, url, nats_server)
+        supervisor.public_urls = nats_server.public_urls()
         local_user = nats_server.credential("user")
     supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root))
 
@@ -77,15 +82,19 @@ async def up(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    watcher = asyncio.create_task(supervisor.watch())
+    tasks = [asyncio.create_task(supervisor.watch())]
+    if nats_server:
+        tasks.append(asyncio.create_task(Authority(nats_server).run()))
     try:
         async with connect(local_user) as client:
             await wait_for_event_log(client)
             supervisor.announce()
-            key = await _default_key(client, stop)
+            key = nats_server.security.local_api_key() if nats_server else None
             await _wait_for_monitor(supervisor, stop)
             print(f"computeall is up ({args.pnodes} PNodes); Ctrl-C stops it")
             print(f"  NATS       {url}" + (f" ({args.nats_cluster} servers, clustered)" if nats_server and args.nats_cluster > 1 else ""))
+            if supervisor.public_urls:
+                print(f"  joinable   {', '.join(supervisor.public_urls)}   (`computeall invite pnode` makes a token)")
             print(f"  dashboard  {supervisor.monitor_url or '(the monitor did not start; see logs)'}")
             if key:
                 print(f"  API key    {key}   (user 'local'; paste it into the dashboard)")
@@ -95,7 +104,8 @@ async def up(args: argparse.Namespace) -> int:
                 await _train(client, config, stop)
             await stop.wait()
     finally:
-        watcher.cancel()
+        for task in tasks:
+            task.cancel()
         print("stopping...", file=sys.stderr)
         supervisor.stop()
         if nats_server:
@@ -106,7 +116,7 @@ async def up(args: argparse.Namespace) -> int:
 async def _train(client: Client, config, stop: asyncio.Event) -> None:
     config = await with_sent_data(client.nc, client.subjects, config)
     sid, command_id = await start_session(client, config)
-    follow = asyncio.create_task(follow_session(client.eventlog, sid, config.steps, command_id=command_id))
+    follow = asyncio.create_task(follow_session(client, sid, config.steps, command_id=command_id))
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({follow, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if follow in done:
@@ -114,22 +124,6 @@ async def _train(client: Client, config, stop: asyncio.Event) -> None:
         print("still running; Ctrl-C stops it")
     else:
         follow.cancel()
-
-
-async def _default_key(client: Client, stop: asyncio.Event, wait_s: float = 30.0) -> str | None:
-    """Ask the monitor for a key of the local user (it may still be starting)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    while loop.time() < deadline and not stop.is_set():
-        try:
-            msg = await client.nc.request(
-                monitor_subject(client.subjects, DEFAULT_KEY), DefaultKey().model_dump_json().encode(), timeout=5.0
-            )
-            reply = MonitorReply.model_validate_json(msg.data)
-            return reply.api_key if reply.ok else None
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-            await asyncio.sleep(0.3)
-    return None
 
 
 async def _wait_for_monitor(supervisor: Supervisor, stop: asyncio.Event, wait_s: float = 15.0) -> None:

@@ -19,9 +19,8 @@ from computeall.protocol.credentials import Credential
 
 from ..client import connect
 from ..errors import UserError
-from ..identity import add_credential_argument, admin_credential, user_credential
+from ..identity import API_KEY_ENV, add_credential_argument, admin_credential, user_credential
 
-API_KEY_ENV = "COMPUTEALL_API_KEY"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,29 +61,29 @@ async def ask_monitor(credential: Credential, prefix: str | None, verb: str, req
     return reply
 
 
-def resolve_api_key(explicit: str | None) -> str | None:
-    """`--api-key`, else `$COMPUTEALL_API_KEY`; None means the local default user."""
-    return explicit or os.environ.get(API_KEY_ENV) or None
-
-
 def _create(args: argparse.Namespace) -> int:
     try:
         request = api.UserCreate(name=args.name)
     except ValueError:
-        raise UserError(f"user name {args.name!r} may only contain letters, digits and _ . @ - (at most 64)") from None
-    reply = asyncio.run(ask_monitor(admin_credential(args), args.prefix, api.USER_CREATE, request))
+        raise UserError(f"user name {args.name!r} may only contain letters, digits, _ and - (at most 64)") from None
+    operator = admin_credential(args)
+    reply = asyncio.run(ask_monitor(operator, args.prefix, api.USER_CREATE, request))
+    # where and how the new user connects: as the operator does (the servers, the pinned CA)
+    nats_client = Credential.for_api_key(reply.api_key, operator.servers, operator.tls).client_object()
     if args.json:
-        print(json.dumps({"user": reply.user, "api_key": reply.api_key}))
+        print(json.dumps({"user": reply.user, "api_key": reply.api_key, "nats": nats_client}))
     else:
         print(f"user {reply.user}: API key (shown once, keep it safe):\n{reply.api_key}")
-        print(f"use it with --api-key KEY, ${API_KEY_ENV}, or `Authorization: Bearer KEY` on the monitor's /graphql")
+        print(f"use it with --api-key KEY, ${API_KEY_ENV}, or `Authorization: Bearer KEY` on the monitor's /graphql;")
+        print("`--json` also prints the `nats` options a plain nats-py client connects with (docs/protocol.md)")
     return 0
 
 
 def _whoami(args: argparse.Namespace) -> int:
-    key = resolve_api_key(args.api_key)
+    key = args.api_key or os.environ.get(API_KEY_ENV)
     if not key:
         raise UserError(f"no API key: pass --api-key KEY or set ${API_KEY_ENV}")
-    reply = asyncio.run(ask_monitor(user_credential(args), args.prefix, api.AUTH, api.Auth(api_key=key)))
+    asker = user_credential(argparse.Namespace(**{**vars(args), "api_key": None}))  # any user may ask
+    reply = asyncio.run(ask_monitor(asker, args.prefix, api.AUTH, api.Auth(api_key=key)))
     print(json.dumps({"user": reply.user}) if args.json else reply.user)
     return 0

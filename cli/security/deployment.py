@@ -4,6 +4,8 @@
     route.secret              what the deployment's nats-servers present on their routes (mode 0600)
     credentials/<role>/<name>.json   local identities' credentials (mode 0600): services, the
                               PNodes `up` starts, the local user, the operator
+    local-api-key             the local user's API key (mode 0600): the dashboard login, and the
+                              seed of the local user's nkey
 
 `Security.issue` hands out a local identity's credential, creating it on first use and reusing
 it afterwards (a restarted service keeps its identity; a revoked one stays revoked).
@@ -15,7 +17,16 @@ import os
 import secrets
 from pathlib import Path
 
-from computeall.protocol.credentials import Credential, CredentialError, Role, new_nkey_seed, nkey_public
+from computeall.protocol.credentials import (
+    Credential,
+    CredentialError,
+    Role,
+    TlsTrust,
+    api_key_seed,
+    new_api_key,
+    new_nkey_seed,
+    nkey_public,
+)
 from computeall.protocol.subjects import Subjects
 
 from .members import Member, MemberStore
@@ -43,18 +54,35 @@ class Security:
     def credential_path(self, role: Role, name: str) -> Path:
         return self.directory / "credentials" / role / f"{name}.json"
 
-    def issue(self, role: Role, name: str, servers: list[str]) -> Credential:
+    def issue(self, role: Role, name: str, servers: list[str], tls: TlsTrust | None = None) -> Credential:
         """The credential of the local identity `role`/`name` at `servers`, written to its file."""
         path = self.credential_path(role, name)
-        seed = _existing_seed(path)
+        local_user = (role, name) == ("user", LOCAL_USER)
+        seed = api_key_seed(self.local_api_key()) if local_user else _existing_seed(path)
         with self.members.edit() as members:
             known = members.by_key(nkey_public(seed)) if seed else None
             if known is None or (known.role, known.name) != (role, name):
-                seed = new_nkey_seed()
+                seed = seed if local_user else new_nkey_seed()
                 members.members.append(Member(role=role, name=name, public_key=nkey_public(seed), source="local"))
-        credential = Credential(role=role, name=name, servers=servers, nkey_seed=seed)
+        credential = Credential(role=role, name=name, servers=servers, nkey_seed=seed, tls=tls)
         credential.save(path)
         return credential
+
+    @property
+    def local_api_key_path(self) -> Path:
+        return self.directory / "local-api-key"
+
+    def local_api_key(self) -> str:
+        """The local user's API key, made on first use; only this file (mode 0600) holds it."""
+        path = self.local_api_key_path
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(new_api_key(LOCAL_USER) + "\n")
+            tmp.replace(path)
+        return path.read_text().strip()
 
     def public_key(self, role: Role, name: str) -> str:
         credential = self.local(role, name)

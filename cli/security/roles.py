@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from computeall.protocol.credentials import Role
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
+from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
 
 
@@ -77,10 +78,12 @@ def orchestrator(name: str, s: Subjects) -> Permissions:
         publish=(
             f"{p}.evt.session.>", f"{p}.evt.pnode.>",  # session and PNode events
             f"{p}.pn.*.ctl",  # requests to PNodes
-            f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX,
+            f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
             *event_log_setup(), *read_stream(LOG_STREAM), *manage_bucket(checkpoint_bucket(s)),
+            *use_bucket(dataset_bucket(s)),  # a session's tokenizer, for its owner's reads
         ),
-        subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", s.session_created_all(), _inbox("orchestrator", name)),
+        subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>", reads_all(s), _inbox("orchestrator", name)),
+        notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",),
     )
 
 
@@ -96,7 +99,8 @@ def dataset(name: str, s: Subjects) -> Permissions:
 def monitor(name: str, s: Subjects) -> Permissions:
     p = s.prefix
     return Permissions(
-        publish=(f"{p}.cmd.>", ANY_INBOX, *event_log_setup(), *read_stream(LOG_STREAM), *read_stream(TEL_STREAM)),
+        publish=(f"{p}.cmd.*.session.*", f"{p}.sec.users", ANY_INBOX,
+                 *event_log_setup(), *read_stream(LOG_STREAM), *read_stream(TEL_STREAM)),
         subscribe=(f"{p}.mon.>", f"{p}.hb.*", _inbox("monitor", name)),
         notes=("publishes the commands of dashboard users, whom it authenticates by API key itself",),
     )
@@ -112,6 +116,7 @@ def pnode(name: str, s: Subjects) -> Permissions:
             s.dataset_api("batch"),
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
             *use_bucket(checkpoint_bucket(s)),
+            *use_bucket(uploads_bucket(s)),  # the weights of `session create --init-from DIR`
         ),
         subscribe=(f"{p}.pn.{name}.>", f"{p}.orch.hb.*", _inbox("pnode", name)),
         notes=(
@@ -119,6 +124,8 @@ def pnode(name: str, s: Subjects) -> Permissions:
             "NATS permissions are fixed per connection; the receiver accepts only frames its plan expects",
             "reads and writes any object of the checkpoint bucket: the Object Store names chunks by random ids, "
             "so a subject cannot say whose they are; objects are checked against the digests in the log",
+            f"reads `{uploads_bucket(s)}` too, for weights a user uploaded to start a session from: the same "
+            "chunks cannot be told apart by subject, so the uploaded data files are readable to it as well",
         ),
     )
 
@@ -127,13 +134,16 @@ def user(name: str, s: Subjects) -> Permissions:
     p = s.prefix
     return Permissions(
         publish=(
-            f"{p}.cmd.session.*",
-            s.dataset_api("*"), f"{p}.mon.auth", f"{p}.mon.user.default-key",
-            *read_stream(LOG_STREAM), *use_bucket(checkpoint_bucket(s)), *use_bucket(dataset_bucket(s)),
+            f"{p}.cmd.{name}.session.*",  # its own commands, recorded (the JetStream ack comes to its inbox)
+            f"{p}.api.{name}.*",  # reads of its own sessions, answered by the orchestrator
+            s.dataset_api("*"), f"{p}.mon.auth",
             *use_bucket(uploads_bucket(s)),  # the files of `dataset create --files` / `session create --data`
         ),
         subscribe=(f"{p}.ds.progress.*", _inbox("user", name)),
         notes=(
+            "reads no stream itself: NATS cannot filter the event log or the Object Store by owner, so a "
+            "user's reads go through the orchestrator, which checks ownership",
+            "datasets are shared: any user may create, list and sample them",
             f"may read and replace any object of `{uploads_bucket(s)}`, others' uploads too: the Object Store names "
             "chunks by random ids, so a subject cannot say whose they are. Parts are named by their digest and the "
             "dataset service checks every one, so a replaced part is refused (and removed), never used",
@@ -143,7 +153,12 @@ def user(name: str, s: Subjects) -> Permissions:
 
 def admin(name: str, s: Subjects) -> Permissions:
     p = s.prefix
-    return Permissions(publish=(f"{p}.mon.>",), subscribe=(_inbox("admin", name),))
+    return Permissions(publish=(f"{p}.mon.>", f"{p}.sec.>"), subscribe=(_inbox("admin", name),))
+
+
+def authority(name: str, s: Subjects) -> Permissions:
+    """The process that owns the server's configuration (`computeall up`): applies membership changes."""
+    return Permissions(publish=(ANY_INBOX,), subscribe=(f"{s.prefix}.sec.>", _inbox("authority", name)))
 
 
 def superuser(name: str, s: Subjects) -> Permissions:
@@ -161,6 +176,7 @@ ROLES: dict[Role, Callable[[str, Subjects], Permissions]] = {
     "pnode": pnode,
     "user": user,
     "admin": admin,
+    "authority": authority,
     "superuser": superuser,
 }
 

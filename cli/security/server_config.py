@@ -1,8 +1,9 @@
 """The nats-server configuration of a deployment, generated: listen address, JetStream, limits,
 TLS, and `authorization` with one user per active member (its public nkey and its role's
 permissions). `computeall up`, the embedded test servers and docker-compose.yml all come from
-`server_config`; a cluster of servers adds its routes block (`ClusterSettings`), a leaf-node setup
-would add its own.
+`server_config`. A cluster (routes to peer servers) or leaf nodes extend it with a `ConfigSection`
+each, passed in `ServerSettings.sections` (and `EmbeddedNats(sections=...)`): one more block of the
+same generated file, never a second generator.
 
 Every value is written as JSON, which the nats-server config format accepts, so a subject such as
 `$JS.API.>` is a quoted string and never read as a variable reference.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from computeall.protocol.subjects import Subjects
 
@@ -29,6 +30,29 @@ class TlsFiles:
     key_file: str
 
 
+class ConfigSection(Protocol):
+    """A top-level block beyond one server's basics (`cluster`, `leafnodes`, ...): its key and its
+    value, which may use the server's settings (its TLS files for a route's or leaf's listener)."""
+
+    key: str
+
+    def block(self, settings: "ServerSettings") -> dict[str, Any] | str: ...
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One plain top-level value (`server_name`, `http`)."""
+
+    key: str
+    value: str
+
+    def block(self, settings: "ServerSettings") -> str:
+        return self.value
+
+
+ROUTE_USER = "route"
+
+
 @dataclass(frozen=True)
 class ClusterSettings:
     """One server's place in a cluster of nats-servers: its route listener and the others' routes.
@@ -42,11 +66,18 @@ class ClusterSettings:
     secret: str
     health_port: int  # nats-server's monitoring endpoint on `host`: /healthz says when JetStream is ready
 
+    key = "cluster"
+
     def route_urls(self) -> list[str]:
         return [url.replace("nats-route://", f"nats-route://{ROUTE_USER}:{self.secret}@", 1) for url in self.routes]
 
+    def block(self, settings: "ServerSettings") -> dict[str, Any]:
+        return {"name": self.name, "host": self.host, "port": self.port, "routes": self.route_urls(),
+                "authorization": {"user": ROUTE_USER, "password": self.secret, "timeout": 5}}
 
-ROUTE_USER = "route"
+    def sections(self) -> tuple[ConfigSection, ...]:
+        """The blocks a clustered server adds: its name, its health endpoint, its routes."""
+        return (Setting("server_name", self.server_name), Setting("http", f"{self.host}:{self.health_port}"), self)
 
 
 @dataclass(frozen=True)
@@ -57,7 +88,7 @@ class ServerSettings:
     max_payload: int = MAX_PAYLOAD
     tls: TlsFiles | None = None
     authorization: bool = True  # False: anyone may connect (only a server nobody else can reach)
-    cluster: ClusterSettings | None = None  # None: a server on its own
+    sections: tuple[ConfigSection, ...] = ()
 
 
 def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]) -> str:
@@ -68,16 +99,14 @@ def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]
         "max_payload": settings.max_payload,
         "jetstream": {"store_dir": settings.store_dir},
     }
-    if settings.cluster:
-        c = settings.cluster
-        config["server_name"] = c.server_name
-        config["http"] = f"{c.host}:{c.health_port}"
-        config["cluster"] = {"name": c.name, "host": c.host, "port": c.port, "routes": c.route_urls(),
-                             "authorization": {"user": ROUTE_USER, "password": c.secret, "timeout": 5}}
     if settings.tls:
         config["tls"] = {"cert_file": settings.tls.cert_file, "key_file": settings.tls.key_file, "timeout": 5}
     if settings.authorization:
         config["authorization"] = {"users": [{"nkey": nkey, "permissions": permission_block(p)} for nkey, p in users]}
+    for section in settings.sections:
+        if section.key in config:
+            raise ValueError(f"the server config has a `{section.key}` block already; a section adds a new one")
+        config[section.key] = section.block(settings)
     return "".join(f"{key}: {json.dumps(value, indent=2)}\n" for key, value in config.items())
 
 

@@ -9,6 +9,7 @@ FILE`, else `$COMPUTEALL_CREDENTIAL`, and `--nats URL` (else `$NATS_URL`) overri
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 from typing import Any
@@ -20,6 +21,8 @@ from nats.aio.client import Client as NATS
 from .credentials import Credential, CredentialError, Role
 
 CREDENTIAL_ENV = "COMPUTEALL_CREDENTIAL"
+INITIAL_ATTEMPTS = 5  # tries of a first connection (a server still starting, a network blip)
+RETRY_S = 1.0
 log = logging.getLogger("computeall.bus")
 
 
@@ -28,14 +31,28 @@ class BusConnectError(ConnectionError):
 
 
 async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
-    """A connection as `credential`'s identity; `options` are nats-py's (reconnects, callbacks)."""
+    """A connection as `credential`'s identity; `options` are nats-py's (reconnects, callbacks).
+
+    The first connection is tried here, a few times when reconnects are allowed, each try without
+    nats-py's own retries: those retry a refused credential forever, and after a failed TLS
+    handshake nats-py 2.16 stalls instead. A refused credential or an unreachable server is a
+    `BusConnectError`; reconnects as asked apply once connected."""
     options.setdefault("error_cb", _log_error)
-    try:
-        return await nats.connect(name=name, **credential.nats_options(), **options)
-    except nats.errors.NoServersError as exc:
-        raise BusConnectError(_why(credential, exc)) from None
-    except (OSError, TimeoutError, nats.errors.Error) as exc:
-        raise BusConnectError(_why(credential, exc)) from None
+    reconnect = options.pop("allow_reconnect", True)
+    failure: BaseException | None = None
+    for attempt in range(INITIAL_ATTEMPTS if reconnect else 1):
+        if attempt:
+            await asyncio.sleep(RETRY_S)
+        try:
+            nc = await nats.connect(name=name, allow_reconnect=False, **credential.nats_options(), **options)
+        except (OSError, TimeoutError, nats.errors.Error) as exc:
+            failure = exc
+            if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+                break  # no retry helps a credential the server refuses
+            continue
+        nc.options["allow_reconnect"] = reconnect
+        return nc
+    raise BusConnectError(_why(credential, failure))
 
 
 def replicas(nc: NATS) -> int:

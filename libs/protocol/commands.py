@@ -1,4 +1,7 @@
-"""Session commands, published on `ca.cmd.session.<sid>` and recorded in CA_LOG.
+"""Session commands, published on `ca.cmd.<user>.session.<sid>` and recorded in CA_LOG.
+
+The `<user>` token is who sends the command: only that user's credential (or the monitor, for
+the dashboard's user it authenticated) may publish there. The envelope's `actor` must say the same.
 
 `Nats-Msg-Id` is the envelope id, so JetStream drops a duplicate within its
 duplicate window; the orchestrator also ignores an id it has already handled.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import ssl
 from pathlib import Path
@@ -44,6 +45,31 @@ def nkey_public(seed: str) -> str:
         return pair.public_key.decode()
     finally:
         pair.wipe()
+
+
+# -- API keys: a user's one secret -----------------------------------------------------------
+API_KEY_PREFIX = "ca"
+
+
+def new_api_key(user: str) -> str:
+    """`ca.<user>.<256 random bits>`: it logs into the dashboard and, through the nkey derived from
+    it, authenticates the user's NATS connections. The user's name is in it so a client knows the
+    subjects it may use from the key alone."""
+    return f"{API_KEY_PREFIX}.{user}.{secrets.token_urlsafe(32)}"
+
+
+def api_key_user(api_key: str) -> str:
+    prefix, user, secret = (api_key.split(".") + ["", ""])[:3] if api_key.count(".") == 2 else ("", "", "")
+    if prefix != API_KEY_PREFIX or not secret or not re.match(NAME_PATTERN, user):
+        raise CredentialError("this API key cannot connect to NATS (it is not a `ca.<user>.<secret>` key); "
+                              "make a new one with `computeall user create NAME` or on the dashboard")
+    return user
+
+
+def api_key_seed(api_key: str) -> str:
+    """The user nkey seed derived from an API key (the key has 256 bits: the seed is as strong)."""
+    raw = hashlib.sha256(b"computeall api key -> nkey v1\0" + api_key.encode()).digest()
+    return nkeys.encode_seed(raw, nkeys.PREFIX_BYTE_USER).decode()
 
 
 def ca_fingerprint(ca_pem: str) -> str:
@@ -90,6 +116,10 @@ class Credential(BaseModel):
     @property
     def identity(self) -> str:
         return f"{self.role}:{self.name}"
+
+    @classmethod
+    def for_api_key(cls, api_key: str, servers: list[str], tls: "TlsTrust | None" = None) -> "Credential":
+        return cls(role="user", name=api_key_user(api_key), servers=servers, nkey_seed=api_key_seed(api_key), tls=tls)
 
     def at(self, servers: str | list[str] | None) -> "Credential":
         """The same identity, connecting to other servers (`--nats URL` overrides the file's)."""

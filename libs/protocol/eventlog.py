@@ -100,7 +100,8 @@ class EventLog:
         return ack.seq
 
     async def publish_command(self, command: CommandEnvelope) -> int:
-        """Record a command; a repeated command id is dropped by JetStream's duplicate window.
+        """Record a command on its actor's subject (the orchestrator believes the subject, and
+        refuses a command whose actor differs); a repeated id is dropped by the duplicate window.
         Raises `CommandTooLarge` rather than send what the orchestrator would refuse unread."""
         sid = command.session_id
         assert sid, "session commands carry a session id"
@@ -111,16 +112,16 @@ class EventLog:
                 "(see the limits in docs/protocol.md)"
             )
         ack = await through_failover(
-            lambda: self.js.publish(self.subjects.session_cmd(sid), data, headers={"Nats-Msg-Id": command.id}),
+            lambda: self.js.publish(self.subjects.session_cmd(sid, command.actor), data, headers={"Nats-Msg-Id": command.id}),
             f"recording {command.type}")
         return ack.seq
 
     async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512,
-                   stream: str = LOG_STREAM) -> list[Recorded]:
-        """Every message on `filter_subject` from `start_seq` up to now, in log order (or `stream`'s)."""
-        return await through_failover(lambda: self._read(filter_subject, start_seq, batch, stream), f"reading {stream}")
+                   stream: str = LOG_STREAM, limit: int | None = None) -> list[Recorded]:
+        """Every message on `filter_subject` from `start_seq` up to now (at most `limit`), in log order (or `stream`'s)."""
+        return await through_failover(lambda: self._read(filter_subject, start_seq, batch, stream, limit), f"reading {stream}")
 
-    async def _read(self, filter_subject: str, start_seq: int, batch: int, stream: str) -> list[Recorded]:
+    async def _read(self, filter_subject: str, start_seq: int, batch: int, stream: str, limit: int | None) -> list[Recorded]:
         config = ConsumerConfig(
             filter_subject=filter_subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -132,7 +133,7 @@ class EventLog:
         out: list[Recorded] = []
         try:
             info = await sub.consumer_info()
-            pending = info.num_pending
+            pending = info.num_pending if limit is None else min(limit, info.num_pending)
             while pending > 0:
                 try:
                     msgs = await sub.fetch(min(batch, pending), timeout=5.0)
@@ -140,7 +141,7 @@ class EventLog:
                     break
                 for msg in msgs:
                     out.append(Recorded(msg.metadata.sequence.stream, msg.subject, msg.data))
-                    pending = msg.metadata.num_pending
+                    pending = msg.metadata.num_pending if limit is None else min(msg.metadata.num_pending, limit - len(out))
         finally:
             try:
                 await sub.unsubscribe()

@@ -1,25 +1,26 @@
 """Monitor requests on `<prefix>.mon.<verb>` (NATS request/reply, not recorded).
 
-Only the monitor opens its DuckDB file, so clients (the CLI, `computeall up`) reach users,
-keys and rebuilds through these requests. Every reply is a `MonitorReply`: `ok` true with the
-verb's fields, or `ok` false with an `error` a person can act on, never silence.
+Only the monitor opens its DuckDB file, so clients (the CLI) reach users, keys and rebuilds
+through these requests. Every reply is a `MonitorReply`: `ok` true with the verb's fields, or
+`ok` false with an `error` a person can act on, never silence.
 
-NATS is the trust boundary of a deployment (anyone on the bus can publish commands), so these
-requests are not authenticated themselves; API keys guard the monitor's HTTP API.
+Who may ask is the server's business (the credentials' permissions): `user.create` and `rebuild`
+only the operator, `auth` any user. No request hands out an existing key: the local user's is in
+a file only `computeall up`'s data dir holds.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .credentials import NAME_PATTERN
 from .subjects import Subjects
 
 USER_CREATE = "user.create"
 AUTH = "auth"
-DEFAULT_KEY = "user.default-key"
 REBUILD = "rebuild"
 
-USER_NAME_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
+USER_NAME_PATTERN = NAME_PATTERN  # a user's name is a subject token: `ca.cmd.<user>.session.<sid>`
 
 
 def monitor_subject(subjects: Subjects, verb: str) -> str:
@@ -40,10 +41,6 @@ class Auth(_Request):
     """Resolve an API key to its user."""
 
     api_key: str
-
-
-class DefaultKey(_Request):
-    """The key of the local default user, for `computeall up` to print."""
 
 
 class Rebuild(_Request):

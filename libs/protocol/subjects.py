@@ -37,8 +37,9 @@ class Subjects:
         self.prefix = prefix or os.environ.get("COMPUTEALL_PREFIX", DEFAULT_PREFIX)
 
     # -- recorded in CA_LOG -------------------------------------------------
-    def session_cmd(self, sid: str) -> str:
-        return f"{self.prefix}.cmd.session.{check_token(sid, 'session id')}"
+    def session_cmd(self, sid: str, user: str) -> str:
+        """A user's command for a session: only that user's credential may publish here."""
+        return f"{self.prefix}.cmd.{check_token(user, 'user name')}.session.{check_token(sid, 'session id')}"
 
     def session_evt(self, sid: str, type_: str) -> str:
         return f"{self.prefix}.evt.session.{check_token(sid, 'session id')}.{type_}"
@@ -106,3 +107,13 @@ def pnode_of(subjects: Subjects, subject: str) -> str:
     if len(tokens) == 2 and tokens[0] == "hb" or len(tokens) == 3 and tokens[0] == "tel":
         return tokens[1]
     raise ValueError(f"{subject} is not a heartbeat or telemetry subject of prefix {subjects.prefix}")
+
+
+def command_sender(subjects: Subjects, subject: str) -> tuple[str, str]:
+    """(user, session id) of a command subject `<prefix>.cmd.<user>.session.<sid>`: the user is who
+    sent it, whatever the command's `actor` field says."""
+    prefix = subjects.prefix + "."
+    tokens = subject[len(prefix):].split(".") if subject.startswith(prefix) else []
+    if len(tokens) != 4 or tokens[0] != "cmd" or tokens[2] != "session":
+        raise ValueError(f"{subject} is not a session command subject of prefix {subjects.prefix}")
+    return tokens[1], tokens[3]

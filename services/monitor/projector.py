@@ -68,6 +68,8 @@ def _log(batch: Batch, msg: Message) -> None:
     if header.payload.get("type") != header.type:
         raise ValueError(f"envelope type {header.type!r} does not match payload type {header.payload.get('type')!r}")
     kind = "command" if ".cmd." in msg.subject else "event"
+    if kind == "command":  # `<prefix>.cmd.<user>.session.<sid>`: who sent it is the subject's user, not a field
+        header = header.model_copy(update={"actor": msg.subject.split(".")[-3]})
     known, adapter = (KNOWN_COMMANDS, _COMMAND) if kind == "command" else (KNOWN_EVENTS, _EVENT)
     # validate before anything is recorded: a known type with a bad payload is malformed
     payload = adapter.validate_python(header.payload) if header.type in known else None

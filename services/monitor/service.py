@@ -13,17 +13,18 @@ import signal
 import socket
 import time
 
+import nats.errors
 import uvicorn
 from nats.aio.client import Client as NATS
 
-from computeall.protocol import bus
+from computeall.protocol import bus, membership_api
 from computeall.protocol import monitor_api as api
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.limits import GRAPHQL_REQUEST_BYTES
 from computeall.protocol.subjects import Subjects
 
 from . import nats_api, retention
-from .auth import DEFAULT_USER, Auth
+from .auth import Auth
 from .context import Services
 from .db import Database
 from .ingest import Ingestor
@@ -62,7 +63,10 @@ class Monitor:
             await ensure_streams(js, self.subjects, replicas=bus.replicas(nc))
             auth = Auth(db)
             await auth.load()
-            await auth.default_key(s.data_dir)  # the local user exists from the first start
+            auth.on_change = lambda: self._sync_users(nc, auth)
+            if s.local_key_file:
+                await auth.register_local_key(s.local_key_file)
+            await self._sync_users(nc, auth)
             pubsub = PubSub()
             ingestor = Ingestor(db, nc, js, self.subjects, pubsub)
             await ingestor.start()
@@ -95,18 +99,24 @@ class Monitor:
                 return api.MonitorReply(ok=False, error="unknown or revoked API key")
             return api.MonitorReply(user=user)
 
-        async def default_key(req: api.DefaultKey) -> api.MonitorReply:
-            return api.MonitorReply(user=DEFAULT_USER, api_key=await auth.default_key(self.settings.data_dir))
-
         async def do_rebuild(req: api.Rebuild) -> api.MonitorReply:
             return await rebuild(db, ingestor)
 
         return {
             api.USER_CREATE: (api.UserCreate, user_create),
             api.AUTH: (api.Auth, authenticate),
-            api.DEFAULT_KEY: (api.DefaultKey, default_key),
             api.REBUILD: (api.Rebuild, do_rebuild),
         }
+
+    async def _sync_users(self, nc: NATS, auth: Auth) -> None:
+        """Tell the authority which API keys may connect; without one (someone else's NATS server,
+        configured by hand) the keys log into the dashboard only."""
+        try:
+            await membership_api.sync_users(nc, self.subjects, await auth.nats_identities())
+        except nats.errors.NoRespondersError:
+            log.info("no authority answers %s: API keys will not authenticate NATS connections", membership_api.USERS)
+        except (nats.errors.Error, membership_api.MembershipError) as exc:
+            log.warning("could not tell the authority about the API keys: %s", exc)
 
     async def _retention(self, db: Database) -> None:
         s = self.settings

@@ -18,6 +18,7 @@ DEFAULT_WEB_DIR = Path(__file__).resolve().parents[2] / "web" / "dist"
 class MonitorSettings(BaseModel):
     nats: str | None = None
     credential: str | None = None
+    local_key_file: Path | None = Field(None, description="the local user's API key, made by `computeall up`")
     data_dir: Path
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)
@@ -44,6 +45,7 @@ class MonitorSettings(BaseModel):
 def parse_args(argv: list[str] | None = None) -> MonitorSettings:
     parser = argparse.ArgumentParser(prog="python -m computeall.monitor", description="computeall monitor")
     add_bus_arguments(parser)
+    parser.add_argument("--local-key-file", type=Path, default=None, help="the local user's API key file, to register")
     parser.add_argument("--data-dir", required=True, type=Path, help="holds monitor.duckdb and monitor.json")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (see monitor.json)")

@@ -16,7 +16,7 @@ from computeall.protocol.dataset_api import session_dataset
 from computeall.protocol.dataset_client import get_dataset
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import InitializedFrom
-from computeall.protocol.object_store import CheckpointObject
+from computeall.protocol.object_store import CheckpointObject, uploads_bucket
 from computeall.protocol.pnode_api import LoadCheckpoint
 from computeall.protocol.session_state import Rejected, SessionLog, SessionState
 
@@ -31,7 +31,10 @@ class SourceError(ValueError):
 
 
 async def check_source(eventlog: EventLog, init: InitFrom | None, owner: str) -> None:
-    """At create: refuse a source session that does not exist, is another user's, or keeps no such checkpoint."""
+    """At create: refuse a source session that does not exist, is another user's, or keeps no such checkpoint,
+    and uploaded weights anywhere but the uploads bucket (the one place a user may write)."""
+    if init is not None and init.uploaded is not None and init.uploaded.bucket != uploads_bucket(eventlog.subjects):
+        raise Rejected(f"--init-from: uploaded weights are read from bucket {uploads_bucket(eventlog.subjects)} only")
     if init is None or init.session_id is None:
         return
     try:

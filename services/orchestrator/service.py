@@ -39,11 +39,12 @@ from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
 from computeall.protocol.limits import COMMAND_BYTES
 from computeall.protocol.session_state import Rejected, SessionLog, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
-from computeall.protocol.subjects import LOG_STREAM, Subjects, pnode_of
+from computeall.protocol.subjects import LOG_STREAM, Subjects, command_sender, pnode_of
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
+from .authorization import authorize
 from .driver import SessionDriver
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
@@ -51,6 +52,7 @@ from .initial_weights import check_source
 from .membership import MembershipRecorder
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
+from .reads import SessionReads
 
 log = logging.getLogger("computeall.orchestrator")
 
@@ -86,6 +88,8 @@ class Orchestrator:
         await open_bucket(self.js, checkpoint_bucket(self.subjects), bus.replicas(self.nc))  # the PNodes write into it
         self.eventlog = EventLog(self.js, self.subjects)
         self.membership = MembershipRecorder(self.eventlog, actor=f"orchestrator:{self.id}")
+        self.reads = SessionReads(self.nc, self.eventlog, self.subjects)
+        await self.reads.start()
         self.calls = PNodeCalls(self.nc, self.subjects, self.registry)
         await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_pnode_heartbeat)
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_peer_heartbeat)
@@ -252,7 +256,11 @@ class Orchestrator:
         await msg.ack()
 
     async def _handle_command(self, msg) -> None:
-        sid = msg.subject.rsplit(".", 1)[-1]
+        try:
+            user, sid = command_sender(self.subjects, msg.subject)
+        except ValueError as exc:  # a subject of CA_LOG's `cmd` space no user publishes on
+            log.warning("ignored a command: %s", exc)
+            return
         if len(msg.data) > COMMAND_BYTES:  # refused unread: parsing is what a huge command would cost
             size = f"{len(msg.data):,} bytes; a command may have at most {COMMAND_BYTES:,}"
             log.warning("rejected a command of %s for %s", size, sid)
@@ -272,6 +280,7 @@ class Orchestrator:
         for _ in range(5):  # optimistic concurrency: on a conflict, fold what others wrote and decide again
             try:
                 await session.refresh()
+                await authorize(user, command, session.state, self.reads.owner)
                 await self._decide(session, command)
                 return
             except Rejected as exc:

@@ -58,6 +58,7 @@ class BusMember:
         self.throughput: Throughput | None = None  # what it measured (or models) of its compute and link
         self.clock = StepClock(self.name)
         self._stop = asyncio.Event()
+        self.refused: str | None = None  # why the bus stopped accepting this PNode (revoked, expired)
         self.nc: NATS
 
     # -- what a kind of PNode decides ------------------------------------------------
@@ -82,7 +83,8 @@ class BusMember:
 
     # -- lifetime -----------------------------------------------------------------------
     async def run(self) -> None:
-        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1)
+        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1,
+                                    error_cb=self._on_bus_error)
         self.js = self.nc.jetstream()
         await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
         await self.nc.subscribe(self.subjects.pnode_tensor(self.name), cb=self.on_tensor, pending_bytes_limit=1 << 30)
@@ -101,6 +103,14 @@ class BusMember:
         except (nats.errors.Error, TimeoutError):
             pass  # the server went away first
         self.closed()
+
+    async def _on_bus_error(self, exc: Exception) -> None:
+        if "authorization violation" in str(exc).lower():  # revoked or expired: no reconnect will help
+            self.refused = "the server no longer accepts this PNode's credential (revoked or expired); exiting"
+            log.error("%s", self.refused)
+            self._stop.set()
+        else:
+            log.warning("nats: %s", exc)
 
     def stop(self) -> None:
         """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from computeall.cli.client import Client
-from computeall.protocol.monitor_api import DEFAULT_KEY, DefaultKey, MonitorReply, monitor_subject
+from computeall.cli.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "web"
@@ -42,10 +41,6 @@ def ensure_dashboard_built() -> None:
     subprocess.run(["npm", "run", "build"], cwd=WEB, check=True, capture_output=True)
 
 
-async def default_key(client: Client) -> str:
-    """The local default user's key, as `computeall up` prints it."""
-    subject = monitor_subject(client.subjects, DEFAULT_KEY)
-    msg = await client.nc.request(subject, DefaultKey().model_dump_json().encode(), timeout=10)
-    reply = MonitorReply.model_validate_json(msg.data)
-    assert reply.ok and reply.api_key, reply
-    return reply.api_key
+def default_key(supervisor: Supervisor) -> str:
+    """The local user's key, as `computeall up` prints it: from its file in the data dir."""
+    return supervisor.credentials.local_api_key_file().read_text().strip()

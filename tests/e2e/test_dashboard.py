@@ -72,7 +72,7 @@ async def test_dashboard_end_to_end(tmp_path):
     async with running_cluster(tmp_path, pnodes=len(PNODES), with_monitor=True) as (client, supervisor):
         url = await wait_for_monitor(supervisor)
         await wait_for_pnodes(supervisor, PNODES)
-        key = await default_key(client)
+        key = default_key(supervisor)
         sid, _ = await start_session(client, session_config())
 
         async with playwright_api.async_playwright() as p:

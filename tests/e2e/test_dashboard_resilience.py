@@ -46,7 +46,7 @@ async def test_empty_state_and_recovery_after_a_monitor_restart(tmp_path):
         port = free_port()
         monitor = MonitorProcess(server, tmp_path / "monitor", "--port", str(port)).start()
         try:
-            key = (tmp_path / "monitor" / "local-api-key").read_text().strip()
+            key = monitor.local_key
             async with playwright_api.async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
                 page = await browser.new_page(viewport={"width": 1400, "height": 900})

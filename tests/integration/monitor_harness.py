@@ -39,7 +39,7 @@ class MonitorProcess:
         log = open(self.data_dir / "monitor.log", "ab")
         self.process = subprocess.Popen(
             [PYTHON, "-m", "computeall.monitor", "--credential", str(self.server.credential_file("monitor")),
-             "--data-dir", str(self.data_dir), *self.extra],
+             "--local-key-file", str(self.server.local_api_key_file()), "--data-dir", str(self.data_dir), *self.extra],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout
@@ -56,6 +56,11 @@ class MonitorProcess:
         rc = self.process.wait(15)
         self.process = None
         return rc
+
+    @property
+    def local_key(self) -> str:
+        """The local user's API key, as `computeall up` keeps it."""
+        return self.server.security.local_api_key()
 
     def log(self) -> str:
         return (self.data_dir / "monitor.log").read_text()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 
 from computeall.cli.follow import follow_session, start_session
+from computeall.cli.session_view import session_events
 from computeall.network import Graph, NetworkSpec
 from computeall.protocol.dataset_api import files_dataset_name
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch
-from computeall.protocol.events import Allocated, EventEnvelope, StepCompleted
+from computeall.protocol.events import Allocated, StepCompleted
 from computeall.protocol.wire import Tensor
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.reference_model import ReferenceModel
@@ -21,11 +22,10 @@ async def run_session(client, config: SessionConfig) -> tuple[Allocated, list[fl
     """Its first allocation and its recorded losses."""
     sid, command_id = await start_session(client, config)
     outcome = await asyncio.wait_for(
-        follow_session(client.eventlog, sid, config.steps, progress=False, command_id=command_id), 180
+        follow_session(client, sid, config.steps, progress=False, command_id=command_id), 180
     )
     assert outcome.ok, outcome.message
-    events = [EventEnvelope.model_validate_json(r.data).payload
-              for r in await client.eventlog.read(client.subjects.session_evt_all(sid))]
+    events = [e.payload for _, e in await session_events(client, sid)]
     allocated = next(e for e in events if isinstance(e, Allocated))
     return allocated, [e.loss for e in events if isinstance(e, StepCompleted)]
 

@@ -24,13 +24,13 @@ def config(steps: int = 24, **overrides) -> SessionConfig:
 
 
 async def command(client: Client, sid: str, payload) -> CommandEnvelope:
-    envelope = CommandEnvelope(actor="local", session_id=sid, payload=payload)
-    await client.eventlog.publish_command(envelope)
+    envelope = CommandEnvelope(actor=client.user, session_id=sid, payload=payload)
+    await client.publish_command(envelope)
     return envelope
 
 
 async def state(client: Client, sid: str) -> SessionState:
-    return fold(sid, await session_events(client.eventlog, sid))
+    return fold(sid, await session_events(client, sid))
 
 
 async def wait_for(client: Client, sid: str, predicate, timeout: float = 120.0) -> SessionState:
@@ -48,14 +48,14 @@ async def wait_for(client: Client, sid: str, predicate, timeout: float = 120.0) 
 
 async def run_to_end(client: Client, cfg: SessionConfig, timeout: float = 240.0) -> str:
     sid, command_id = await start_session(client, cfg)
-    outcome = await asyncio.wait_for(follow_session(client.eventlog, sid, cfg.steps, progress=False, command_id=command_id), timeout)
+    outcome = await asyncio.wait_for(follow_session(client, sid, cfg.steps, progress=False, command_id=command_id), timeout)
     assert outcome.ok, outcome.message
     return sid
 
 
 async def losses(client: Client, sid: str) -> list[tuple[int, float]]:
     """Every recorded StepCompleted, in log order (a step recorded twice would show twice)."""
-    return [(e.payload.step, e.payload.loss) for _, e in await session_events(client.eventlog, sid)
+    return [(e.payload.step, e.payload.loss) for _, e in await session_events(client, sid)
             if isinstance(e.payload, StepCompleted)]
 
 

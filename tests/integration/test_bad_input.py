@@ -9,9 +9,11 @@ import time
 
 from computeall.cli.session_view import session_events
 from computeall.protocol.commands import CommandEnvelope, CreateSession, PauseSession
+from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import CommandRejected
 
 from .cluster import running_cluster, wait_for_pnodes
+from .identities import connect_as
 from .sessions import config
 from .waiting import wait_until_async
 
@@ -42,10 +44,10 @@ def create(network_yaml: str, sid: str) -> tuple[bytes, str]:
 async def rejected_within(client, sid: str, command_id: str, data: bytes) -> str:
     """Publish raw bytes as command `command_id`; its rejection's reason, once it is recorded within `ANSWER_S`."""
     sent = time.time()
-    await client.js.publish(client.subjects.session_cmd(sid), data, headers={"Nats-Msg-Id": command_id})
+    await client.js.publish(client.subjects.session_cmd(sid, client.user), data, headers={"Nats-Msg-Id": command_id})
 
     async def rejection() -> CommandRejected | None:
-        found = [e for _, e in await session_events(client.eventlog, sid)
+        found = [e for _, e in await session_events(client, sid)
                  if isinstance(e.payload, CommandRejected) and e.payload.command_id == command_id]
         return found[0] if found else None
 
@@ -77,6 +79,10 @@ async def test_bad_commands_are_rejected_within_a_second_and_nothing_restarts(tm
             assert "cannot pause" in await rejected_within(client, probe.session_id, probe.id, probe.model_dump_json().encode())
 
         assert orchestrator.restarts == 0 and orchestrator.process.pid == pid, "the orchestrator never restarted"
-        lost = await client.eventlog.read(client.subjects.pnode_evt("pnode-0", "PNodeLost"))
+        reader = await connect_as(supervisor.credentials, "orchestrator", "reader")  # users read no stream
+        try:
+            lost = await EventLog(reader.jetstream(), client.subjects).read(client.subjects.pnode_evt("pnode-0", "PNodeLost"))
+        finally:
+            await reader.close()
         assert lost == [], "the PNode's heartbeats were handled throughout"
 

@@ -22,7 +22,7 @@ LONG = 150
 
 
 async def outcome(client, sid):
-    events = await session_events(client.eventlog, sid)
+    events = await session_events(client, sid)
     return await losses(client, sid), final_digests(events), [e.payload for _, e in events]
 
 

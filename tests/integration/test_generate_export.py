@@ -39,7 +39,7 @@ async def test_generate_and_export_a_trained_session(tmp_path):
         assert streamed.stdout == first.stdout
 
         refusals = {
-            "no session nosuch in the log": ["generate", "nosuch", "--prompt", "x"],
+            "user local has no session nosuch": ["generate", "nosuch", "--prompt", "x"],
             f"session {idle} has no checkpoint yet": ["generate", idle, "--prompt", "x"],
             "the checkpoint at step 3 of session": ["generate", sid, "--prompt", "x", "--step", "3"],
             "has no checkpoint at step 4; kept steps: 6": ["generate", sid, "--prompt", "x", "--step", "4"],

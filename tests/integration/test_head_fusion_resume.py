@@ -39,7 +39,7 @@ async def test_fused_to_unfused_and_back_at_resume(tmp_path):
         await command(client, sid, ResumeSession(fuse_heads=True))  # and the per-head checkpoint loads fused
         final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
         resumed = await losses(client, sid)
-        allocations = [e.payload for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, Allocated)]
+        allocations = [e.payload for _, e in await session_events(client, sid) if isinstance(e.payload, Allocated)]
 
     assert final.next_step == STEPS and final.fuse_heads is True
     assert [s for s, _ in resumed] == list(range(STEPS)), "each step recorded exactly once"

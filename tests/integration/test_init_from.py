@@ -54,7 +54,7 @@ async def test_init_from_a_checkpoint_and_from_its_export_goes_on_with_the_same_
         for kind, sid in started.items():
             await wait_for(client, sid, lambda s: s.status == "completed")
             assert await losses(client, sid) == [(0, next_loss)], kind
-            events = [e.payload for _, e in await session_events(client.eventlog, sid)]
+            events = [e.payload for _, e in await session_events(client, sid)]
             init = next(e for e in events if isinstance(e, InitializedFrom))
             assert (init.session_id, init.step) == ((source, AT) if kind == "session" else (None, None))
             assert "Hugging Face directory" in init.source or kind == "session"
@@ -66,7 +66,7 @@ async def test_init_from_a_checkpoint_and_from_its_export_goes_on_with_the_same_
             refused = await _cli(here, *_create_args(wider, init))
             assert refused.returncode == 2 and tensor in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
         for init, message in ((f"{source}@2", "has no checkpoint at step 2; kept steps: 4, 5"),
-                              ("nosuch", "no session nosuch in the log"),
+                              ("nosuch", "has no session nosuch"),
                               (f"{source}@x", "SID@STEP (STEP a number)")):
             refused = await _cli(here, *_create_args(NETWORK, init))
             assert refused.returncode == 2 and message in refused.stderr, refused.stderr
@@ -89,7 +89,7 @@ async def test_init_from_a_checkpoint_and_from_its_export_goes_on_with_the_same_
 
 async def wait_for_rejection(client, sid: str, command_id: str) -> CommandRejected:
     async def rejected():
-        for _, e in await session_events(client.eventlog, sid):
+        for _, e in await session_events(client, sid):
             if isinstance(e.payload, CommandRejected) and e.payload.command_id == command_id:
                 return e.payload
         return None

@@ -7,16 +7,16 @@ import math
 from safetensors.torch import load as load_tensors
 
 from computeall.cli.follow import follow_session, start_session
+from computeall.cli.session_view import session_events
 from computeall.protocol.config import DataConfig, LossScaleConfig, LrSchedule, SessionConfig
 from computeall.protocol.events import (
     Allocated,
     CheckpointCommitted,
-    EventEnvelope,
     LossScaleChanged,
     StepCompleted,
     StepSkipped,
 )
-from computeall.protocol.object_store import open_bucket
+from computeall.protocol.session_reads import ReadObject
 
 from .cluster import running_cluster, stdlib_corpus
 from .test_training_run import NETWORK
@@ -29,14 +29,13 @@ def _config(steps: int, precision: str, **kw) -> SessionConfig:
     )
 
 
-async def _run(client, config: SessionConfig) -> list:
+async def _run(client, config: SessionConfig) -> tuple[str, list]:
     sid, command_id = await start_session(client, config)
     outcome = await asyncio.wait_for(
-        follow_session(client.eventlog, sid, config.steps, progress=False, command_id=command_id), 120
+        follow_session(client, sid, config.steps, progress=False, command_id=command_id), 120
     )
     assert outcome.ok, outcome.message
-    return [EventEnvelope.model_validate_json(r.data).payload
-            for r in await client.eventlog.read(client.subjects.session_evt_all(sid))]
+    return sid, [e.payload for _, e in await session_events(client, sid)]
 
 
 async def test_an_overflowed_step_is_skipped_on_every_pnode_and_the_scale_backs_off(tmp_path):
@@ -46,7 +45,7 @@ async def test_an_overflowed_step_is_skipped_on_every_pnode_and_the_scale_backs_
     scaling = LossScaleConfig(initial=2.0**30, backoff_factor=2.0**-20, growth_interval=2)
     config = _config(4, "fp16", loss_scale=scaling, min_pnodes=2)
     async with running_cluster(tmp_path, pnodes=2) as (client, _):
-        events = await _run(client, config)
+        sid, events = await _run(client, config)
         allocated = next(e for e in events if isinstance(e, Allocated))
         assert len(allocated.pnodes) == 2 and {p.precision for p in allocated.placements} == {"fp16"}
         assert [e.step for e in events if isinstance(e, StepSkipped)] == [0]
@@ -59,10 +58,9 @@ async def test_an_overflowed_step_is_skipped_on_every_pnode_and_the_scale_backs_
 
         checkpoint = [e for e in events if isinstance(e, CheckpointCommitted)][-1]
         assert checkpoint.step == 4
-        store = await open_bucket(client.nc.jetstream(), checkpoint.bucket)
         counts = {}
-        for obj in checkpoint.objects:
-            tensors = load_tensors((await store.get(obj.object)).data)
+        for obj in checkpoint.objects:  # read as the session's owner reads them
+            tensors = load_tensors(await client.read_object(ReadObject(session_id=sid, object=obj.object)))
             counts.update({k: float(v) for k, v in tensors.items() if k.endswith(".step")})
         assert counts, "the checkpoint holds optimizer state"
         assert set(counts.values()) == {3.0}, counts  # 4 steps, 1 skipped, everywhere
@@ -73,7 +71,7 @@ async def test_bf16_and_fp16_training_reach_the_fp32_loss(tmp_path):
     of fp32 (mean of the last 5 steps)."""
     steps = 30
     async with running_cluster(tmp_path, pnodes=1) as (client, _):
-        runs = {p: await _run(client, _config(steps, p)) for p in ("fp32", "bf16", "fp16")}
+        runs = {p: (await _run(client, _config(steps, p)))[1] for p in ("fp32", "bf16", "fp16")}
     losses = {p: [e.loss for e in ev if isinstance(e, StepCompleted)] for p, ev in runs.items()}
     scales = {p: [e.loss_scale for e in ev if isinstance(e, StepCompleted)] for p, ev in runs.items()}
     assert all(len(v) == steps for v in losses.values())

@@ -30,7 +30,7 @@ SNAPSHOT = (
 
 
 def local_key(monitor: MonitorProcess) -> str:
-    return (monitor.data_dir / "local-api-key").read_text().strip()
+    return monitor.local_key
 
 
 def memory_items(n: int, start_ts: float, pnode: str = "p1") -> list[tuple[str, bytes]]:

@@ -49,7 +49,7 @@ def case_config(case: Case, pnodes: int):
 async def outcomes(client, cases: list[Case], pnodes: int) -> dict:
     async def one(case: Case):
         sid = await run_to_end(client, case_config(case, pnodes))
-        events = await session_events(client.eventlog, sid)
+        events = await session_events(client, sid)
         placed = [e.payload for _, e in events if isinstance(e.payload, Allocated)]
         assert len(placed) == 1 and len(placed[0].pnodes) == pnodes, f"{case}: placed {placed}"
         wire_bytes = [e.payload.wire_bytes for _, e in events if isinstance(e.payload, StepCompleted)]

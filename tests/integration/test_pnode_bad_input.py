@@ -47,7 +47,7 @@ async def test_pnode_survives_bad_frames_and_requests(tmp_path):
             await rogue.publish(subjects.pnode_tensor("pnode-1"), bad)
         await rogue.flush()
         outcome = await asyncio.wait_for(
-            follow_session(client.eventlog, sid, config.steps, progress=False, command_id=command_id), 180
+            follow_session(client, sid, config.steps, progress=False, command_id=command_id), 180
         )
         assert outcome.ok, outcome.message
         await rogue.close()

@@ -26,7 +26,7 @@ async def test_samples_are_recorded_without_changing_the_math_and_generate_repro
         without, with_samples = [await run_to_end(client, cfg) for cfg in (plain, sampled)]
         assert await losses(client, with_samples) == await losses(client, without)
 
-        recorded = [e.payload for _, e in await session_events(client.eventlog, with_samples)
+        recorded = [e.payload for _, e in await session_events(client, with_samples)
                     if isinstance(e.payload, SamplesGenerated)]
         assert [s.step for s in recorded] == [3, 6, 7]  # every 3 steps, and the end
         for event in recorded:

@@ -29,7 +29,7 @@ async def test_orchestrator_kill_resumes_from_checkpoint_with_identical_losses(t
         supervisor.services["orchestrator"].process.kill()  # kill -9: the supervisor restarts it
         final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
         resumed = await losses(client, sid)
-        claims = [e.payload for _, e in await session_events(client.eventlog, sid) if isinstance(e.payload, SessionClaimed)]
+        claims = [e.payload for _, e in await session_events(client, sid) if isinstance(e.payload, SessionClaimed)]
     assert final.next_step == 60
     assert [s for s, _ in resumed] == list(range(60)), "each step recorded exactly once"
     assert resumed == clean, "losses after the resume equal those of a run that never stopped"
@@ -51,13 +51,13 @@ async def test_pause_resume_stop_and_rejections(tmp_path):
 
         rejected = await command(client, sid, ResumeSession())  # resume a stopped session
         duplicate = await command(client, sid, StartSession())
-        ack = await client.js.publish(client.subjects.session_cmd(sid), duplicate.model_dump_json().encode(),
+        ack = await client.js.publish(client.subjects.session_cmd(sid, client.user), duplicate.model_dump_json().encode(),
                                       headers={"Nats-Msg-Id": duplicate.id})
         assert ack.duplicate, "JetStream drops a repeated command id"
         cyclic = config().network_yaml.replace("inputs: [b1.res2]", "inputs: [norm_f]")
         bad_sid, bad_id = await start_session(client, config().model_copy(update={"network_yaml": cyclic}))
-        await client.nc.publish(client.subjects.session_cmd("garbage"), b"{not json")
-        await client.js.publish(client.subjects.session_cmd("garbage"), b'{"id": "x1", "payload": {"type": "Nope"}}')
+        await client.nc.publish(client.subjects.session_cmd("garbage", client.user), b"{not json")
+        await client.js.publish(client.subjects.session_cmd("garbage", client.user), b'{"id": "x1", "payload": {"type": "Nope"}}')
         reasons = await rejections(client, sid, {rejected.id, duplicate.id})
         assert "cannot resume a session that is stopped" in reasons[rejected.id]
         bad = await rejections(client, bad_sid, {bad_id})
@@ -65,7 +65,7 @@ async def test_pause_resume_stop_and_rejections(tmp_path):
         junk = await rejections(client, "garbage", {"x1"})
         assert "malformed command" in junk["x1"]
         # the duplicate was rejected once: JetStream dropped its second publish
-        events = [e.payload for _, e in await session_events(client.eventlog, sid)]
+        events = [e.payload for _, e in await session_events(client, sid)]
         assert sum(isinstance(p, CommandRejected) and p.command_id == duplicate.id for p in events) == 1
         # the orchestrator kept running through all of it
         await run_to_end(client, config(steps=3))
@@ -75,7 +75,7 @@ async def rejections(client, sid: str, command_ids: set[str]) -> dict[str, str]:
     """The reasons the orchestrator recorded for refusing these commands, once all of them are in."""
 
     async def recorded() -> dict[str, str] | None:
-        events = [e.payload for _, e in await session_events(client.eventlog, sid)]
+        events = [e.payload for _, e in await session_events(client, sid)]
         reasons = {p.command_id: p.reason for p in events if isinstance(p, CommandRejected)}
         return reasons if command_ids <= reasons.keys() else None
 
@@ -106,7 +106,7 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
             second.wait(15)
         drivers = set()
         for sid in sids:
-            events = await session_events(client.eventlog, sid)
+            events = await session_events(client, sid)
             claims = {e.payload.orchestrator for _, e in events if isinstance(e.payload, SessionClaimed)}
             writers = {e.actor for _, e in events if isinstance(e.payload, StepCompleted)}
             assert len(claims) == 1 and writers == {f"orchestrator:{claims.pop()}"}
@@ -130,7 +130,7 @@ async def test_corrupted_checkpoint_is_detected_and_the_previous_one_used(tmp_pa
         await rogue.close()
         await command(client, sid, ResumeSession())
         await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
-        events = [e.payload for _, e in await session_events(client.eventlog, sid)]
+        events = [e.payload for _, e in await session_events(client, sid)]
         assert await losses(client, sid) == clean
     assert sum(isinstance(p, CheckpointCommitted) for p in events) >= 3
 
@@ -149,7 +149,7 @@ async def test_replay_verify_passes_on_an_honest_log_and_fails_on_an_altered_los
         assert honest.returncode == 0, honest.stdout + honest.stderr
         assert "all steps reproduce" in honest.stdout
         # alter the recorded loss of step 12: remove its event and record a tampered one
-        events = await session_events(client.eventlog, sid)
+        events = await session_events(client, sid)
         seq, event = next((s, e) for s, e in events if isinstance(e.payload, StepCompleted) and e.payload.step == 12)
         forger = await connect_as(supervisor.credentials, "superuser", "forger")  # someone with the server's files
         await forger.jetstream().delete_msg("CA_LOG", seq)

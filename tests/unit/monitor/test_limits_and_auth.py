@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from graphql import parse, validate
 
 from computeall.monitor import retention
-from computeall.monitor.auth import DEFAULT_USER, Auth, hash_key
+from computeall.monitor.auth import Auth, hash_key
+from computeall.protocol.credentials import api_key_seed, api_key_user, new_api_key, nkey_public
 from computeall.monitor.db import Database
 from computeall.monitor.limits import validation_rules
 from computeall.monitor.server import schema
@@ -57,16 +57,36 @@ def test_keys_are_stored_hashed_and_revocation_is_immediate(db):
     asyncio.run(scenario())
 
 
-def test_default_key_is_kept_private_and_replaced_when_revoked(db, tmp_path):
+def test_a_key_names_its_user_and_carries_a_nats_identity_and_changes_are_announced(db):
     async def scenario():
+        changes = []
+
+        async def changed():
+            changes.append(await auth.nats_identities())
+
+        auth = Auth(db, on_change=changed)
+        key_id, key = await auth.create_key("alice", "laptop")
+        assert api_key_user(key) == "alice"
+        assert [(k.user, k.nkey, k.key_id) for k in changes[-1]] == [("alice", nkey_public(api_key_seed(key)), key_id)]
+        await auth.revoke_key("alice", key_id)
+        assert changes[-1] == [], "a revoked key's identity is no longer announced"
+
+    asyncio.run(scenario())
+
+
+def test_the_local_key_is_registered_from_its_file_and_a_revoked_one_stays_revoked(db, tmp_path):
+    async def scenario():
+        path = tmp_path / "local-api-key"
+        path.write_text(new_api_key("local") + "\n")
         auth = Auth(db)
-        key = await auth.default_key(tmp_path)
-        assert await auth.default_key(tmp_path) == key and auth.user_for(key) == DEFAULT_USER
-        assert os.stat(tmp_path / "local-api-key").st_mode & 0o777 == 0o600
+        await auth.register_local_key(path)
+        await auth.register_local_key(path)
+        key = path.read_text().strip()
+        assert auth.user_for(key) == "local"
         key_id = db.con.execute("SELECT id FROM api_keys").fetchone()[0]
-        await auth.revoke_key(DEFAULT_USER, key_id)
-        replaced = await auth.default_key(tmp_path)
-        assert replaced != key and auth.user_for(replaced) == DEFAULT_USER
+        await auth.revoke_key("local", key_id)
+        await auth.register_local_key(path)
+        assert auth.user_for(key) is None and db.con.execute("SELECT count(*) FROM api_keys").fetchone() == (1,)
 
     asyncio.run(scenario())
 

@@ -44,6 +44,8 @@ def test_a_file_of_the_first_schema_is_upgraded_in_place_and_keeps_its_rows(tmp_
         assert db.con.execute("SELECT count(*) FROM events").fetchone() == (1,)
         assert db.con.execute("SELECT name FROM users").fetchall() == [("alice",)]
         assert db.con.execute("SELECT id, key_hash FROM api_keys").fetchall() == [("k1", "hash")]
+        # 005: keys made before have no nkey (they log into the dashboard only)
+        assert db.con.execute("SELECT nkey FROM api_keys").fetchall() == [(None,)]
     finally:
         db.close()
     # opening again applies nothing twice

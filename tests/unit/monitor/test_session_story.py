@@ -128,7 +128,7 @@ def test_a_refused_create_stays_new_with_the_reason(db):
     refused = EventEnvelope(session_id="r", payload=CommandRejected(command_id=cmd.id, command_type="CreateSession",
                                                                      reason="network_yaml: not valid YAML"))
     batch = project([
-        Message("CA_LOG", 1, "ca.cmd.session.r", cmd.model_dump_json().encode()),
+        Message("CA_LOG", 1, "ca.cmd.carol.session.r", cmd.model_dump_json().encode()),
         Message("CA_LOG", 2, "ca.evt.session.r.CommandRejected", refused.model_dump_json().encode()),
     ])
     db.transaction(lambda con: store.apply(db, con, batch, []))
@@ -136,3 +136,11 @@ def test_a_refused_create_stays_new_with_the_reason(db):
     fold.apply(refused, 2)
     assert db.con.execute("SELECT owner, status, reason FROM sessions").fetchone() == (
         "carol", fold.status, "network_yaml: not valid YAML")
+
+
+def test_a_commands_actor_is_the_user_its_subject_names(db):
+    forged = CommandEnvelope(actor="mallory", session_id="f", payload=CreateSession(config=CONFIG))
+    batch = project([Message("CA_LOG", 1, "ca.cmd.carol.session.f", forged.model_dump_json().encode())])
+    db.transaction(lambda con: store.apply(db, con, batch, []))
+    assert db.con.execute("SELECT owner FROM sessions").fetchone() == ("carol",)
+    assert db.con.execute("SELECT actor FROM events").fetchone() == ("carol",)

@@ -19,9 +19,9 @@ from computeall.protocol.pnode_api import ApplyStep, BatchSource, LoadPlan, RunS
 def test_simulated_pnode_runs_without_torch():
     probe = (
         "import sys\n"
-        "from computeall.pnode.__main__ import members, parser\n"
+        "from computeall.pnode.__main__ import members, parser, pnode_credential\n"
         "args = parser().parse_args(['--simulate', '--nats', 'nats://127.0.0.1:1', '--name', 'sim-a'])\n"
-        "nodes = members(args, 1 << 30)\n"
+        "nodes = members(args, [pnode_credential(args)], 1 << 30)\n"
         "print(type(nodes[0]).__name__, 'torch' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

@@ -1,0 +1,109 @@
+"""The authority: the process that owns the NATS server's configuration keeps it equal to the
+members list, and answers membership requests (`computeall.protocol.membership_api`).
+
+It applies a change (a reload: the server refuses a revoked member and closes its connections)
+when the monitor reports the active API keys, when the orchestrator or the operator revokes a
+PNode, when `computeall invite` edits members.json (it is watched), and when a member expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from nats.aio.msg import Msg
+from pydantic import BaseModel, ValidationError
+
+from computeall.protocol import bus
+from computeall.protocol import membership_api as api
+from computeall.protocol.subjects import is_inbox
+
+from ..nats_server import EmbeddedNats
+from .members import Member, MemberStore
+
+log = logging.getLogger("computeall.authority")
+
+
+class Authority:
+    def __init__(self, server: EmbeddedNats, poll_s: float = 0.5) -> None:
+        self.server = server
+        self.members = server.security.members
+        self.poll_s = poll_s
+
+    async def run(self) -> None:
+        """Serve requests and watch the members file until cancelled."""
+        nc = await bus.connect(self.server.credential("authority"), name="computeall-authority", max_reconnect_attempts=-1)
+        subjects = self.server.security.subjects
+        handlers = {api.USERS: (api.UsersSync, self._sync_users), api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode)}
+        for verb, (model, handler) in handlers.items():
+            await nc.subscribe(api.membership_subject(subjects, verb), cb=self._responder(model, handler))
+        try:
+            await self._watch()
+        finally:
+            await nc.close()
+
+    def _responder(self, model: type[BaseModel], handler):
+        async def respond(msg: Msg) -> None:
+            try:
+                reply = await handler(model.model_validate_json(msg.data))
+            except ValidationError as exc:
+                reply = api.MembershipReply(ok=False, error=f"bad request on {msg.subject}: {exc.errors()[:3]}")
+            except Exception as exc:  # the requester gets an answer; the authority keeps going
+                log.exception("handling %s failed", msg.subject)
+                reply = api.MembershipReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+            if is_inbox(msg.reply):
+                await msg.respond(reply.model_dump_json().encode())
+
+        return respond
+
+    async def _apply(self) -> None:
+        await asyncio.to_thread(self.server.apply_members)
+
+    async def _sync_users(self, request: api.UsersSync) -> api.MembershipReply:
+        wanted = {k.nkey: k for k in request.keys}
+        revoked = []
+        with self.members.edit() as members:
+            for m in members.members:
+                if m.source == "api-key" and m.revoked is None and m.public_key not in wanted:
+                    m.revoked = time.time()
+                    revoked.append(m.id)
+            for key in wanted.values():
+                if members.by_key(key.nkey) is None:
+                    members.members.append(Member(id=key.key_id, role="user", name=key.user, public_key=key.nkey, source="api-key"))
+        await self._apply()
+        return api.MembershipReply(revoked=revoked)
+
+    async def _revoke_pnode(self, request: api.RevokePNode) -> api.MembershipReply:
+        revoked = revoke_pnode(self.members, request.pnode)
+        if not revoked:
+            return api.MembershipReply(ok=False, error=f"no active credential of PNode {request.pnode}")
+        log.warning("revoked PNode %s (%s)", request.pnode, request.reason or "no reason given")
+        await self._apply()
+        return api.MembershipReply(revoked=revoked)
+
+    async def _watch(self) -> None:
+        """Apply edits made by other processes (`computeall invite`) and expiries as they come."""
+        seen, due = None, None  # the file's last applied version; when the next active member expires
+        while True:
+            stamp = self.members.path.stat().st_mtime_ns if self.members.path.exists() else None
+            if stamp != seen or (due is not None and due <= time.time()):
+                try:
+                    await self._apply()
+                    seen = stamp
+                except RuntimeError as exc:  # the server did not reload: try again next round
+                    log.warning("%s", exc)
+            # read after applying: a member that expires is no longer active, so it must be awaited from before
+            due = self.members.read().next_expiry()
+            await asyncio.sleep(self.poll_s)
+
+
+def revoke_pnode(store: MemberStore, pnode: str) -> list[str]:
+    """Mark every active credential of `pnode` revoked; their member ids."""
+    revoked = []
+    with store.edit() as members:
+        for m in members.active():
+            if m.role == "pnode" and m.name == pnode:
+                m.revoked = time.time()
+                revoked.append(m.id)
+    return revoked

@@ -1,0 +1,80 @@
+"""Membership requests on `<prefix>.sec.<verb>` (request/reply, not recorded), answered by the
+authority: the process that owns the NATS server's configuration (`computeall up`).
+
+    users        UsersSync   the monitor: the identities of every active API key (a key made or
+                             revoked on the dashboard connects, or is cut off, within seconds)
+    pnode.revoke RevokePNode the orchestrator (quarantine) or the operator: a PNode's credential
+                             is revoked and its connections closed
+
+Only the monitor may publish `users` and only the orchestrator and the operator `pnode.revoke`
+(their credentials' permissions); every reply is a `MembershipReply`.
+"""
+
+from __future__ import annotations
+
+from nats.aio.client import Client as NATS
+from pydantic import BaseModel, ConfigDict, Field
+
+from .credentials import NAME_PATTERN
+from .subjects import Subjects
+
+USERS = "users"
+REVOKE_PNODE = "pnode.revoke"
+
+
+def membership_subject(subjects: Subjects, verb: str) -> str:
+    return f"{subjects.prefix}.sec.{verb}"
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UserKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user: str = Field(..., pattern=NAME_PATTERN)
+    nkey: str = Field(..., pattern=r"^U[A-Z2-7]{55}$", description="the public nkey derived from the API key")
+    key_id: str
+
+
+class UsersSync(_Request):
+    """Every active API key's identity; a key missing from the list is revoked."""
+
+    keys: list[UserKey]
+
+
+class RevokePNode(_Request):
+    """Revoke every credential of this PNode and close its connections."""
+
+    pnode: str = Field(..., pattern=NAME_PATTERN)
+    reason: str = Field("", max_length=500)
+
+
+class MembershipReply(BaseModel):
+    ok: bool = True
+    error: str | None = None
+    revoked: list[str] = Field(default_factory=list, description="member ids revoked by this request")
+
+
+class MembershipError(RuntimeError):
+    """The authority refused or failed; the message says why."""
+
+
+async def _ask(nc: NATS, subjects: Subjects, verb: str, request: BaseModel, timeout: float) -> MembershipReply:
+    msg = await nc.request(membership_subject(subjects, verb), request.model_dump_json().encode(), timeout=timeout)
+    reply = MembershipReply.model_validate_json(msg.data)
+    if not reply.ok:
+        raise MembershipError(reply.error or "refused")
+    return reply
+
+
+async def sync_users(nc: NATS, subjects: Subjects, keys: list[UserKey], timeout: float = 15.0) -> MembershipReply:
+    return await _ask(nc, subjects, USERS, UsersSync(keys=keys), timeout)
+
+
+async def revoke_pnode(nc: NATS, subjects: Subjects, pnode: str, reason: str = "", timeout: float = 15.0) -> MembershipReply:
+    """Revoke PNode `pnode`'s credential: the server refuses it from now on and closes its live
+    connections before this returns (the verification work calls it to quarantine a PNode).
+    Raises `MembershipError` when refused, nats-py's errors when no authority answers."""
+    return await _ask(nc, subjects, REVOKE_PNODE, RevokePNode(pnode=pnode, reason=reason), timeout)
