@@ -169,7 +169,7 @@ async def one_size(pnodes: int, workdir: Path, churn_s: float = 0.0) -> dict:
             await asyncio.sleep(5.0)
         finally:
             sampler.cancel()
-            await client.eventlog.publish_command(CommandEnvelope(actor="local", session_id=sid, payload=StopSession()))
+            await client.publish_command(CommandEnvelope(actor=client.user, session_id=sid, payload=StopSession()))
             await watcher.close()
         slope = statistics.linear_regression(range(len(lags)), lags).slope if len(lags) > 2 else 0.0  # per sample (1 s)
         row["monitor_lag_messages"] = {"median": statistics.median(lags), "max": max(lags), "per_minute": 60 * slope,
@@ -192,16 +192,16 @@ async def _true(value: bool) -> bool:
 
 
 async def _steps_done(client, sid: str, n: int) -> bool:
-    return sum(isinstance(e.payload, StepCompleted) for _, e in await session_events(client.eventlog, sid)) >= n
+    return sum(isinstance(e.payload, StepCompleted) for _, e in await session_events(client, sid)) >= n
 
 
 async def _hosting(client, sid: str) -> set[str]:
-    return set(fold(sid, await session_events(client.eventlog, sid)).allocation.values())
+    return set(fold(sid, await session_events(client, sid)).allocation.values())
 
 
 async def _first_step_after_rollback(client, sid: str, earlier: int) -> float | None:
     """When the first step after the session's rollback number `earlier` + 1 was recorded."""
-    events = [e for _, e in await session_events(client.eventlog, sid)]
+    events = [e for _, e in await session_events(client, sid)]
     rolled = [e.ts for e in events if isinstance(e.payload, RolledBack)]
     if len(rolled) <= earlier:
         return None

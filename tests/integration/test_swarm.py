@@ -12,6 +12,7 @@ from computeall.pnode import sim_model
 from computeall.pnode.simulated import SimulatedCheckpoint
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import CheckpointCommitted, PNodeLost, Reallocated, RolledBack
+from computeall.protocol.session_reads import ReadObject
 
 from .cluster import running_cluster, stdlib_corpus, wait_for_pnodes
 from .sessions import losses, wait_for
@@ -43,10 +44,10 @@ async def test_64_simulated_pnodes_train_and_survive_three_kills(tmp_path):
             victim = busiest_process(state)
             supervisor.services[victim].process.kill()  # kill -9: 8 PNodes gone at once; the supervisor restarts them
             await wait_until_async(lambda k=kill: _recovered(client, sid, k + 1), 240, f"recovery {kill + 1}", interval=0.3)
-        outcome = await asyncio.wait_for(follow_session(client.eventlog, sid, STEPS, progress=False, command_id=command_id), 240)
+        outcome = await asyncio.wait_for(follow_session(client, sid, STEPS, progress=False, command_id=command_id), 240)
         assert outcome.ok, outcome.message
 
-        events = [e.payload for _, e in await session_events(client.eventlog, sid)]
+        events = [e.payload for _, e in await session_events(client, sid)]
         assert sum(isinstance(e, RolledBack) for e in events) >= 3
         assert len({e.pnode for e in events if isinstance(e, PNodeLost)}) >= 3
         assert all("lost" in e.reason for e in events if isinstance(e, Reallocated))
@@ -59,9 +60,8 @@ async def test_64_simulated_pnodes_train_and_survive_three_kills(tmp_path):
 
         last = [e for e in events if isinstance(e, CheckpointCommitted)][-1]
         assert last.step == STEPS
-        store = await client.js.object_store(last.bucket)
-        for obj in last.objects:
-            saved = SimulatedCheckpoint.model_validate_json((await store.get(obj.object)).data)
+        for obj in last.objects:  # read through the orchestrator, as a user reads a checkpoint
+            saved = SimulatedCheckpoint.model_validate_json(await client.read_object(ReadObject(session_id=sid, object=obj.object)))
             expected = sim_model.initial_state(cfg.seed, obj.vnode)
             for step in range(STEPS):
                 expected = sim_model.applied(expected, step, cfg.lr.at(step, STEPS))
@@ -69,5 +69,5 @@ async def test_64_simulated_pnodes_train_and_survive_three_kills(tmp_path):
 
 
 async def _recovered(client, sid: str, times: int) -> bool:
-    events = await session_events(client.eventlog, sid)
+    events = await session_events(client, sid)
     return sum(isinstance(e.payload, RolledBack) for _, e in events) >= times
