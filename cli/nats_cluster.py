@@ -90,6 +90,9 @@ class NatsCluster:
         self.apply_members()
         return paths
 
+    def local_api_key_file(self) -> Path:
+        return self.servers[0].local_api_key_file()
+
     def apply_members(self) -> None:
         for server in self.servers:
             server.apply_members()

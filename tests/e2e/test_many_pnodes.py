@@ -30,7 +30,7 @@ async def test_pnodes_page_with_256_pnodes(tmp_path):
         supervisor.start(swarm_services(supervisor.credentials, PNODES, PROCESSES))
         url = await wait_for_monitor(supervisor)
         await wait_for_pnodes(supervisor, swarm_names(PNODES), timeout=120)
-        key = await default_key(client)
+        key = default_key(supervisor)
         async with playwright_api.async_playwright() as p:
             browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
