@@ -5,10 +5,12 @@ each, each in its own network namespace behind a link of the profile (bench/wanl
 The anchor is the plain single-process torch loop, two threads, no network, measured in the same run.
 computeall runs a whole session (NATS and its services in the root namespace, one PNode per
 namespace); its step time is the time from one recorded step to the next, every overhead included.
+computeall runs once per `--wires` setting (default fp32 and int8, the smallest wire whose loss
+holds: docs/decisions.md); the torch peers send fp32.
 
-    python bench/wan.py [--quick] [--json PATH]
+    python bench/wan.py [--quick] [--json PATH] [--profiles ...] [--systems ...] [--wires ...]
 
-A system is one function registered in SYSTEMS: (lab, steps, warmup) -> Measured.
+A system is one function registered in SYSTEMS: (lab, Run) -> Measured.
 """
 
 from __future__ import annotations
@@ -33,8 +35,17 @@ from bench.wanlab.torch_peers import NETWORK, pipeline, plain  # noqa: E402
 from computeall.cli.default_corpus import stdlib_files  # noqa: E402
 from computeall.cli.embedded import running_cluster  # noqa: E402
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
+from computeall.protocol.wire import Wire  # noqa: E402
 
 BATCH, CONTEXT, MICRO_BATCHES = 8, 256, 4
+WIRES: tuple[Wire, ...] = ("fp32", "int8")
+
+
+@dataclass(frozen=True)
+class Run:
+    steps: int  # timed steps
+    warmup: int  # steps before them, not timed
+    wire: Wire = "fp32"  # computeall's wire format on every edge (the torch peers always send fp32)
 
 
 @dataclass
@@ -47,7 +58,7 @@ class Measured:
         return statistics.median(self.samples)
 
 
-System = Callable[[WanLab, int, int], Measured]
+System = Callable[[WanLab, Run], Measured]
 SYSTEMS: dict[str, System] = {}
 
 
@@ -58,47 +69,45 @@ def system(name: str) -> Callable[[System], System]:
     return register
 
 
-def _median_after_warmup(step_s: list[float], warmup: int) -> float:
-    return statistics.median(step_s[warmup:])
-
-
 @system("computeall")
-def computeall(lab: WanLab, steps: int, warmup: int) -> Measured:
+def computeall(lab: WanLab, run: Run) -> Measured:
+    warmup = run.warmup
     config = SessionConfig(
-        network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=steps + warmup + 1,
+        network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=run.steps + warmup + 1,
         batch_size=BATCH, micro_batches=MICRO_BATCHES, lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
+        wire=run.wire,
     )
     async def session(directory: Path):
         async with running_cluster(directory, pnodes=0) as cloud:  # NATS and the services, no PNodes
             return await run_session(cloud, lab, config)
 
     with tempfile.TemporaryDirectory(prefix="wan-computeall-") as directory:
-        run = asyncio.run(session(Path(directory)))
+        session_run = asyncio.run(session(Path(directory)))
     # interval i runs from step i's record to step i+1's: the first `warmup` are warmup
-    intervals = run.step_intervals_s[warmup:]
-    timed = [t for t in run.timings if t.step > warmup]
+    intervals = session_run.step_intervals_s[warmup:]
+    timed = [t for t in session_run.timings if t.step > warmup]
     counted = {t.step for t in timed}
     # PNode-seconds not spent computing, over all PNode-seconds of the steps: waiting for inputs,
     # for the others' backward, for the orchestrator's next request
     bubble = 1 - sum(t.compute_s for t in timed) / (len(lab.nodes) * sum(intervals))
-    hosted = {p: sorted(v for v, q in run.assignment.items() if q == p) for p in sorted(set(run.assignment.values()))}
+    hosted = {p: sorted(v for v, q in session_run.assignment.items() if q == p) for p in sorted(set(session_run.assignment.values()))}
     return Measured(intervals, {
-        "wire": "fp32", "bubble_share": bubble,
+        "wire": run.wire, "bubble_share": bubble,
         "bytes_per_step": sum(sum(t.sent_bytes.values()) for t in timed) / max(1, len(counted)),
         "wait_share": sum(t.wait_s for t in timed) / max(1e-9, sum(t.step_s for t in timed)),
-        "estimated_step_s": run.estimated_step_s, "hosted": hosted,
-        "throughput": {p: t.model_dump() if t else None for p, t in run.throughput.items()},
+        "estimated_step_s": session_run.estimated_step_s, "hosted": hosted,
+        "throughput": {p: t.model_dump() if t else None for p, t in session_run.throughput.items()},
     })
 
 
 @system("torch-gpipe")
-def torch_gpipe(lab: WanLab, steps: int, warmup: int) -> Measured:
-    return _slowest_rank(pipeline(lab, "gpipe", steps + warmup, BATCH), warmup)
+def torch_gpipe(lab: WanLab, run: Run) -> Measured:
+    return _slowest_rank(pipeline(lab, "gpipe", run.steps + run.warmup, BATCH), run.warmup)
 
 
 @system("torch-1f1b")
-def torch_1f1b(lab: WanLab, steps: int, warmup: int) -> Measured:
-    return _slowest_rank(pipeline(lab, "1f1b", steps + warmup, BATCH), warmup)
+def torch_1f1b(lab: WanLab, run: Run) -> Measured:
+    return _slowest_rank(pipeline(lab, "1f1b", run.steps + run.warmup, BATCH), run.warmup)
 
 
 def _slowest_rank(ranks: list[dict], warmup: int) -> Measured:
@@ -112,6 +121,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "wan.json")
     parser.add_argument("--profiles", nargs="*", choices=sorted(PROFILES), help="default: all (quick: loopback city)")
     parser.add_argument("--systems", nargs="*", choices=sorted(SYSTEMS), help="default: all")
+    parser.add_argument("--wires", nargs="*", choices=WIRES, default=list(WIRES), help="computeall's wire settings")
     args = parser.parse_args()
     try:
         check_available()
@@ -120,33 +130,41 @@ def main() -> int:
         return 0
     steps, warmup = (2, 1) if args.quick else (6, 2)
     profiles = args.profiles or (["loopback", "city"] if args.quick else list(PROFILES))
+    runs = [(name, Run(steps, warmup, wire)) for name in args.systems or SYSTEMS
+            for wire in (args.wires if name == "computeall" else ["fp32"])]
     tokens_per_step = BATCH * CONTEXT
 
     rows, anchors = [], []
     for name in profiles:
-        # the anchor again before each profile, so a machine that got busier or quieter meanwhile
-        # moves the anchor with the systems measured next to it
-        anchor = plain(steps + warmup, BATCH)
-        anchors.append(tokens_per_step / _median_after_warmup(anchor["step_s"], warmup))
-        plain_tps = anchors[-1]
-        for sys_name in args.systems or SYSTEMS:
+        # the anchor before and after each profile, so a machine that got busier or quieter
+        # meanwhile moves the anchor with the systems measured next to it
+        anchor = plain(steps + warmup, BATCH)["step_s"][warmup:]
+        profile_rows = []
+        for sys_name, run in runs:
             with WanLab(name, nodes=2, peers=True) as lab:
-                measured = SYSTEMS[sys_name](lab, steps, warmup)
-            link, step_s = PROFILES[name], measured.step_s
-            rows.append({"profile": name, "system": sys_name, "rate_mbit": link.rate_mbit,
-                         "one_way_delay_ms": link.delay_ms, "median_step_s": step_s,
-                         "tokens_per_s": tokens_per_step / step_s, "ratio_vs_plain": tokens_per_step / step_s / plain_tps,
-                         "plain_tokens_per_s": plain_tps, "steps": steps, "step_s_samples": measured.samples,
-                         **measured.extra})
-            print(f"{name:<10}{sys_name:<14}{rows[-1]['tokens_per_s']:>9.0f} tokens/s  {step_s:6.2f} s/step"
-                  f"  ratio vs plain {rows[-1]['ratio_vs_plain']:.2f}", flush=True)
-    print(f"plain torch, 1 process, 2 threads: {', '.join(f'{a:.0f}' for a in anchors)} tokens/s (before each profile)")
+                measured = SYSTEMS[sys_name](lab, run)
+            link = PROFILES[name]
+            profile_rows.append({"profile": name, "system": sys_name, "rate_mbit": link.rate_mbit,
+                                 "one_way_delay_ms": link.delay_ms, "median_step_s": measured.step_s,
+                                 "tokens_per_s": tokens_per_step / measured.step_s, "steps": steps,
+                                 "step_s_samples": measured.samples, **measured.extra})
+            wire = f" wire {run.wire}" if sys_name == "computeall" else ""
+            print(f"{name:<10}{sys_name + wire:<24}{profile_rows[-1]['tokens_per_s']:>9.0f} tokens/s"
+                  f"  {measured.step_s:6.2f} s/step", flush=True)
+        anchor += plain(steps + warmup, BATCH)["step_s"][warmup:]
+        anchors.append(tokens_per_step / statistics.median(anchor))
+        for row in profile_rows:
+            row.update(plain_tokens_per_s=anchors[-1], ratio_vs_plain=row["tokens_per_s"] / anchors[-1],
+                       plain_step_s_samples=anchor)
+            print(f"{name:<10}{row['system'] + ' ' + row.get('wire', ''):<24}ratio vs plain {row['ratio_vs_plain']:.2f}")
+        rows += profile_rows
+    print(f"plain torch, 1 process, 2 threads: {', '.join(f'{a:.0f}' for a in anchors)} tokens/s (per profile)")
     for row in rows:  # computeall against the torch peers on the same profile
         if row["system"] != "computeall":
             continue
         for peer in (r for r in rows if r["profile"] == row["profile"] and r["system"] != "computeall"):
             ratio = row[f"ratio_vs_{peer['system']}"] = row["tokens_per_s"] / peer["tokens_per_s"]
-            print(f"{row['profile']:<10}computeall / {peer['system']}: {ratio:.2f}")
+            print(f"{row['profile']:<10}computeall wire {row['wire']} / {peer['system']}: {ratio:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

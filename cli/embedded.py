@@ -10,6 +10,7 @@ from typing import AsyncIterator
 
 import nats.errors
 
+from computeall.protocol.faults import FaultSpec
 from computeall.protocol.session_reads import list_sessions
 
 from .client import Client, connect
@@ -21,16 +22,19 @@ from .supervisor import Supervisor, default_services
 @asynccontextmanager
 async def running_cluster(
     directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
-    listen: str | None = None, nats_servers: int = 1,
+    listen: str | None = None, faults: dict[str, FaultSpec] | None = None, nats_servers: int = 1,
 ) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
     event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
     PNodes' worth of threads to divide the cores by (default `pnodes`). `listen` ("HOST:PORT")
-    serves NATS there with TLS, as `up --listen` does, and every process connects over it.
-    `nats_servers` 3: a clustered bus (`NatsCluster`)."""
+    serves NATS there with TLS, as `up --listen` does, and every process connects over it. `faults`
+    (PNode name -> fault) makes those PNodes return wrong results: a testing option. `nats_servers` 3:
+    a clustered bus (`NatsCluster`)."""
     server = NatsCluster(directory, nats_servers, listen=listen).start()
     supervisor = Supervisor(directory, server.url, server)
-    supervisor.start(default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine))
+    services = default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine)
+    faults = faults or {}
+    supervisor.start([s.with_arg("--fault", str(faults[s.name])) if s.name in faults else s for s in services])
     tasks = [asyncio.create_task(supervisor.watch()), asyncio.create_task(Authority(server).run())]
     try:
         async with connect(server.credential("user")) as client:

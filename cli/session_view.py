@@ -6,15 +6,19 @@ from typing import Any
 
 from computeall.protocol.events import (
     CheckpointCommitted,
+    ChecksCompleted,
     CommandRejected,
     EventEnvelope,
     InitializedFrom,
     PNodeLost,
+    PNodeQuarantined,
     Reallocated,
+    ResultsDiscarded,
     RolledBack,
     SamplesGenerated,
     StepCompleted,
     ValidationCompleted,
+    standing,
 )
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.session_status import SessionStatus
@@ -49,7 +53,7 @@ def summary(state: SessionState) -> dict[str, Any]:
 
 def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict[str, Any]:
     """Everything `session show` prints: status, config, metrics, validations, checkpoints, rejections."""
-    payloads = [e.payload for _, e in events]
+    payloads = standing([e.payload for _, e in events])  # a step re-run after a quarantine, once
     return {
         **summary(state),
         "config": state.config.model_dump(exclude={"network_yaml"}) if state.config else None,
@@ -70,9 +74,34 @@ def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict
         "failovers": failovers(payloads),
         "rebalances": [
             {"reason": p.reason, "moves": p.moves, "pnodes": p.pnodes}
-            for p in payloads if isinstance(p, Reallocated) and not p.reason.startswith("lost ")
+            for p in payloads if isinstance(p, Reallocated) and not p.reason.startswith(("lost ", "quarantined "))
         ],
+        "checks": check_counts(payloads),
+        "quarantined": quarantines(payloads),
     }
+
+
+def quarantines(payloads: list) -> list[dict[str, Any]]:
+    """Each PNode caught computing wrong results, and the step the session went back to."""
+    out: list[dict[str, Any]] = []
+    for p in payloads:
+        if isinstance(p, PNodeQuarantined):
+            out.append(p.model_dump(exclude={"type"}))
+        elif isinstance(p, ResultsDiscarded):
+            for entry in out:
+                entry.setdefault("back_to_step", p.from_step)
+    return out
+
+
+def check_counts(payloads: list) -> dict[str, dict[str, int]]:
+    """Spot checks of each PNode's results: passed, failed, abandoned."""
+    counts: dict[str, dict[str, int]] = {}
+    for p in payloads:
+        if isinstance(p, ChecksCompleted):
+            for c in p.checks:
+                row = counts.setdefault(c.pnode, {"passed": 0, "failed": 0, "abandoned": 0})
+                row[c.outcome] += 1
+    return counts
 
 
 def failovers(payloads: list) -> list[dict[str, Any]]:
@@ -90,4 +119,6 @@ def failovers(payloads: list) -> list[dict[str, Any]]:
             current["pnodes_after"] = p.pnodes
         elif isinstance(p, RolledBack) and current is not None:
             current.update(rolled_back_to=p.to_step, steps_rerun=max(0, p.from_step - p.to_step))
+        elif isinstance(p, PNodeQuarantined):
+            current = None  # what follows is the quarantine's recovery (listed under "quarantined"), not a failover's
     return out

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# Before torch starts OpenMP here or in any process a test starts: threads that wait sleep instead of
+# spinning. Tests run several processes on few cores, and a spinning wait there costs a tiny op 20x.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 

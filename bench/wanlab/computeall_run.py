@@ -24,12 +24,13 @@ import sys
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from computeall.cli.client import Client, connect
 from computeall.cli.follow import start_session
 from computeall.cli.supervisor import Supervisor
 from computeall.protocol.config import SessionConfig
+from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import (Allocated, CommandRejected, EventEnvelope, PNodeJoined, SessionCompleted,
                                         SessionFailed, StepCompleted)
 from computeall.protocol.subjects import TEL_STREAM
@@ -87,9 +88,7 @@ async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_
             run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
         except asyncio.TimeoutError:
             raise RuntimeError(f"session {sid} did not complete in {timeout_s:.0f}s; logs: {supervisor.logs}") from None
-        run.timings = await _timings(supervisor, run, [pnode_name(node) for node in lab.nodes])
-        for node in lab.nodes:
-            run.throughput[pnode_name(node)] = await _joined(client, pnode_name(node))
+        await _observe(supervisor, run, [pnode_name(node) for node in lab.nodes])
         return run
     finally:
         for proc in pnodes:  # SIGTERM: each leaves once the orchestrator unloaded the finished session
@@ -98,13 +97,9 @@ async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_
 
 async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
     run = SessionRun(sid)
-    events = client.eventlog.follow(client.subjects.session_evt_all(sid))
+    events = client.follow(sid)  # through the orchestrator, as the session's user
     async with aclosing(events):
-        async for record in events:
-            try:
-                event = EventEnvelope.model_validate_json(record.data)
-            except ValidationError:
-                continue  # a type this reader does not know
+        async for _, event in events:
             p = event.payload
             if isinstance(p, StepCompleted):
                 run.steps.append(p)
@@ -124,25 +119,29 @@ async def _follow(client: Client, sid: str, command_id: str) -> SessionRun:
 _TELEMETRY = TypeAdapter(Telemetry)
 
 
-async def _timings(supervisor: Supervisor, run: SessionRun, pnodes: list[str], wait_s: float = 10.0) -> list[StepTiming]:
-    """The session's step timings, read from the telemetry stream as the monitor reads them (a
-    user may not), once every PNode's timing of the last step is stored."""
-    last = run.steps[-1].step if run.steps else -1
+async def _observe(supervisor: Supervisor, run: SessionRun, pnodes: list[str]) -> None:
+    """What the PNodes measured when they joined and their step timings, read from the event log and
+    the telemetry stream as the monitor reads them (a user may read neither)."""
     async with connect(supervisor.credentials.credential("monitor")) as observer:
-        deadline = asyncio.get_running_loop().time() + wait_s
-        while True:
-            records = await observer.eventlog.read(observer.subjects.tel_all("step"), stream=TEL_STREAM)
-            samples = (_TELEMETRY.validate_json(r.data) for r in records)
-            timings = [t for t in samples if isinstance(t, StepTiming) and t.session_id == run.session_id]
-            if {t.pnode for t in timings if t.step == last} >= set(pnodes) or asyncio.get_running_loop().time() > deadline:
-                return sorted(timings, key=lambda t: (t.step, t.pnode))
-            await asyncio.sleep(0.2)
+        log = EventLog(observer.js, observer.subjects)
+        run.timings = await _timings(log, run, pnodes)
+        for pnode in pnodes:
+            records = await log.read(observer.subjects.pnode_evt(pnode, "PNodeJoined"))
+            joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
+            run.throughput[pnode] = joined[-1].throughput if joined and isinstance(joined[-1], PNodeJoined) else None
 
 
-async def _joined(client: Client, pnode: str) -> Throughput | None:
-    records = await client.eventlog.read(client.subjects.pnode_evt(pnode, "PNodeJoined"))
-    joined = [EventEnvelope.model_validate_json(r.data).payload for r in records]
-    return joined[-1].throughput if joined and isinstance(joined[-1], PNodeJoined) else None
+async def _timings(log: EventLog, run: SessionRun, pnodes: list[str], wait_s: float = 10.0) -> list[StepTiming]:
+    """The session's step timings, once every PNode's timing of the last step is stored."""
+    last = run.steps[-1].step if run.steps else -1
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        records = await log.read(log.subjects.tel_all("step"), stream=TEL_STREAM)
+        samples = (_TELEMETRY.validate_json(r.data) for r in records)
+        timings = [t for t in samples if isinstance(t, StepTiming) and t.session_id == run.session_id]
+        if {t.pnode for t in timings if t.step == last} >= set(pnodes) or asyncio.get_running_loop().time() > deadline:
+            return sorted(timings, key=lambda t: (t.step, t.pnode))
+        await asyncio.sleep(0.2)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -130,10 +130,12 @@ def pipeline(lab: WanLab, schedule: str, steps: int, batch_size: int = 8, micro_
 
 
 def plain(steps: int, batch_size: int = 8, threads: int = 2, timeout: float = 900) -> dict:
-    """The single-process loop, on `threads` cores of the root namespace."""
+    """The single-process loop, on `threads` cores of the root namespace. Its OpenMP threads sleep
+    while they wait: spinning, each parallel region waits for a thread another process holds off
+    its core, and on a shared machine a step took 6 to 14 s instead of 1 to 3.6 (passive)."""
     cores = ",".join(str(i % (os.cpu_count() or 1)) for i in range(threads))
     proc = subprocess.Popen(["taskset", "-c", cores, *_argv("plain", steps, batch_size, ["--threads", str(threads)])],
-                            cwd=REPO, env=_env(OMP_NUM_THREADS=str(threads)), stdout=subprocess.PIPE,
+                            cwd=REPO, env=_env(OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     return _result(proc, "plain torch loop", timeout)
 

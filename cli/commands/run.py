@@ -13,7 +13,8 @@ from typing import get_args
 from pydantic import ValidationError
 
 from computeall.network import NetworkError, load_network_file
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
+from computeall.protocol.faults import FaultSpec, parse_assignment
 from computeall.protocol.sampling import SamplingConfig
 from computeall.protocol.wire import Wire
 
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--listen", metavar="HOST:PORT", default=None,
                    help="serve NATS here with TLS, as `up --listen` does (default: 127.0.0.1, plain)")
+    p.add_argument("--fault", action="append", default=[], metavar="PNODE=corrupt:P",
+                   help="TESTING ONLY: make PNode PNODE (pnode-0, pnode-1, ...) perturb a share P of its results, "
+                        "to watch spot checks catch it (with --verify-rate)")
     p.set_defaults(func=lambda args: asyncio.run(run(args)))
 
 
@@ -64,6 +68,20 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-prompt", action="append", default=None, dest="sample_prompts",
                    help="a prompt the samples continue (repeat for several; default: a new document)")
     p.add_argument("--sample-tokens", type=int, default=48, help="tokens per sample")
+    p.add_argument("--verify-rate", type=share, default=0.0, metavar="R",
+                   help="spot checks: another PNode recomputes this share of (step, micro-batch, VNode) items "
+                        "and a PNode caught computing wrong results is quarantined (default 0: off)")
+
+
+def share(text: str) -> float:
+    """A number between 0 and 1, or the user's error saying so."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share: give a number between 0 and 1, e.g. 0.05")
+    return value
 
 
 def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
@@ -99,6 +117,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             sample_every=args.sample_every,
             sample_prompts=args.sample_prompts or [""],
             sampling=SamplingConfig(max_new_tokens=args.sample_tokens, temperature=0.8, top_k=50, seed=args.seed),
+            verify=VerifyConfig(rate=args.verify_rate),
         )
     except ValidationError as exc:
         raise UserError(_flag_errors(exc)) from None
@@ -113,11 +132,12 @@ async def run(args: argparse.Namespace) -> int:
     if args.pnodes < 1:
         raise UserError("--pnodes must be at least 1")
     config = session_config(args, min_pnodes=args.pnodes)
+    faults = run_faults(args.fault, args.pnodes)
     owned_dir = args.data_dir is None
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="computeall-run-"))
     ok = False
     try:
-        async with running_cluster(data_dir, args.pnodes, listen=args.listen) as (client, _):
+        async with running_cluster(data_dir, args.pnodes, listen=args.listen, faults=faults) as (client, _):
             config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
@@ -131,3 +151,18 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         if owned_dir and ok:  # a failed run keeps its logs for the user to read
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def run_faults(assignments: list[str], pnodes: int) -> dict[str, FaultSpec]:
+    """`--fault PNODE=corrupt:P` options, by PNode name; a name the run does not start is a user error."""
+    names = [f"pnode-{i}" for i in range(pnodes)]
+    faults = {}
+    for text in assignments:
+        try:
+            pnode, spec = parse_assignment(text)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if pnode not in names:
+            raise UserError(f"--fault names {pnode}, but this run starts {', '.join(names)}")
+        faults[pnode] = spec
+    return faults

@@ -99,6 +99,20 @@ class DataConfig(BaseModel):
         return self
 
 
+class VerifyConfig(BaseModel):
+    """Spot checks: another PNode recomputes a random share of (step, micro-batch, VNode) items and the
+    digests are compared (docs/decisions.md, "Spot checks by exact recomputation")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float = Field(0.0, ge=0, le=1, description="share of (step, micro-batch, VNode) items recomputed; 0 = off")
+    backward_share: float = Field(0.5, ge=0, le=1, description="share of checked items whose backward is recomputed too")
+
+    @property
+    def on(self) -> bool:
+        return self.rate > 0
+
+
 class ReplayOf(BaseModel):
     """Re-execute another session's steps from its checkpoint, to check they reproduce its losses."""
 
@@ -176,6 +190,7 @@ class SessionConfig(BaseModel):
         "on-join", description="use PNodes that join at the next checkpoint boundary, or only after a failure"
     )
     slow_after_s: float = Field(60.0, gt=0, description="report a PNode still working on a request after this long")
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
     replay_of: ReplayOf | None = None
     init_from: InitFrom | None = Field(None, description="start from these weights instead of the seeded init")
     sample_every: int = Field(0, ge=0, description="record text samples every this many steps (and at the end); 0 = never")

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .config import OptimizerConfig, PipelineConfig
 from .object_store import CheckpointObject
 from .sampling import SamplingConfig
+from .verification import CheckItem, CheckReport, ItemDigests, KeepMaterial
 
 
 class _Request(BaseModel):
@@ -47,6 +48,7 @@ class LoadPlan(_Request):
     micro_batches: int
     optimizer: OptimizerConfig
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    verify: bool = False  # commit to a ledger of each step's results (spot checks are on)
 
 
 class RunStep(_Request):
@@ -66,6 +68,8 @@ class ApplyStep(_Request):
     step: int
     lr: float
     skip: bool = False
+    keep: list[KeepMaterial] = Field(default_factory=list)  # items picked for a check: keep what recomputing them needs
+    release: list[str] = Field(default_factory=list)  # check ids settled: their material can go
 
 
 class Unload(_Request):
@@ -115,6 +119,29 @@ class GenerateSamples(_Request):
     sampling: SamplingConfig
 
 
+class SendCheckMaterial(_Request):
+    """To a host: send the material kept for `check_id` (parameters, inputs, gradients) to the checker `to`."""
+
+    type: Literal["SendCheckMaterial"] = "SendCheckMaterial"
+    session_id: str
+    check_id: str
+    to: str
+
+
+class Recompute(_Request):
+    """To a checker: recompute `item` from the material its host sends; reply with a `CheckReport`."""
+
+    type: Literal["Recompute"] = "Recompute"
+    session_id: str
+    item: CheckItem
+    loss_scale: float = 1.0
+    threads: int | None = None  # the host's torch threads: the same count gives the same bits
+
+    @property
+    def step(self) -> int:
+        return self.item.step
+
+
 class Reset(_Request):
     """Drop every session: this PNode was declared lost, its state is stale; it joins again as new."""
 
@@ -123,7 +150,8 @@ class Reset(_Request):
 
 
 PNodeRequest = Annotated[
-    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint, GenerateSamples, Reset],
+    Union[LoadPlan, RunStep, ApplyStep, Unload, RunValidation, SaveCheckpoint, LoadCheckpoint, GenerateSamples,
+          SendCheckMaterial, Recompute, Reset],
     Field(discriminator="type"),
 ]
 
@@ -143,4 +171,6 @@ class PNodeReply(BaseModel):
     send_s: float = 0.0  # the outbox sending, overlapped with compute
     sent_bytes: dict[str, int] = Field(default_factory=dict)  # tensor frames sent this pass, by destination PNode
     checkpoint: list[CheckpointObject] | None = None
+    ledger: list[ItemDigests] | None = None  # RunStep in a verified session: what this PNode committed to
+    check: CheckReport | None = None  # Recompute
     samples: list[list[int]] | None = None  # GenerateSamples: the new token ids of each prompt

@@ -21,7 +21,10 @@ from .events import (
     CheckpointPruned,
     EventEnvelope,
     PauseRequested,
+    PNodeQuarantined,
     Reallocated,
+    ResultsDiscarded,
+    RolledBack,
     SamplesGenerated,
     SessionClaimed,
     SessionCompleted,
@@ -36,6 +39,7 @@ from .events import (
     StopRequested,
     ValidationCompleted,
     ValidationRequested,
+    VerificationSeeded,
 )
 from .session_status import TERMINAL, SessionStatus
 
@@ -80,6 +84,11 @@ class SessionState(BaseModel):
     pause_reason: str | None = None
     auto_resume: bool = False  # paused by the orchestrator (capacity), resumes by itself
     fuse_heads: bool = True  # the config's setting, or the last resume's that changed it
+    verify_seed: int | None = None  # the check stream's seed, drawn once
+    quarantined: list[str] = []  # PNodes caught computing wrong results: they get no more work
+    # whose results the parameters may hold: now, and in each committed checkpoint (by step)
+    pnodes_in_state: list[str] = []
+    checkpoint_pnodes: dict[int, list[str]] = {}
     last_sampled_step: int = -1  # the newest step whose samples are recorded: a re-run never samples it again
 
     @property
@@ -90,6 +99,11 @@ class SessionState(BaseModel):
     def checkpoint_step(self) -> int:
         """Where the newest committed checkpoint resumes training (0: there is none)."""
         return self.last_checkpoint.step if self.last_checkpoint else 0
+
+    def clean_checkpoint(self, pnodes: set[str]) -> int:
+        """The newest checkpoint no result of `pnodes` can have reached (0: the initial state)."""
+        clean = [c.step for c in self.checkpoints if not pnodes & set(self.checkpoint_pnodes.get(c.step, []))]
+        return clean[-1] if clean else 0
 
     @property
     def waits_for_capacity(self) -> bool:
@@ -174,10 +188,16 @@ class SessionState(BaseModel):
     @applies(SessionClaimed)
     def _on_claimed(self, e: SessionClaimed) -> None:
         self.claimed_by = e.orchestrator
+        self.pnodes_in_state = self.checkpoint_pnodes.get(e.resume_from_step, [])
 
     @applies(Allocated, Reallocated)
     def _on_allocated(self, e: Allocated) -> None:
         self.allocation = {p.vnode: p.pnode for p in e.placements}
+        self.pnodes_in_state = sorted(set(self.pnodes_in_state) | set(e.pnodes))
+
+    @applies(RolledBack)
+    def _on_rolled_back(self, e: RolledBack) -> None:
+        self.pnodes_in_state = sorted(set(self.checkpoint_pnodes.get(e.to_step, [])) | set(self.allocation.values()))
 
     @applies(StepCompleted)
     def _on_step(self, e: StepCompleted) -> None:
@@ -213,6 +233,7 @@ class SessionState(BaseModel):
     @applies(CheckpointCommitted)
     def _on_checkpoint(self, e: CheckpointCommitted) -> None:
         self.checkpoints.append(e)
+        self.checkpoint_pnodes[e.step] = self.pnodes_in_state
 
     @applies(SamplesGenerated)
     def _on_samples(self, e: SamplesGenerated) -> None:
@@ -221,6 +242,23 @@ class SessionState(BaseModel):
     @applies(CheckpointPruned)
     def _on_pruned(self, e: CheckpointPruned) -> None:
         self.checkpoints = [c for c in self.checkpoints if c.step != e.step]
+        self.checkpoint_pnodes.pop(e.step, None)
+
+    @applies(VerificationSeeded)
+    def _on_verification_seeded(self, e: VerificationSeeded) -> None:
+        self.verify_seed = e.seed
+
+    @applies(PNodeQuarantined)
+    def _on_quarantined(self, e: PNodeQuarantined) -> None:
+        self.quarantined = sorted(set(self.quarantined) | {e.pnode})
+
+    @applies(ResultsDiscarded)
+    def _on_results_discarded(self, e: ResultsDiscarded) -> None:
+        """The steps from `from_step` on are run and recorded again; later checkpoints no longer count."""
+        self.next_step = min(self.next_step, e.from_step)
+        self.checkpoints = [c for c in self.checkpoints if c.step <= e.from_step]
+        self.checkpoint_pnodes = {s: p for s, p in self.checkpoint_pnodes.items() if s <= e.from_step}
+        self.last_sampled_step = min(self.last_sampled_step, e.from_step)  # samples of discarded states are taken again
 
     @applies(SessionStopped)
     def _on_stopped(self, e: SessionStopped) -> None:

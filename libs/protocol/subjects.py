@@ -50,6 +50,10 @@ class Subjects:
     def pnode_evt(self, pid: str, type_: str) -> str:
         return f"{self.prefix}.evt.pnode.{check_token(pid, 'pnode id')}.{type_}"
 
+    def pnode_evt_of_type(self, type_: str) -> str:
+        """One event type of every PNode (e.g. each PNodeQuarantined)."""
+        return f"{self.prefix}.evt.pnode.*.{type_}"
+
     def dataset_evt(self, name: str, type_: str) -> str:
         return f"{self.prefix}.evt.dataset.{check_token(name, 'dataset name')}.{type_}"
 

@@ -29,6 +29,7 @@ class Heartbeat(BaseModel):
     incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state
     throughput: Throughput | None = None  # what it measured of its compute and its link to the bus
     left: bool = False  # the last heartbeat of a process that is exiting (the orchestrator records PNodeLeft)
+    threads: int | None = None  # torch's intra-op threads: a spot check of its results recomputes with as many
 
 
 class RequestStatus(BaseModel):

@@ -15,7 +15,7 @@ re-bound (`p.data = ...`): the optimizer keeps them as views into its flat buffe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import torch
 from torch import nn
@@ -35,6 +35,16 @@ class _Saved:
     output: torch.Tensor
 
 
+class RuntimeObserver(Protocol):
+    """Sees each VNode result as it is handed on, and hands on what it returns (spot-check ledgers,
+    fault injection: `computeall.pnode.audit`). It must not change a tensor in place."""
+
+    def forward_done(self, vid: str, micro: int, inputs: list[torch.Tensor], output: torch.Tensor) -> torch.Tensor: ...
+
+    def backward_done(self, vid: str, micro: int, input_grads: list[torch.Tensor | None],
+                      param_grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]: ...
+
+
 class VNodeRuntime:
     """The VNodes one PNode hosts, for one session."""
 
@@ -52,6 +62,7 @@ class VNodeRuntime:
         # the owner's, and `finish_backward` adds it: the schedule may interleave the two VNodes'
         # backwards in any way, the shared weight's sum is always (owner's) + (borrower's)
         self._borrowed_grads: dict[str, torch.Tensor] = {}
+        self.observer: RuntimeObserver | None = None
 
     def parameters(self) -> dict[str, nn.Parameter]:
         """Every parameter once, named `<vnode>.<param>` (a tied weight under its owner)."""
@@ -77,7 +88,8 @@ class VNodeRuntime:
         with torch.enable_grad():
             out = self.modules[vid](*(cast_input(a, self.dtypes[vid]) for a in args))
         self._saved[(micro, vid)] = _Saved(leaves, out)
-        return out.detach()
+        out = out.detach()
+        return out if self.observer is None else self.observer.forward_done(vid, micro, inputs, out)
 
     def backward(self, vid: str, micro: int, grad_output: torch.Tensor) -> list[torch.Tensor | None]:
         """Backward of one VNode; accumulates its parameters' gradients, returns its inputs' gradients."""
@@ -97,7 +109,10 @@ class VNodeRuntime:
                 held = self._borrowed_grads.get(vid)
                 self._borrowed_grads[vid] = g if held is None else held.add_(g)
         it = iter(grads[: len(leaves)])
-        return [None if leaf is None else next(it) for leaf in saved.leaves]
+        input_grads = [None if leaf is None else next(it) for leaf in saved.leaves]
+        if self.observer is None:
+            return input_grads
+        return self.observer.backward_done(vid, micro, input_grads, grads[len(leaves):])
 
     def finish_backward(self) -> None:
         """Once a step's backwards are all done: add the borrowed weights' gradients to their owners',

@@ -11,9 +11,10 @@ import json
 
 from computeall.protocol.commands import CreateSession
 from computeall.protocol.events import (
-    Allocated, CheckpointCommitted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined, PNodeLeft,
-    PNodeLost, Reallocated, SamplesGenerated, SessionCompleted, SessionCreated, SessionFailed, SessionPaused, SplitCreated,
-    StepCompleted, Tokenized, TokenizerTrained, ValidationCompleted,
+    Allocated, CheckpointCommitted, ChecksCompleted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined,
+    PNodeLeft, PNodeLost, PNodeQuarantined, Reallocated, ResultsDiscarded, SamplesGenerated, SessionCompleted,
+    SessionCreated, SessionFailed, SessionPaused, SplitCreated, StepCompleted, Tokenized, TokenizerTrained,
+    ValidationCompleted,
 )
 
 from .projection import Batch, Header, Message, projects, type_name
@@ -123,6 +124,43 @@ def checkpoint_committed(batch: Batch, h: Header, p: CheckpointCommitted, msg: M
 @projects(LossScaleChanged)
 def loss_scale_changed(batch: Batch, h: Header, p: LossScaleChanged, msg: Message) -> None:
     batch.ops.append(("UPDATE sessions SET loss_scale = ? WHERE id = ?", [p.new, h.session_id]))
+
+
+@projects(ResultsDiscarded)
+def results_discarded(batch: Batch, h: Header, p: ResultsDiscarded, msg: Message) -> None:
+    # a quarantined PNode's results may be in these steps and checkpoints: they are run again
+    for key in [k for k in batch.steps if k[0] == h.session_id and k[1] >= p.from_step]:
+        del batch.steps[key]
+    batch.ops += [
+        ("DELETE FROM steps WHERE session_id = ? AND step >= ?", [h.session_id, p.from_step]),
+        ("DELETE FROM checkpoints WHERE session_id = ? AND step > ?", [h.session_id, p.from_step]),
+    ]
+
+
+# -- spot checks -----------------------------------------------------------------
+
+
+@projects(ChecksCompleted)
+def checks_completed(batch: Batch, h: Header, p: ChecksCompleted, msg: Message) -> None:
+    for check in p.checks:
+        counts = [int(check.outcome == o) for o in ("passed", "failed", "abandoned")]
+        batch.ops.append((
+            "INSERT INTO checks VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, pnode) DO UPDATE SET "
+            "passed = checks.passed + excluded.passed, failed = checks.failed + excluded.failed, "
+            "abandoned = checks.abandoned + excluded.abandoned",
+            [h.session_id, check.pnode, *counts],
+        ))
+
+
+@projects(PNodeQuarantined)
+def pnode_quarantined(batch: Batch, h: Header, p: PNodeQuarantined, msg: Message) -> None:
+    # recorded on the session's subject and on the PNode's: the first one sets the time
+    batch.ops.append((
+        "INSERT INTO pnodes (id, quarantined_ts, quarantine_reason) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+        "quarantined_ts = coalesce(pnodes.quarantined_ts, excluded.quarantined_ts), "
+        "quarantine_reason = coalesce(pnodes.quarantine_reason, excluded.quarantine_reason)",
+        [p.pnode, h.ts, p.reason],
+    ))
 
 
 # -- pnodes -------------------------------------------------------------------

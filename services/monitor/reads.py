@@ -25,8 +25,9 @@ SESSION_SQL = (
 PNODE_FIELDS = (
     "id", "host", "os_pid", "device", "memory_bytes", "state", "joined_at", "left_at", "last_heartbeat", "rss_bytes",
     "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests", "hosted_v_nodes",
-    "throughput",
+    "throughput", "quarantined_at", "quarantine_reason",
 )
+CHECK_COUNTS = ("passed", "failed", "abandoned")
 
 
 def _rows(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], sql: str, args: list) -> list[dict[str, Any]]:
@@ -136,8 +137,8 @@ def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float) -> list[d
     rows = _rows(
         cur, PNODE_FIELDS,
         "SELECT id, host, os_pid, device, memory_bytes, state, joined_ts, left_ts, last_heartbeat, rss_bytes, "
-        "gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, pending_requests, hosted_vnodes, throughput "
-        "FROM pnodes ORDER BY id",
+        "gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, pending_requests, hosted_vnodes, throughput, "
+        "quarantined_ts, quarantine_reason FROM pnodes ORDER BY id",
         [],
     )
     now = time.time()
@@ -150,7 +151,23 @@ def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float) -> list[d
         # liveness is the heartbeat's to say: an event may not have been written yet for a dead PNode
         if r["state"] == "live" and r["heartbeat_age_s"] is not None and r["heartbeat_age_s"] > heartbeat_timeout_s:
             r["state"] = "lost"
+        if r["quarantined_at"] is not None:
+            r["state"] = "quarantined"  # whether or not it still heartbeats, it gets no work
     return rows
+
+
+def pnode_checks(cur: duckdb.DuckDBPyConnection, pnode: str, owner: str) -> dict[str, int]:
+    """Spot checks of the PNode's results, over the caller's sessions only."""
+    row = cur.execute(
+        "SELECT coalesce(sum(c.passed), 0), coalesce(sum(c.failed), 0), coalesce(sum(c.abandoned), 0) FROM checks c "
+        "JOIN sessions s ON s.id = c.session_id WHERE c.pnode = ? AND s.owner = ?", [pnode, owner],
+    ).fetchone()
+    return dict(zip(CHECK_COUNTS, map(int, row)))
+
+
+def session_checks(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]]:
+    return _rows(cur, ("pnode", *CHECK_COUNTS),
+                 "SELECT pnode, passed, failed, abandoned FROM checks WHERE session_id = ? ORDER BY pnode", [sid])
 
 
 def memory(cur: duckdb.DuckDBPyConnection, pnode: str, since: float | None) -> list[dict[str, Any]]:

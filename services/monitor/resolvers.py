@@ -94,6 +94,11 @@ async def resolve_checkpoints(s: dict, info: GraphQLResolveInfo) -> list[dict]:
     return await ctx(info).services.db.read(reads.checkpoints, s["id"])
 
 
+@session_type.field("checks")
+async def resolve_session_checks(s: dict, info: GraphQLResolveInfo) -> list[dict]:
+    return await ctx(info).services.db.read(reads.session_checks, s["id"])
+
+
 @session_type.field("events")
 async def resolve_events(
     s: dict, info: GraphQLResolveInfo, after: int = 0, limit: int = 200, types: list[str] | None = None,
@@ -116,6 +121,12 @@ async def resolve_memory(p: dict, info: GraphQLResolveInfo, since: float | None 
 async def resolve_requests(p: dict, info: GraphQLResolveInfo, limit: int = 50) -> list[dict]:
     c = ctx(info)
     return await c.services.db.read(reads.requests, p["id"], c.user, min(max(limit, 0), MAX_LIST))
+
+
+@pnode_type.field("checks")
+async def resolve_pnode_checks(p: dict, info: GraphQLResolveInfo) -> dict:
+    c = ctx(info)
+    return await c.services.db.read(reads.pnode_checks, p["id"], c.user)
 
 
 @pnode_type.field("timeShare")

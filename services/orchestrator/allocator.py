@@ -11,8 +11,9 @@ at least as many units as PNodes (the session asked for them; failover relies on
 
 For one order of the PNodes along the pipeline, dynamic programmes over the cut points find
 1. the least possible bottleneck B* (the busiest stage's time per micro-batch), then
-2. for caps B*, 1.04 B*, 1.04^2 B*, ...: the cut with the least total busy time (the pipeline's
-   fill and drain) among those whose busiest stage is within the cap; each is scored whole.
+2. for caps B*, 1.04 B*, 1.04^2 B*, ...: the cut with the least total time of one micro-batch
+   through every stage (the pipeline's fill and drain) among those whose busiest stage is within
+   the cap; each is scored whole.
    The ladder stops when (M - 1) x cap + the least total of any cut cannot win.
 The programmes run over band arrays (step_time.StageCosts), one array operation per stage.
 Two orders are tried (most memory first, the embedding's stage being usually the largest; and
@@ -28,7 +29,7 @@ import numpy as np
 
 from computeall.network import Graph
 
-from .step_time import PNodeCapacity, StageCosts, band_busy_s, busy_s, step_time_s
+from .step_time import PNodeCapacity, StageCosts, band_stage_time, stage_time, step_time_s
 
 __all__ = ["Allocation", "AllocationError", "PNodeCapacity", "Stage", "allocate", "bytes_across"]
 
@@ -46,7 +47,7 @@ class Stage:
     vnodes: tuple[str, ...]
     flops_per_step: float
     memory_bytes: int
-    busy_s: float = 0.0  # estimated seconds busy per micro-batch (compute + link)
+    busy_s: float = 0.0  # estimated seconds busy per micro-batch once the pipeline is full (compute or link)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_b
         members = tuple(v for u in units[start:end] for v in u)
         assignment.update({v: speed.pnode for v in members})
         stages.append(Stage(speed.pnode, members, costs.flops(start, end), costs.memory(start, end),
-                            busy_s(costs, speed, start, end, micro_batches)))
+                            stage_time(costs, speed, start, end, micro_batches).busy_s))
         start = end
     return Allocation(assignment, tuple(stages), bytes_across(graph, assignment, batch_size), estimate)
 
@@ -92,10 +93,11 @@ class _Search:
     """The cut of the units over PNodes `order` (stage s on order[s], none empty) that minimises T."""
 
     def __init__(self, costs: StageCosts, order: list[PNodeCapacity], micro_batches: int,
-                 bands: dict[str, np.ndarray]) -> None:
+                 bands: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
         self.costs, self.order, self.m = costs, order, micro_batches
         self.n, self.k = costs.n, len(order)
-        self.busy = [bands[p.pnode] for p in order]  # PNodes alike share one array
+        self.busy = [bands[p.pnode][0] for p in order]  # PNodes alike share one array
+        self.through = [bands[p.pnode][1] for p in order]
         self.last_end = [self.n - self.k + s + 1 for s in range(self.k)]  # every later stage keeps a unit
         # the stage [b - d - 1, b) reads the previous stages' best at its start: an index per band cell
         self.start = np.where(costs.valid, costs.start, 0)
@@ -107,7 +109,7 @@ class _Search:
         if cuts is None:
             return None  # the PNodes cannot hold the network in this order
         best = (self.score(cuts), cuts)
-        if self.m == 1:  # no pipelining: the step is the sum of the stages
+        if self.m == 1:  # no pipelining: the step is one micro-batch through every stage
             return best
         cap = self._least_bottleneck()
         for _ in range(MAX_RUNGS):
@@ -121,8 +123,8 @@ class _Search:
 
     def score(self, cuts: list[int]) -> float:
         bounds = list(zip([0, *cuts[:-1]], cuts))
-        busy = [busy_s(self.costs, p, a, b, self.m) for p, (a, b) in zip(self.order, bounds)]
-        return step_time_s(busy, [p.rtt_s for p in self.order], self.m)
+        stages = [stage_time(self.costs, p, a, b, self.m) for p, (a, b) in zip(self.order, bounds)]
+        return step_time_s(stages, [p.rtt_s for p in self.order], self.m)
 
     def _least_bottleneck(self) -> float:
         g = np.full(self.n + 1, np.inf)
@@ -133,7 +135,7 @@ class _Search:
         return float(g[self.n])
 
     def _least_total(self, cap: float) -> tuple[float, list[int] | None]:
-        """The least sum of busy times over cuts whose every stage is busy at most `cap`, and the cut."""
+        """The least sum of `through` times over cuts whose every stage is busy at most `cap`, and the cut."""
         width = int(np.nonzero(self.shortest <= cap)[0].max(initial=-1)) + 1  # longer stages cannot fit the cap
         if width == 0:
             return math.inf, None
@@ -143,10 +145,9 @@ class _Search:
         back = []
         rows = np.arange(self.n + 1)
         capped: dict[int, np.ndarray] = {}  # one per distinct band: PNodes alike share it
-        for busy, last in zip(self.busy, self.last_end):
+        for busy, through, last in zip(self.busy, self.through, self.last_end):
             if id(busy) not in capped:
-                band = busy[:, :width]
-                capped[id(busy)] = np.where(band <= cap, band, np.inf)
+                capped[id(busy)] = np.where(busy[:, :width] <= cap, through[:, :width], np.inf)
             total = h[start] + capped[id(busy)]
             d = total.argmin(axis=1)
             h = total[rows, d]
@@ -161,14 +162,15 @@ class _Search:
         return float(h[self.n]), cuts[::-1]
 
 
-def _bands(costs: StageCosts, pnodes: list[PNodeCapacity], micro_batches: int) -> dict[str, np.ndarray]:
-    """Each PNode's busy band (step_time.band_busy_s); PNodes alike (speed, link, memory) share one."""
-    by_kind: dict[tuple, np.ndarray] = {}
+def _bands(costs: StageCosts, pnodes: list[PNodeCapacity],
+           micro_batches: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each PNode's (busy, through) bands (step_time.band_stage_time); PNodes alike (speed, link, memory) share them."""
+    by_kind: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     out = {}
     for p in pnodes:
         kind = (p.flops_per_s, p.bandwidth_bytes_per_s, p.memory_bytes)
         if kind not in by_kind:
-            by_kind[kind] = band_busy_s(costs, p, micro_batches)
+            by_kind[kind] = band_stage_time(costs, p, micro_batches)
         out[p.pnode] = by_kind[kind]
     return out
 

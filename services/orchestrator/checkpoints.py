@@ -46,28 +46,38 @@ class Checkpoints:
         objects = [o for r in replies for o in (r.checkpoint or [])]
         # only now, with every object written, does the checkpoint exist
         await self.recorder.record(CheckpointCommitted(step=step, bucket=bucket, objects=objects, seconds=time.monotonic() - t0))
-        await self._prune(bucket)
+        await self._prune()
 
-    async def _prune(self, bucket: str) -> None:
-        """Keep the newest `keep_checkpoints`; the log says pruned before any object is deleted."""
+    async def _prune(self) -> None:
+        """Keep the newest `keep_checkpoints`, and in a verified session for each PNode the newest none
+        of its results can have reached (where catching it would roll back to); the log says pruned
+        before any object is deleted."""
         state = self.recorder.state
-        excess = [c for c in state.checkpoints[: -state.config.keep_checkpoints] if c.step not in self.pinned]
-        if not excess:
-            return
-        store = await open_bucket(self.pnodes.calls.nc.jetstream(), bucket)
+        keep = {c.step for c in state.checkpoints[-state.config.keep_checkpoints:]} | self.pinned
+        if state.config.verify.on:
+            keep |= {state.clean_checkpoint({p}) for p in state.pnodes_in_state}
+        excess = [c for c in state.checkpoints if c.step not in keep]
         for old in excess:
             await self.recorder.record(CheckpointPruned(step=old.step))
+        await self.delete_objects(excess)
+
+    async def delete_objects(self, gone: list[CheckpointCommitted]) -> None:
+        """Delete the objects of checkpoints the log no longer counts (pruned or discarded)."""
+        for old in gone:
+            store = await open_bucket(self.pnodes.calls.nc.jetstream(), old.bucket)
             for obj in old.objects:
                 try:
                     await store.delete(obj.object)
                 except Exception as exc:  # an object already gone is fine; the log no longer names it
                     log.warning("could not delete %s: %s", obj.object, exc)
 
-    async def restore(self) -> int:
-        """Load the newest checkpoint whose objects are intact; the step to continue from (0: none, and
-        then the initial weights, when the session starts from another model's)."""
+    async def restore(self, clean_of: set[str] = frozenset()) -> int:
+        """Load the newest checkpoint whose objects are intact (and that no result of `clean_of` can
+        have reached); the step to continue from (0: none, and then the initial weights, when the
+        session starts from another model's)."""
         state = self.recorder.state
-        for checkpoint in reversed(await self._candidates()):
+        candidates = [c for c in await self._candidates() if not clean_of & set(state.checkpoint_pnodes.get(c.step, []))]
+        for checkpoint in reversed(candidates):
             request = LoadCheckpoint(session_id=state.id, step=checkpoint.step, bucket=checkpoint.bucket,
                                      objects=checkpoint.objects)
             try:

@@ -30,6 +30,8 @@ from .samples import Sampler
 from .session_pnodes import SessionPNodes
 from .step import TrainingStep
 from .training import Trainer
+from .verification.checks import SessionChecks
+from .verification.quarantine import QuarantineRecovery
 
 __all__ = ["SessionDriver"]
 
@@ -84,12 +86,16 @@ class SessionDriver:
         initial = InitialWeights(self.recorder, self.pnodes, prepared) if self.state.config.init_from else None
         checkpoints = Checkpoints(self.recorder, self.pnodes, placement, initial)
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)
+        checks = SessionChecks(self.recorder, self.pnodes, placement, self.registry, prepared.graph)
+        quarantine = QuarantineRecovery(self.recorder, self.registry, placement, checkpoints, checks)
         precisions = [v.precision for v in prepared.graph.spec.vnodes]
-        training_step = TrainingStep(self.recorder, self.pnodes, uses_dynamic_scaling(self.state.config.loss_scale, precisions))
+        training_step = TrainingStep(self.recorder, self.pnodes, uses_dynamic_scaling(self.state.config.loss_scale, precisions),
+                                     checks)
         sampler = Sampler(self.recorder, placement, checkpoints)
         await sampler.start()
         await wait_for_pnodes(self.state, self.registry, self.pnode_wait_s)
         try:
-            await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step, sampler).train()
+            await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step, sampler,
+                          checks, quarantine).train()
         finally:
             sampler.abandon()

@@ -19,3 +19,12 @@ class PNodeFailure(RuntimeError):
 
 class DriverDone(Exception):
     """The driver recorded why it stops (paused for capacity) and ends without failing the session."""
+
+
+class Quarantine(Exception):
+    """Spot checks caught PNodes computing wrong results: quarantine them and roll back past their work."""
+
+    def __init__(self, pnodes: list[str], step: int, reason: str) -> None:
+        super().__init__(reason)
+        self.pnodes = pnodes
+        self.step = step

@@ -110,6 +110,7 @@ class Placement:
             micro_batches=config.micro_batches,
             optimizer=config.optimizer,
             pipeline=config.pipeline,
+            verify=config.verify.on and config.replay_of is None,
         )
         await self.load_plan()
 
@@ -123,6 +124,7 @@ class Placement:
         raise DriverDone("paused until there is capacity again")
 
     async def _allocate(self, exclude: set[str]) -> Allocation:
+        exclude = set(exclude) | set(self.recorder.state.quarantined)  # caught computing wrong results
         return await self.jobs.allocate(  # off the event loop
             self.graph, self.registry.capacities(exclude), self.config.batch_size, self.config.micro_batch_size,
         )

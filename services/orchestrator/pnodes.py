@@ -16,6 +16,7 @@ class PNodeRegistry:
         self._lost: set[str] = set()
         self._restarted: list[str] = []
         self._generation: dict[str, int] = {}
+        self._quarantined: set[str] = set()
 
     def beat(self, heartbeat: Heartbeat) -> bool:
         """Record a heartbeat; True when its state is stale: it was declared lost, or it restarted
@@ -32,15 +33,25 @@ class PNodeRegistry:
         self._last[pnode] = (time.monotonic(), heartbeat)
         return returned
 
+    def heartbeat(self, pnode: str) -> Heartbeat | None:
+        """Its latest heartbeat, if any."""
+        seen = self._last.get(pnode)
+        return seen[1] if seen else None
+
     def generation(self, pnode: str) -> int:
         """Changes whenever the PNode restarts: work sent to an older generation is lost."""
         return self._generation.get(pnode, 0)
 
+    def quarantine(self, pnode: str) -> None:
+        """Caught computing wrong results: never offered for work again (it may still heartbeat)."""
+        self._quarantined.add(pnode)
+
     def live(self, include_leaving: bool = False) -> list[Heartbeat]:
+        """The PNodes that may be given work: heartbeating, not quarantined (and not leaving)."""
         now = time.monotonic()
         return sorted(
             (hb for seen, hb in self._last.values()
-             if now - seen <= self.timeout_s and (include_leaving or not hb.leaving)),
+             if now - seen <= self.timeout_s and (include_leaving or not hb.leaving) and hb.pnode not in self._quarantined),
             key=lambda hb: hb.pnode,
         )
 

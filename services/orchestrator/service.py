@@ -96,6 +96,11 @@ class Orchestrator:
         await self.nc.subscribe(self.subjects.session_created_all(), cb=self._on_session_created)
         for record in await self.eventlog.read(self.subjects.session_created_all()):
             self._know(record.subject.split(".")[-2])
+        # a PNode quarantined by any orchestrator, ever, gets no work from this one
+        quarantined = self.subjects.pnode_evt_of_type("PNodeQuarantined")
+        await self.nc.subscribe(quarantined, cb=self._on_quarantined)
+        for record in await self.eventlog.read(quarantined):
+            self.registry.quarantine(record.subject.split(".")[-2])
         # One durable consumer shared by every orchestrator: each command goes to one of them.
         # Explicit acks after handling: a crash mid-command redelivers it, and handlers are idempotent.
         commands = await self.js.pull_subscribe(
@@ -164,6 +169,9 @@ class Orchestrator:
                 except nats.errors.Error as exc:
                     log.warning("could not record PNodeLost for %s: %s", pnode, exc)
             await asyncio.sleep(0.5)
+
+    async def _on_quarantined(self, msg) -> None:
+        self.registry.quarantine(msg.subject.split(".")[-2])
 
     async def _on_peer_heartbeat(self, msg) -> None:
         peer = msg.subject.rsplit(".", 1)[-1]

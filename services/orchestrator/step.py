@@ -10,21 +10,24 @@ from __future__ import annotations
 import logging
 import time
 
-from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped
+from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped, standing
 from computeall.protocol.pnode_api import ApplyStep, RunStep
 
 from .loss_scale import LossScaler, replay
 from .recorder import SessionRecorder
 from .session_pnodes import SessionPNodes
+from .verification.checks import SessionChecks
 
 log = logging.getLogger("computeall.orchestrator.step")
 
 
 class TrainingStep:
-    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, dynamic_scaling: bool) -> None:
+    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, dynamic_scaling: bool,
+                 checks: SessionChecks) -> None:
         self.recorder = recorder
         self.pnodes = pnodes
         self.dynamic_scaling = dynamic_scaling
+        self.checks = checks
         self.scaler: LossScaler | None = None
         self.scaler_step = -1  # the step the scaler's state is for
 
@@ -36,10 +39,13 @@ class TrainingStep:
         scaler = await self._scaler_before(step)
         scale = scaler.scale
         replies = await self.pnodes.all(lambda p: RunStep(session_id=state.id, step=step, loss_scale=scale))
+        self.checks.pick(step, replies, scale)  # only now: every PNode has committed to its results
         overflowed = sorted(r.pnode for r in replies if not r.grads_finite)
         decision = scaler.update(bool(overflowed))  # one decision, every PNode applies or skips
         self.scaler_step = step + 1
-        await self.pnodes.all(lambda p: ApplyStep(session_id=state.id, step=step, lr=lr, skip=not decision.apply))
+        await self.pnodes.all(lambda p: ApplyStep(session_id=state.id, step=step, lr=lr, skip=not decision.apply,
+                                                  **self.checks.apply_fields(p)))
+        self.checks.launch(step)  # they run while the next steps train
         elapsed = time.monotonic() - t0
         tokens = sum(r.tokens for r in replies)
         loss = sum(r.loss_sum or 0.0 for r in replies) / max(1, tokens)
@@ -62,6 +68,6 @@ class TrainingStep:
         """The loss scaler as it stands before `step`."""
         if self.scaler is None or self.scaler_step != step:
             config = self.recorder.state.config.loss_scale
-            events = await self.recorder.events()
+            events = standing(await self.recorder.events())  # without what a quarantine superseded
             self.scaler, self.scaler_step = replay(config, self.dynamic_scaling, events, before_step=step), step
         return self.scaler

@@ -1,15 +1,16 @@
 """The allocator's cost model: how long a training step takes when the network is cut into stages.
 
-Per micro-batch, the stage on PNode p is busy computing (its FLOPs over p's FLOP/s, plus a fixed
-cost per VNode: Python, an autograd call, bookkeeping, which dominates small networks) and moving
-its traffic over p's link to the bus (the larger of what it sends and what it receives, over p's
-bandwidth); the two add up, since one PNode process both computes and sends. With M micro-batches
-a pipeline of stages then takes about
+Per micro-batch, the stage on PNode p computes (its FLOPs over p's FLOP/s, plus a fixed cost per
+VNode: Python, an autograd call, bookkeeping, which dominates small networks) and moves its traffic
+over p's link to the bus (the larger of what it sends and what it receives, over p's bandwidth).
+A PNode's outbox sends while its compute thread goes on with the next work item, so once the
+pipeline is full a stage is busy the longer of the two per micro-batch (`busy`); one micro-batch
+going through it takes both, one after the other (`through`). With M micro-batches a step takes
 
-    T = (M - 1) * max_s busy_s  +  sum_s busy_s  +  2 * sum_s rtt_s      (the rtt term: > 1 stage)
+    T = (M - 1) * max_s busy_s  +  sum_s through_s  +  2 * sum_s rtt_s      (the rtt term: > 1 stage)
 
 one micro-batch all the way through (every stage once, and each PNode's link crossed both ways
-forward and back), then one slowest stage more per further micro-batch. Figures a PNode has not
+forward and back), then one busiest stage more per further micro-batch. Figures a PNode has not
 measured take NOMINAL values, the same for every PNode, so they cancel out of the comparison.
 
 `StageCosts` precomputes, for the network's units (VNodes in topological order, tied groups
@@ -171,20 +172,31 @@ class _Rectangles:
         return self.diff.cumsum(axis=0).cumsum(axis=1)[:-1, :-1]
 
 
-def busy_s(costs: StageCosts, speed: PNodeCapacity, a: int, b: int, micro_batches: int) -> float:
-    """Seconds the PNode holding [a, b) is busy per micro-batch: computing, then moving its traffic."""
-    work = costs.flops(a, b) / speed.flops_per_s + costs.traffic(a, b) / speed.bandwidth_bytes_per_s
-    return work / micro_batches + costs.vnodes(a, b) * VNODE_OVERHEAD_S
+@dataclass(frozen=True)
+class StageTime:
+    """Seconds per micro-batch of one stage: `busy` once the pipeline is full (computing and sending
+    overlap), `through` for one micro-batch on its own (computing, then sending)."""
+
+    busy_s: float
+    through_s: float
 
 
-def band_busy_s(costs: StageCosts, speed: PNodeCapacity, micro_batches: int) -> np.ndarray:
-    """busy_s of every stage in the band arrays; inf where the stage does not exist or does not fit."""
-    work = costs.band_flops / speed.flops_per_s + costs.band_traffic / speed.bandwidth_bytes_per_s
-    busy = work / micro_batches + costs.band_vnodes * VNODE_OVERHEAD_S
-    return np.where(costs.band_memory <= speed.memory_bytes, busy, np.inf)
+def stage_time(costs: StageCosts, speed: PNodeCapacity, a: int, b: int, micro_batches: int) -> StageTime:
+    """The stage [a, b) on PNode `speed`."""
+    compute = costs.flops(a, b) / speed.flops_per_s / micro_batches + costs.vnodes(a, b) * VNODE_OVERHEAD_S
+    link = costs.traffic(a, b) / speed.bandwidth_bytes_per_s / micro_batches
+    return StageTime(max(compute, link), compute + link)
 
 
-def step_time_s(busy: list[float], rtts: list[float], micro_batches: int) -> float:
-    """The estimated step time of a pipeline whose stages are busy `busy` seconds per micro-batch."""
-    latency = 2 * sum(rtts) if len(busy) > 1 else 0.0
-    return (micro_batches - 1) * max(busy) + sum(busy) + latency
+def band_stage_time(costs: StageCosts, speed: PNodeCapacity, micro_batches: int) -> tuple[np.ndarray, np.ndarray]:
+    """(busy, through) of every stage in the band arrays; inf where the stage does not exist or does not fit."""
+    compute = costs.band_flops / speed.flops_per_s / micro_batches + costs.band_vnodes * VNODE_OVERHEAD_S
+    link = costs.band_traffic / speed.bandwidth_bytes_per_s / micro_batches
+    fits = costs.band_memory <= speed.memory_bytes
+    return np.where(fits, np.maximum(compute, link), np.inf), np.where(fits, compute + link, np.inf)
+
+
+def step_time_s(stages: list[StageTime], rtts: list[float], micro_batches: int) -> float:
+    """The estimated step time of a pipeline of these stages."""
+    latency = 2 * sum(rtts) if len(stages) > 1 else 0.0
+    return (micro_batches - 1) * max(s.busy_s for s in stages) + sum(s.through_s for s in stages) + latency

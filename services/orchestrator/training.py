@@ -12,7 +12,7 @@ import logging
 from computeall.protocol.events import SessionCompleted
 
 from .checkpoints import Checkpoints
-from .errors import LostClaim, PNodeFailure, SessionError
+from .errors import LostClaim, PNodeFailure, Quarantine, SessionError
 from .placement import NoRoom, Placement
 from .recorder import SessionRecorder
 from .recovery import Recovery
@@ -20,13 +20,16 @@ from .samples import Sampler
 from .session_pnodes import SessionPNodes
 from .step import TrainingStep
 from .validation import validate
+from .verification.checks import SessionChecks
+from .verification.quarantine import QuarantineRecovery
 
 log = logging.getLogger("computeall.orchestrator.training")
 
 
 class Trainer:
     def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement,
-                 checkpoints: Checkpoints, recovery: Recovery, training_step: TrainingStep, sampler: Sampler) -> None:
+                 checkpoints: Checkpoints, recovery: Recovery, training_step: TrainingStep, sampler: Sampler,
+                 checks: SessionChecks, quarantine: QuarantineRecovery) -> None:
         self.recorder = recorder
         self.pnodes = pnodes
         self.placement = placement
@@ -34,20 +37,25 @@ class Trainer:
         self.recovery = recovery
         self.training_step = training_step
         self.sampler = sampler
+        self.checks = checks
+        self.quarantine = quarantine
 
     async def train(self) -> None:
         config = self.recorder.state.config
         end = config.replay_of.to_step if config.replay_of else config.steps
         step = await self.recovery.start()
+        await self.checks.start()
         while True:
             try:
                 if await self._boundary(step):
                     return
                 if step >= end:
+                    await self.checks.settle(step, wait_all=True)  # nothing ends unchecked
                     await self.checkpoints.save(step)  # the final state, kept like any other checkpoint
                     break
                 await self.training_step.run(step)
                 step += 1
+                await self.checks.settle(step)
                 at_checkpoint = bool(config.checkpoint_every) and step % config.checkpoint_every == 0 and step < end
                 if at_checkpoint:
                     await self.checkpoints.save(step)
@@ -56,7 +64,11 @@ class Trainer:
                 if self.sampler.due(step, end):
                     await self.sampler.request(step)  # written beside the next steps, recorded at a boundary
                 await self._rebalance(step, at_checkpoint)
+            except Quarantine as verdict:
+                self.sampler.abandon()  # samples of states about to be discarded
+                step = await self.quarantine.recover(verdict, step)
             except PNodeFailure as failure:
+                self.checks.cancel()
                 step = await self.recovery.recover(failure, step)
         await self.sampler.drain()
         state = self.recorder.state
@@ -71,6 +83,7 @@ class Trainer:
         await self.sampler.record_ready()
         ending = state.at_boundary(step)  # a pending stop or pause
         if ending:
+            await self.checks.settle(step, wait_all=True)
             await self.checkpoints.save(step)
             await self.sampler.drain()
             for event in ending:
@@ -86,6 +99,7 @@ class Trainer:
         decision = await self.placement.rebalance(at_checkpoint)
         if decision is None:
             return
+        await self.checks.settle(step, wait_all=True)  # moving VNodes drops the material checks need
         await self.checkpoints.save(step)
         if isinstance(decision, NoRoom):
             await self.placement.pause_for_capacity(decision.reason)

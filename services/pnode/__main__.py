@@ -62,7 +62,9 @@ def members(args: argparse.Namespace, credentials: list[Credential], memory: int
     from .node import PNode
 
     set_cpu_threads(max(1, args.processes_on_machine))
-    return [PNode(credentials[0], memory, select_device(args.device), subjects, args.step_deadline)]
+    if args.fault:
+        logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode returns wrong results", args.fault)
+    return [PNode(credentials[0], memory, select_device(args.device), subjects, args.step_deadline, fault=args.fault)]
 
 
 def run(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@
 - optimizer: Adam moments (fp32) and step counters
 - gradients: the parameters' gradients (their precision) plus the optimizer's flat fp32 buffer
 - activations: VNode outputs kept for backward (their precision)
+- checks: what is kept for spot checks until they are settled (parameter copies, inputs, gradients)
 - params: the number of parameters, so a reader can turn any category into bytes per parameter
 """
 
@@ -29,5 +30,6 @@ def bytes_by_category(stage: "SessionStage") -> dict[str, int]:
         **optimizer,
         "gradients": grads,
         "activations": stage.runtime.activation_bytes(),
+        "checks": stage.audit.nbytes() if stage.audit else 0,
         "params": sum(p.numel() for p in params),
     }

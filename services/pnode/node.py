@@ -19,6 +19,8 @@ from computeall.protocol.pnode_api import (
     LoadCheckpoint,
     LoadPlan,
     PNodeReply,
+    Recompute,
+    SendCheckMaterial,
     RunStep,
     Reset,
     RunValidation,
@@ -26,18 +28,20 @@ from computeall.protocol.pnode_api import (
     Unload,
 )
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, MemorySample
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
-from computeall.tensorcore.wire import tensor_from_wire
+from computeall.protocol.faults import FaultSpec
+from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
-from . import checkpoints, sampling, throughput
+from . import checkpoints, checks, sampling, throughput
 from .batches import BatchFeed
+from .faults import Faults
 from .member import BusMember
 from .memory import bytes_by_category
 from .outbox import Link
-from .routing import TensorRoute
+from .routing import CheckPartRoute, TensorRoute
 from .stage import SessionStage, StepAborted
 
 log = logging.getLogger("computeall.pnode")
@@ -57,6 +61,7 @@ class PNode(BusMember):
         step_deadline_s: float = 600.0,
         heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         telemetry_s: float = 2.0,
+        fault: FaultSpec | None = None,
     ) -> None:
         super().__init__(credential, memory_bytes, str(device), subjects, heartbeat_s, telemetry_s)
         self.device = device
@@ -70,6 +75,8 @@ class PNode(BusMember):
         self.reassembler = Reassembler()
         self.rejected_frames = 0
         self.process = psutil.Process()
+        self.faults = Faults(fault, self.name) if fault else None  # a testing option: wrong results on purpose
+        self.check_executor = checks.check_executor(self.name)
 
     # -- what it measures of itself ---------------------------------------------
     async def started(self) -> None:
@@ -97,6 +104,10 @@ class PNode(BusMember):
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.wire.shutdown(wait=False, cancel_futures=True)
         self.sampling_executor.shutdown(wait=False, cancel_futures=True)
+        self.check_executor.shutdown(wait=False, cancel_futures=True)
+
+    def beat(self, left: bool = False) -> Heartbeat:
+        return super().beat(left).model_copy(update={"threads": torch.get_num_threads()})
 
     # -- control requests ---------------------------------------------------------
     async def dispatch(self, request) -> PNodeReply:
@@ -112,7 +123,7 @@ class PNode(BusMember):
 
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link()),
+                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link(), self.faults),
             )
             old = self.stages.get(request.session_id)
             if old is not None:
@@ -139,6 +150,10 @@ class PNode(BusMember):
             await checkpoints.load(self.js, stage, request)
             stage.rolled_back()
             return PNodeReply(ok=True, pnode=self.name, step=request.step)
+        if isinstance(request, SendCheckMaterial):
+            return await checks.send_material(stage, request, self._send_check_part)
+        if isinstance(request, Recompute):
+            return await checks.run_check(stage, request, self.step_deadline_s, self.check_executor)
         if isinstance(request, Unload):
             self.stages.pop(request.session_id).abort()
             return PNodeReply(ok=True, pnode=self.name)
@@ -153,18 +168,28 @@ class PNode(BusMember):
         for frame in frames:
             await self.nc.publish(subject, frame)
 
+    async def _send_check_part(self, pnode: str, tensor: torch.Tensor, route: CheckPartRoute) -> None:
+        """Check material, to the checker: framed on the wire thread, as the outbox frames a step's tensors."""
+        frames = await asyncio.get_running_loop().run_in_executor(
+            self.wire, tensor_frames, route.wire_key, tensor, self.nc.max_payload, route.wire_meta()
+        )
+        await self._publish_frames(pnode, frames)
+
     async def on_tensor(self, msg) -> None:
         try:
             received = await asyncio.get_running_loop().run_in_executor(self.wire, self._reassemble, msg.data)
             if received is None:
                 return
             stage, route, tensor = received
-            stage.receive(route, tensor)
+            if isinstance(route, CheckPartRoute):
+                stage.check_inbox.receive(route, tensor)
+            else:
+                stage.receive(route, tensor)
         except WireError as exc:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
 
-    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute, torch.Tensor] | None:
+    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute | CheckPartRoute, torch.Tensor] | None:
         """On the wire thread: one frame in; the decoded tensor, its stage and route once all its frames are."""
         received = self.reassembler.feed(frame)
         if received is None:
@@ -172,8 +197,11 @@ class PNode(BusMember):
         stage = self.stages.get(str(received.meta.get("session")))
         if stage is None:
             raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-        route = TensorRoute.from_wire(received.key, received.meta)
-        return stage, route, tensor_from_wire(received, self.device)
+        if received.meta.get("kind") != "check":
+            return stage, TensorRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
+        if stage.check_inbox is None:
+            raise WireError(f"check material {received.key!r} for a session not verified here")
+        return stage, CheckPartRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
 
     # -- telemetry --------------------------------------------------------------------
     def memory_sample(self) -> MemorySample:

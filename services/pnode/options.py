@@ -6,6 +6,15 @@ import argparse
 
 from computeall.protocol.bus import add_bus_arguments
 
+from computeall.protocol.faults import FaultSpec
+
+
+def fault_spec(text: str) -> FaultSpec:
+    try:
+        return FaultSpec.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 def add_options(p: argparse.ArgumentParser) -> None:
     add_bus_arguments(p)
@@ -17,6 +26,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--processes-on-machine", type=int, default=1, help="PNodes sharing this machine's cores")
     p.add_argument("--step-deadline", type=float, default=600.0, help="seconds a step may wait for its inputs")
     p.add_argument("--prefix", default=None, help="subject prefix (default ca)")
+    p.add_argument("--fault", type=fault_spec, default=None, metavar="corrupt:P",
+                   help="TESTING ONLY: perturb one value in a share P of this PNode's outputs and gradients "
+                        "(to see spot checks catch it; docs/verification.md)")
     p.add_argument("--data-dir", default=None, help="where to find cluster.json when --nats is not given")
     sim = p.add_argument_group("simulation (no torch: modelled compute, placeholder tensors; see docs/operations.md)")
     sim.add_argument("--simulate", action="store_true", help="run simulated PNodes that speak the real protocol")

@@ -96,3 +96,30 @@ class TensorRoute(BaseModel):
         if self.kind == "act":
             return ActivationKey(self.phase, self.step, self.micro, self.src)
         return GradientKey(self.phase, self.step, self.micro, self.src, self.consumer)
+
+
+class CheckPartRoute(BaseModel):
+    """A piece of a check's material, host to checker: `part` is `param.<name>`, `input.<slot>` or
+    `grad.<consumer>`, and `parts` how many the check has, so the checker knows when it has them all."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session: str
+    kind: Literal["check"] = "check"
+    check: str
+    part: str
+    parts: int
+
+    @classmethod
+    def from_wire(cls, key: str, meta: dict) -> CheckPartRoute:
+        try:
+            return cls.model_validate(meta)
+        except ValidationError as exc:
+            raise WireError(f"check material {key!r} has incomplete metadata {meta}: {exc.errors()[:2]}") from None
+
+    def wire_meta(self) -> dict:
+        return self.model_dump()
+
+    @property
+    def wire_key(self) -> str:
+        return f"{self.session}/check/{self.check}/{self.part}"

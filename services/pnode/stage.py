@@ -33,10 +33,14 @@ from computeall.network import Graph, NetworkSpec
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
+from computeall.tensorcore.recompute import Recomputer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 from computeall.tensorcore.wire_formats import Encoded, wire_format
 
+from .audit import StepAudit
 from .batches import BatchFeed
+from .checks import CheckInbox
+from .faults import Faults
 from .outbox import Link, Outbox
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 from .schedule import PassSchedule, WorkItem, default_in_flight, pass_schedule
@@ -77,6 +81,7 @@ class SessionStage:
         executor: Executor,
         feeds: Callable[[str, int], BatchFeed],
         link: Link,
+        faults: Faults | None = None,
     ):
         self.plan = plan
         self.pnode = pnode
@@ -102,6 +107,10 @@ class SessionStage:
                 self._local_readers[name] += 1
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
         self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
+        # spot checks: a ledger of each step and material kept for checks; the checks this PNode runs
+        self.audit = StepAudit(pnode, self.graph, self.runtime, self._wire, plan.verify, faults) if plan.verify or faults else None
+        self.runtime.observer = self.audit
+        self.check_inbox = CheckInbox(Recomputer(self.graph, plan.seed, device)) if plan.verify else None
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
@@ -109,11 +118,15 @@ class SessionStage:
         self.arrived.set()
         self.train_feed.forget()
         self.outbox.close()
+        if self.audit:
+            self.audit.drop()
 
     def rolled_back(self) -> None:
         """The state went back to a checkpoint: the batches prefetched for what were the next steps
         are not what comes next, and would otherwise stay held until those steps come round again."""
         self.train_feed.forget()
+        if self.audit:
+            self.audit.drop()
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
@@ -126,7 +139,10 @@ class SessionStage:
     async def run_step(self, request: RunStep, deadline_s: float) -> PNodeReply:
         self.loss_scale = request.loss_scale
         self.runtime.zero_grad()
-        return await self._run(self._pass("train", request.step, self.plan.micro_batches, self.train_feed), deadline_s)
+        if self.audit:
+            self.audit.begin(request.step)
+        reply = await self._run(self._pass("train", request.step, self.plan.micro_batches, self.train_feed), deadline_s)
+        return reply.model_copy(update={"ledger": self.audit.end()}) if self.audit else reply
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
         feed = self.feeds(self.plan.batches.validation_split, request.batches)
@@ -139,6 +155,9 @@ class SessionStage:
 
     async def apply(self, request: ApplyStep) -> PNodeReply:
         def work() -> None:
+            if self.audit:  # before the update: a check recomputes with the parameters the step used
+                self.audit.keep(request.keep)
+                self.audit.release(request.release)
             if not request.skip:
                 self.optimizer.step(request.lr, self.loss_scale)
             self.runtime.zero_grad()
@@ -285,6 +304,8 @@ class SessionStage:
             for consumer in self._consumers[vid]:
                 if consumer not in self.runtime.modules:
                     parts[consumer] = self.inbox.pop(GradientKey(p.phase, p.step, m, vid, consumer))
+            if self.audit:
+                self.audit.grads_received(m, vid, parts)
             grad_out = summed_in_order([parts[c] for c in self._consumers[vid]], self.runtime.dtypes[vid])
             if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)

@@ -16,7 +16,7 @@ import asyncio
 import pytest
 
 from computeall.cli.follow import start_session
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
 from computeall.protocol.sampling import SamplingConfig
 
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
@@ -41,6 +41,7 @@ def session_config() -> SessionConfig:
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
         lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
         sample_every=10, sample_prompts=[SAMPLE_PROMPT], sampling=SamplingConfig(max_new_tokens=16, temperature=0.8, seed=1),
+        verify=VerifyConfig(rate=0.2),
     )
 
 
@@ -166,10 +167,12 @@ async def run_user_path(page, url: str, key: str, sid: str) -> None:
         await page.wait_for_selector(f'[data-pnode="{name}"][data-state="live"]')
     hosted = await page.locator("[data-pnode] .hosted code").count()
     assert hosted >= 2, "the PNodes should list the VNodes they host"
-    for name in PNODES:  # what each measured of itself, and its time shares
+    for name in PNODES:  # what each measured of itself, its time shares; its results recomputed by the other agree
         card = page.locator(f'[data-pnode="{name}"]')
         assert "bit/s" in await card.locator('[data-field="throughput"]').inner_text()
         await card.locator('[data-share="wait"]').wait_for()
+        await card.locator('[data-field="checks-passed"]').wait_for()
+        assert await card.locator('[data-field="checks-failed"]').inner_text() == "0"
     await page.screenshot(path=str(ARTIFACTS / "pnodes.png"), full_page=True)
 
     # pause from the UI: the status follows the session's real state

@@ -11,7 +11,8 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from .cluster import running_cluster, stdlib_corpus
 from .reference import fetch_batches, reference_losses, run_session
 
-STEPS, BATCH, MICRO, PNODES = 8, 8, 2, 3
+# eight micro-batches: the allocator then balances compute, which cuts inside a block's heads
+STEPS, BATCH, MICRO, PNODES = 8, 8, 8, 3
 NETWORK = per_head_gpt(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads")
 
 

@@ -41,6 +41,15 @@ from .training import (
     ValidationCompleted,
     VNodePlacement,
 )
+from .verification import (
+    CheckOutcome,
+    ChecksCompleted,
+    PNodeQuarantined,
+    ResultsDiscarded,
+    VerificationFailed,
+    VerificationSeeded,
+    standing,
+)
 
 SessionEvent = union_of("session")
 PNodeEvent = union_of("pnode")
@@ -49,12 +58,13 @@ Event = union_of("session", "pnode", "dataset")
 EventEnvelope = Envelope[Event]
 
 __all__ = [
-    "Allocated", "CheckpointCommitted", "CheckpointObject", "CheckpointPruned", "CommandRejected",
+    "Allocated", "CheckOutcome", "ChecksCompleted", "CheckpointCommitted", "CheckpointObject", "CheckpointPruned", "CommandRejected",
     "DatasetCreated", "DatasetEvent", "DomainEvent", "EdgeTraffic", "Event", "EventEnvelope",
-    "InitializedFrom", "LossScaleChanged", "PNodeEvent", "PNodeJoined", "PNodeLeft", "PNodeLost", "PNodeSlow",
-    "PauseRequested", "Reallocated", "RolledBack", "Sample", "SamplesGenerated", "SessionClaimed", "SessionCompleted",
+    "InitializedFrom", "LossScaleChanged", "PNodeEvent", "PNodeJoined", "PNodeLeft", "PNodeLost", "PNodeQuarantined",
+    "PNodeSlow", "PauseRequested", "Reallocated", "ResultsDiscarded", "RolledBack", "Sample", "SamplesGenerated",
+    "SessionClaimed", "SessionCompleted",
     "SessionCreated", "SessionEvent", "SessionFailed", "SessionPaused", "SessionResumed",
     "SessionStarted", "SessionStopped", "SplitCreated", "StepAborted", "StepCompleted",
     "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "ValidationCompleted",
-    "ValidationRequested", "VNodePlacement", "recorded_as",
+    "ValidationRequested", "VerificationFailed", "VerificationSeeded", "VNodePlacement", "recorded_as", "standing",
 ]

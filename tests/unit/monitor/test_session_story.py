@@ -22,7 +22,9 @@ from computeall.protocol.events import (
     PNodeLost, PNodeSlow, Reallocated, RolledBack, SessionClaimed, SessionCompleted, SessionCreated, SessionEvent,
     SessionFailed, SessionPaused, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
     StepSkipped, StopRequested, ValidationCompleted, ValidationRequested, VNodePlacement,
+    CheckOutcome, ChecksCompleted, PNodeQuarantined, ResultsDiscarded, VerificationFailed, VerificationSeeded,
 )
+from computeall.protocol.verification import ItemDigests
 from computeall.protocol.session_state import SessionState
 
 CONFIG = SessionConfig(network_yaml="name: t\n", data=DataConfig(files=["a"]), steps=9)
@@ -47,7 +49,17 @@ STORIES = {
         PNodeSlow(pnode="p1", step=3, waited_s=2.0), PNodeLost(pnode="p1", step=3), StepAborted(step=3, reason="p1 lost"),
         Reallocated(placements=[PLACEMENT.model_copy(update={"pnode": "p2"})], edges=[], pnodes=["p2"],
                     bytes_across_per_step=0, reason="lost p1", moves={"embed": "p2"}),
-        RolledBack(to_step=2, from_step=3), step(2), step(3), checkpoint(4), checkpoint(6), CheckpointPruned(step=2),
+        RolledBack(to_step=2, from_step=3), step(2), step(3), VerificationSeeded(seed=7),
+        ChecksCompleted(step=3, checks=[CheckOutcome(micro=0, vnode="embed", pnode="p2", checker="p3", backward=True,
+                                                     outcome="failed")]),
+        VerificationFailed(step=3, micro=0, vnode="embed", pnode="p2", checker="p3", backward=True,
+                           claimed=ItemDigests(micro=0, vnode="embed", output="a"),
+                           recomputed=ItemDigests(micro=0, vnode="embed", output="b"), tiebreaker="p4",
+                           tiebreak=ItemDigests(micro=0, vnode="embed", output="b"), tiebreak_material_ok=True,
+                           quarantined=["p2"]),
+        PNodeQuarantined(pnode="p2", step=3, reason="recomputing embed gave other results"),
+        ResultsDiscarded(from_step=2, pnodes=["p2"], reason="p2 may have computed wrong results"),
+        RolledBack(to_step=2, from_step=4), step(2), step(3), checkpoint(4), checkpoint(6), CheckpointPruned(step=2),
         LossScaleChanged(step=4, old=65536.0, new=32768.0, reason="overflow"), StepSkipped(step=5, reason="overflow"),
         ValidationRequested(), ValidationCompleted(step=5, loss=2.5, perplexity=12.2, tokens=640),
         StopRequested(), SessionStopped(step=6),

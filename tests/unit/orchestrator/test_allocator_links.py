@@ -9,7 +9,7 @@ import pytest
 from computeall.network import Graph, load_network, load_network_file
 from computeall.orchestrator.allocator import PNodeCapacity, allocate
 from computeall.orchestrator.allocator import _units
-from computeall.orchestrator.step_time import StageCosts, step_time_s, traffic_grid
+from computeall.orchestrator.step_time import VNODE_OVERHEAD_S, StageCosts, stage_time, step_time_s, traffic_grid
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "networks"
 GiB = 1 << 30
@@ -57,8 +57,9 @@ def tiny() -> Graph:
 def test_a_slow_link_is_cut_where_the_activations_are_smallest() -> None:
     graph = Graph(load_network(NARROW))
     fast = allocate(graph, [pnode("p0"), pnode("p1")], batch_size=8, micro_batch_size=1)
-    slow = allocate(graph, [pnode("p0", mbit=20), pnode("p1", mbit=20)], batch_size=8, micro_batch_size=1)
-    # fast: balance wins, the cut is mid-chain; slow: the bytes win, the cut is after the bf16 norm
+    slow = allocate(graph, [pnode("p0", mbit=10), pnode("p1", mbit=10)], batch_size=8, micro_batch_size=1)
+    # fast: balance wins, the cut is mid-chain; slow (sending takes longer than computing, so the
+    # link is the bottleneck even though the two overlap): the bytes win, the cut is after the bf16 norm
     assert fast.stages[0].vnodes[-1] not in ("narrow", "a0.res2")
     assert slow.stages[0].vnodes[-1] == "narrow"
     assert slow.bytes_across_per_step < fast.bytes_across_per_step
@@ -73,7 +74,7 @@ def test_a_slow_pnode_gets_less_work(tiny) -> None:
 
 def test_a_pnode_behind_a_slow_link_gets_less_work(tiny) -> None:
     even = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2")], 8, 1))
-    slow = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2", mbit=50)], 8, 1))
+    slow = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2", mbit=20)], 8, 1))
     assert slow["p2"] < even["p2"]
     assert slow["p2"] < min(slow["p0"], slow["p1"])
 
@@ -98,9 +99,20 @@ def test_every_pnode_gets_work_even_when_one_would_be_faster(tiny) -> None:
 def test_the_estimate_is_the_documented_model(tiny) -> None:
     pnodes = [pnode("p0", rtt_ms=40), pnode("p1", mbit=100, rtt_ms=40)]
     alloc = allocate(tiny, pnodes, 8, 2)
-    busy = [s.busy_s for s in alloc.stages]
-    assert alloc.step_time_s == pytest.approx(step_time_s(busy, [0.04, 0.04], 4))
-    assert alloc.step_time_s == pytest.approx(3 * max(busy) + sum(busy) + 4 * 0.04)
+    units, bounds = _units(tiny), []
+    for stage in alloc.stages:  # each stage as a range of units
+        first = next(i for i, u in enumerate(units) if u[0] in stage.vnodes)
+        bounds.append((first, first + sum(1 for u in units if u[0] in stage.vnodes)))
+    costs = StageCosts(tiny, units, 8, 2, max_len=len(units))
+    times = [stage_time(costs, p, a, b, 4) for p, (a, b) in zip(pnodes, bounds)]
+    for t, (p, (a, b)) in zip(times, zip(pnodes, bounds)):
+        compute = costs.flops(a, b) / p.flops_per_s / 4 + costs.vnodes(a, b) * VNODE_OVERHEAD_S
+        link = costs.traffic(a, b) / p.bandwidth_bytes_per_s / 4
+        # the outbox sends while the next item computes: busy is the longer, one micro-batch takes both
+        assert (t.busy_s, t.through_s) == pytest.approx((max(compute, link), compute + link))
+    assert [s.busy_s for s in alloc.stages] == pytest.approx([t.busy_s for t in times])
+    assert alloc.step_time_s == pytest.approx(step_time_s(times, [0.04, 0.04], 4))
+    assert alloc.step_time_s == pytest.approx(3 * max(t.busy_s for t in times) + sum(t.through_s for t in times) + 4 * 0.04)
     # more micro-batches, more overlap: the estimate per micro-batch shrinks
     finer = allocate(tiny, pnodes, 8, 1)
     assert finer.step_time_s < alloc.step_time_s

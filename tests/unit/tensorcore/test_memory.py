@@ -15,7 +15,7 @@ from .helpers import batch, tiny_graph
 def _categories(precision):
     graph = tiny_graph(precision)
     runtime = VNodeRuntime(graph, graph.order, 0, torch.device("cpu"))
-    stage = SimpleNamespace(runtime=runtime, optimizer=VNodeOptimizer(runtime.parameters(), OptimizerConfig()))
+    stage = SimpleNamespace(runtime=runtime, optimizer=VNodeOptimizer(runtime.parameters(), OptimizerConfig()), audit=None)
     tokens = batch(graph)
     values = {"data.tokens": tokens[:, :-1], "data.targets": tokens[:, 1:]}
     for vid in runtime.order:  # a forward: activations held for backward

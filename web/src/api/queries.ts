@@ -7,7 +7,7 @@ const SESSION_SUMMARY = "id status step lastLoss tokensPerS lossScale pnodes cre
 const STEP_COLUMNS = STEP_FIELDS.join(" ");
 const PNODE_SUMMARY =
   "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes " +
-  "throughput { flopsPerS bandwidthBytesPerS rttS }";
+  "throughput { flopsPerS bandwidthBytesPerS rttS } quarantinedAt quarantineReason checks { passed failed abandoned }";
 // a read per PNode: asked for by the polled queries, not by the live subscription's snapshot every second
 const TIME_SHARE = "timeShare { steps stepS compute send wait sentBytesPerStep }";
 
@@ -29,9 +29,11 @@ export const SAMPLES = `query Samples($id: ID!) {
   session(id: $id) { samples(limit: 20) { step ts texts { prompt text tokens } } }
 }`;
 
-// StepCompleted is in the step charts already; hundreds of thousands of them would drown the timeline
+// StepCompleted is in the step charts already, and ChecksCompleted in the PNodes' check counts; hundreds of
+// thousands of them would drown the timeline (a failed check and a quarantine are events of their own)
+export const TIMELINE_HIDDEN = ["StepCompleted", "ChecksCompleted"];
 export const TIMELINE = `query Timeline($id: ID!) {
-  session(id: $id) { events(limit: 500, excludeTypes: ["StepCompleted"]) { seq id type ts actor payload } }
+  session(id: $id) { events(limit: 500, excludeTypes: ${JSON.stringify(TIMELINE_HIDDEN)}) { seq id type ts actor payload } }
 }`;
 
 export const STEPS_LIVE = `subscription StepsLive($id: ID!) { steps(sessionId: $id) { ${STEP_COLUMNS} } }`;

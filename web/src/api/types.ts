@@ -92,7 +92,14 @@ export interface TimeShare {
 }
 
 /** What the monitor says of a PNode (services/monitor/reads.py: live unless an event or a silent heartbeat says otherwise). */
-export type PNodeState = "live" | "lost" | "left";
+export type PNodeState = "live" | "lost" | "left" | "quarantined";
+
+/** How the spot checks of a PNode's results went (recomputed elsewhere: equal, different, not finished). */
+export interface CheckCounts {
+  passed: number;
+  failed: number;
+  abandoned: number;
+}
 
 /** Bytes a PNode holds by category, as the PNode measures them. */
 export type BytesByCategory = Record<string, number>;
@@ -110,6 +117,9 @@ export interface PNodeSummary {
   bytesByCategory: BytesByCategory | null;
   pendingRequests: number | null;
   hostedVNodes: string[];
+  quarantinedAt: number | null;
+  quarantineReason: string | null;
+  checks: CheckCounts;
   throughput: Throughput | null;
 }
 

@@ -11,6 +11,9 @@ describe("eventTone", () => {
     expect(eventTone("SessionPaused")).toBe("warn");
     expect(eventTone("Reallocated")).toBe("warn");
     expect(eventTone("ValidationCompleted")).toBe("good");
+    expect(eventTone("VerificationFailed")).toBe("bad");
+    expect(eventTone("PNodeQuarantined")).toBe("bad");
+    expect(eventTone("ResultsDiscarded")).toBe("warn");
   });
 
   it("gives a type nobody listed the tone of its verb, or none", () => {

@@ -4,8 +4,8 @@ export type Tone = "good" | "warn" | "bad" | "";
 // By the last word of the event's type (SessionFailed, PNodeLost, CheckpointCommitted, ...), so a
 // new event type needs no entry anywhere: it reads by its verb, or neutral when that is new too.
 const TONE_OF_LAST_WORD: Record<string, Tone> = {
-  Failed: "bad", Rejected: "bad", Lost: "bad", Aborted: "bad",
-  Paused: "warn", Reallocated: "warn", Skipped: "warn", Slow: "warn", Back: "warn",
+  Failed: "bad", Rejected: "bad", Lost: "bad", Aborted: "bad", Quarantined: "bad",
+  Paused: "warn", Reallocated: "warn", Skipped: "warn", Slow: "warn", Back: "warn", Discarded: "warn",
   Committed: "good", Completed: "good",
 };
 
