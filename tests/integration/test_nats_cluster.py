@@ -1,4 +1,5 @@
-"""A bus of three nats-servers (`computeall up --nats-cluster 3`): one of them killed -9 mid-session.
+"""A bus of three nats-servers (`computeall up --nats-cluster 3`): one of them killed -9 mid-session
+(between steps: a kill during a step can lose that step's core-NATS replies and frames, the known gap).
 
 The services and PNodes reconnect to the other two, JetStream keeps the event log and the
 checkpoints on the surviving majority, and the session ends with the losses and final parameters
@@ -8,6 +9,7 @@ restarts with its store and routes and catches up: all three replicas current ag
 from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.events import CheckpointCommitted, CheckpointPruned
+from computeall.protocol.commands import PauseSession, ResumeSession
 from computeall.protocol.object_store import checkpoint_bucket
 from computeall.protocol.session_reads import ReadObject
 from computeall.protocol.subjects import LOG_STREAM
@@ -15,7 +17,7 @@ from computeall.protocol.wire import digest
 
 from .cluster import running_cluster, wait_for_pnodes
 from .identities import connect_as
-from .sessions import config, final_digests, losses, run_to_end, wait_for
+from .sessions import command, config, final_digests, losses, run_to_end, wait_for
 from .waiting import wait_until_async
 
 STEPS = 16
@@ -47,8 +49,13 @@ async def test_kill_one_of_three_nats_servers_mid_session(tmp_path, monkeypatch)
         leader = (await observer.stream_info(LOG_STREAM)).cluster.leader
         candidates = [i for i, s in enumerate(bus.servers) if s.url.split("//")[1] != ours]
         victim = next((i for i in candidates if f"nats-{i}" == leader), candidates[0])
+        # Killed between steps (the session paused): a step's replies and tensor frames are core NATS
+        # messages, at most once, and one lost with its server stalls that step (the known gap, #16).
+        await command(client, sid, PauseSession())
+        await wait_for(client, sid, lambda s: s.status == "paused")
         monkeypatch.setattr(bus, "revive", lambda: [])  # the supervisor leaves it dead for a while
         bus.servers[victim].process.kill()
+        await command(client, sid, ResumeSession())
         await wait_for(client, sid, lambda s: s.next_step >= 10, timeout=240)  # steps on two servers
         monkeypatch.undo()
         await wait_for(client, sid, lambda s: s.status == "completed", timeout=240)
