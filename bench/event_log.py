@@ -1,5 +1,6 @@
 """The event log's speed: session appends against raw JetStream publishes, replay folding against raw reads,
-and the cost of a tiny-gpt checkpoint (seconds, bytes per parameter).
+and the cost of a tiny-gpt checkpoint (seconds, bytes per parameter); then appends and replay on a bus
+of three clustered nats-servers (streams at 3 replicas) as a ratio to one server.
 
     python bench/event_log.py [--quick] [--json PATH]
 """
@@ -15,13 +16,13 @@ from pathlib import Path
 
 import torch
 
-from computeall.cli.nats_server import EmbeddedNats
+from computeall.cli.nats_cluster import NatsCluster
 from computeall.protocol import bus
 from computeall.network import Graph, load_network_file
 from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.events import EventEnvelope, StepCompleted
-from computeall.protocol.object_store import open_bucket
+from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.session_state import SessionLog
 from computeall.protocol.subjects import Subjects
 from computeall.tensorcore.checkpoint import save_vnode
@@ -72,7 +73,7 @@ async def checkpoint(js) -> dict:
         p.grad = torch.zeros_like(p)
     optimizer.step(1e-3)  # so the Adam state exists, as in any real checkpoint
     params = sum(p.numel() for p in runtime.parameters().values())
-    store = await open_bucket(js, "bench-checkpoints")
+    store = await open_bucket(js, checkpoint_bucket(Subjects("ca")))  # the orchestrator's identity manages that one
     t0 = time.perf_counter()
     total = 0
     for vid in runtime.order:
@@ -84,17 +85,30 @@ async def checkpoint(js) -> dict:
             "bytes_per_parameter": total / params}
 
 
-async def main(args: argparse.Namespace) -> list[dict]:
-    n = 2000 if args.quick else 20000
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp)) as server:
-        nc = await bus.connect(server.credential("orchestrator"), name="bench-event-log")  # it appends session events
+async def on_bus(servers: int, n: int, with_checkpoint: bool) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp, NatsCluster(Path(tmp), servers) as cluster:
+        nc = await bus.connect(cluster.credential("orchestrator"), name="bench-event-log")  # it appends session events
         js = nc.jetstream()
         subjects = Subjects("ca")
-        await ensure_streams(js, subjects)
+        await ensure_streams(js, subjects, replicas=bus.replicas(nc))
         eventlog = EventLog(js, subjects)
-        rows = [await appends(js, eventlog, n), await replay(eventlog, n), await checkpoint(js)]
+        rows = [await appends(js, eventlog, n), await replay(eventlog, n)]
+        if with_checkpoint:
+            rows.append(await checkpoint(js))
         await nc.close()
     return rows
+
+
+def clustered(row: dict, single: dict, key: str) -> dict:
+    """A 3-server row with its rate as a ratio to the same measure on one server."""
+    return {**row, "name": f"{row['name']} (3 servers)", "servers": 3, "ratio_to_one_server": row[key] / single[key]}
+
+
+async def main(args: argparse.Namespace) -> list[dict]:
+    n = 2000 if args.quick else 20000
+    one = await on_bus(1, n, with_checkpoint=True)
+    three = await on_bus(3, n, with_checkpoint=False)
+    return one + [clustered(three[0], one[0], "session_path_per_s"), clustered(three[1], one[1], "folded_per_s")]
 
 
 if __name__ == "__main__":
@@ -103,12 +117,14 @@ if __name__ == "__main__":
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "event_log.json")
     args = parser.parse_args()
     rows = asyncio.run(main(args))
-    a, r, c = rows
+    a, r, c, a3, r3 = rows
     print(f"append   {a['events']} StepCompleted: session path {a['session_path_per_s']:.0f}/s, raw JetStream "
           f"{a['raw_jetstream_per_s']:.0f}/s, ratio {a['ratio']:.2f}")
     print(f"replay   {r['events']} events: folded {r['folded_per_s']:.0f}/s, raw read {r['raw_read_per_s']:.0f}/s, "
           f"ratio {r['ratio']:.2f}")
     print(f"checkpoint tiny-gpt: {c['parameters']} parameters, {c['bytes'] / 2**20:.1f} MiB in {c['seconds']:.2f}s, "
           f"{c['bytes_per_parameter']:.1f} bytes/parameter")
+    print(f"3 servers: append {a3['session_path_per_s']:.0f}/s ({a3['ratio_to_one_server']:.2f}x one server), "
+          f"replay {r3['folded_per_s']:.0f}/s ({r3['ratio_to_one_server']:.2f}x one server)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")

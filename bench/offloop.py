@@ -18,17 +18,10 @@ import statistics
 import time
 from pathlib import Path
 
+from computeall.cli.swarm import EXAMPLE, micro_gpt
 from computeall.network import NetworkError, load_network
 from computeall.orchestrator.network_jobs import NetworkJobs
 from computeall.protocol.limits import NETWORK_VNODES
-
-REPO = Path(__file__).resolve().parents[1]
-MICRO = (REPO / "examples" / "networks" / "micro-gpt.yaml").read_text()
-
-
-def micro_gpt(blocks: int) -> str:
-    return MICRO.replace("count: 2", f"count: {blocks}").replace("inputs: [b1.res2]", f"inputs: [b{blocks - 1}.res2]")
-
 
 OVER_THE_LIMITS = {
     "5,000 levels deep": "name: x\nvnodes: " + "[" * 5000 + "]" * 5000,
@@ -36,6 +29,8 @@ OVER_THE_LIMITS = {
     "alias bomb": "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for n, p in zip("bcdefg", "abcdef")),
 }
+REPO = Path(__file__).resolve().parents[1]
+MICRO = EXAMPLE.read_text()
 AT_THE_LIMIT = micro_gpt((NETWORK_VNODES - 3) // 6)
 
 

@@ -16,6 +16,7 @@ class ServiceStatus(BaseModel):
     kind: str  # nats, orchestrator, pnode, dataset, monitor
     pid: int | None
     state: str  # running, restarting, stopped, external
+    url: str | None = None  # a nats-server's client URL
 
 
 class ClusterInfo(BaseModel):

@@ -14,9 +14,8 @@ from computeall.protocol.faults import FaultSpec
 from computeall.protocol.session_reads import list_sessions
 
 from .client import Client, connect
-from .nats_server import EmbeddedNats
+from .nats_cluster import NatsCluster
 from .security.authority import Authority
-from .security.deployment import Security
 from .supervisor import Supervisor, default_services
 
 
@@ -24,15 +23,17 @@ from .supervisor import Supervisor, default_services
 async def running_cluster(
     directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
     pnode_memory: str | None = None, listen: str | None = None, faults: dict[str, FaultSpec] | None = None,
+    nats_servers: int = 1,
 ) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
     event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
     PNodes' worth of threads to divide the cores by (default `pnodes`); `pnode_memory` (e.g.
     "2GiB"): what each PNode offers (default: its share of the RAM). `listen` ("HOST:PORT") serves
     NATS there with TLS, as `up --listen` does, and every process connects over it. `faults`
-    (PNode name -> fault) makes those PNodes return wrong results: a testing option."""
-    server = EmbeddedNats(directory / "nats", security=Security(directory / "security"), listen=listen).start()
-    supervisor = Supervisor(directory, server.url, server.process.pid, server)
+    (PNode name -> fault) makes those PNodes return wrong results: a testing option. `nats_servers` 3:
+    a clustered bus (`NatsCluster`)."""
+    server = NatsCluster(directory, nats_servers, listen=listen).start()
+    supervisor = Supervisor(directory, server.url, server)
     services = default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine,
                                 pnode_memory=pnode_memory)
     faults = faults or {}

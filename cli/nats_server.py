@@ -71,10 +71,13 @@ class EmbeddedNats:
 
     def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None,
                  security: Security | None = None, listen: str | None = None,
-                 sections: tuple[ConfigSection, ...] = ()) -> None:
+                 sections: tuple[ConfigSection, ...] = (), urls: list[str] | None = None,
+                 authorization: bool = True) -> None:
         """`listen` ("HOST:PORT", HOST may be 0.0.0.0) opens the server beyond loopback, with TLS;
         without it the server listens on 127.0.0.1 only, in plain text. `sections` add blocks to its
-        generated config (a cluster's routes, leaf nodes: `security.server_config.ConfigSection`)."""
+        generated config (a cluster's routes, leaf nodes: `security.server_config.ConfigSection`).
+        `urls`: where the credentials it issues connect (a cluster's every server; default its own).
+        `authorization` False: anyone may connect (only for a store's copy, nobody else reaching it)."""
         self.store_dir = Path(store_dir)
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats.log"
         self.security = security or Security(self.store_dir / "security")
@@ -85,15 +88,25 @@ class EmbeddedNats:
             self.host, self.port = host or "0.0.0.0", int(listen_port) if listen_port else (port or 4222)
             self.tls = DeploymentTls(self.security.directory / "tls")
         self.sections = sections
+        self.urls = urls
+        self.authorization = authorization
         self.process: subprocess.Popen | None = None
 
     def credential(self, role: Role, name: str | None = None) -> Credential:
         """A local identity's credential for this server (created on first use; a running server
         learns of a new one before this returns)."""
         trust = self.tls.trust() if self.tls else None
-        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), [self.url], trust)
+        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), self.urls or [self.url], trust)
         self.apply_members()
         return credential
+
+    def credential_files(self, role: Role, names: list[str]) -> list[Path]:
+        """Many local identities' credential files at once: the running server reloads once, not per name."""
+        trust = self.tls.trust() if self.tls else None
+        for name in names:
+            self.security.issue(role, name, self.urls or [self.url], trust)
+        self.apply_members()
+        return [self.security.credential_path(role, name) for name in names]
 
     def credential_file(self, role: Role, name: str | None = None) -> Path:
         """The file of that credential, for `--credential` of a process this server's owner starts."""
@@ -128,7 +141,8 @@ class EmbeddedNats:
 
     def config(self) -> str:
         settings = ServerSettings(host=self.host, port=self.port, store_dir=str(self.store_dir / "jetstream"),
-                                  tls=self.tls.ensure() if self.tls else None, sections=self.sections)
+                                  tls=self.tls.ensure() if self.tls else None, sections=self.sections,
+                                  authorization=self.authorization)
         return server_config(settings, member_users(self.security.members.read().active(), self.security.subjects))
 
     def command(self) -> list[str]:

@@ -17,11 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from computeall.protocol.credentials import Credential, Role
 
 from .cluster_file import ClusterInfo, ServiceStatus, write
+
+if TYPE_CHECKING:
+    from .nats_cluster import NatsCluster
 
 log = logging.getLogger("computeall.supervisor")
 
@@ -60,6 +63,7 @@ class ServiceSpec:
     name: str
     kind: str  # orchestrator, dataset, pnode, monitor
     args: list[str] = field(default_factory=list)
+    own_credential: bool = True  # False: `args` name the credentials (simulated PNodes, one per identity)
 
     def argv(self, nats_url: str, data_dir: Path) -> list[str]:
         return [sys.executable, "-m", f"computeall.{self.kind}", "--nats", nats_url,
@@ -71,7 +75,7 @@ class ServiceSpec:
             args[args.index(flag) + 1] = value
         else:
             args += [flag, value]
-        return ServiceSpec(self.name, self.kind, args)
+        return ServiceSpec(self.name, self.kind, args, self.own_credential)
 
 
 def default_services(
@@ -113,11 +117,11 @@ class _Running:
 
 
 class Supervisor:
-    def __init__(self, data_dir: Path, nats_url: str, nats_pid: int | None = None, credentials: "Credentials | None" = None) -> None:
+    def __init__(self, data_dir: Path, nats_url: str, bus: "NatsCluster | None" = None) -> None:
         self.data_dir = data_dir
-        self.nats_url = nats_url
-        self.nats_pid = nats_pid
-        self.credentials = credentials  # issues each service its own credential; None: connect anonymously
+        self.nats_url = nats_url  # every server's URL, comma-separated
+        self.bus = bus  # the nats-servers this machine runs; None: someone else's
+        self.credentials: Credentials | None = bus  # issues each service its own credential; None: connect anonymously
         self.logs = data_dir / "logs"
         self.services: dict[str, _Running] = {}
         self.monitor_url: str | None = None
@@ -138,7 +142,8 @@ class Supervisor:
         logfile = open(self.logs / f"{spec.name}.log", "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         running.process = subprocess.Popen(
-            spec.argv(self.nats_url, self.data_dir) + self.credential_args(spec.kind, spec.name), stdout=logfile, stderr=subprocess.STDOUT,
+            spec.argv(self.nats_url, self.data_dir) + (self.credential_args(spec.kind, spec.name) if spec.own_credential else []),
+            stdout=logfile, stderr=subprocess.STDOUT,
             env=env, start_new_session=True,
         )
         running.state = "running"
@@ -171,6 +176,9 @@ class Supervisor:
         """Restart services that die (with a growing back-off) until `stop` is called."""
         while not self._stopping:
             changed = False
+            for url in self.bus.revive() if self.bus else []:
+                log.warning("nats-server %s died; started it again (it rejoins the cluster)", url)
+                changed = True
             for running in self.services.values():
                 process = running.process
                 if process is not None and process.poll() is not None and not self._stopping:
@@ -224,7 +232,7 @@ class Supervisor:
         self.write_cluster_file()
 
     def statuses(self) -> list[ServiceStatus]:
-        out = [ServiceStatus(name="nats", kind="nats", pid=self.nats_pid, state="running" if self.nats_pid else "external")]
+        out = self.bus.statuses() if self.bus else [ServiceStatus(name="nats", kind="nats", pid=None, state="external", url=self.nats_url)]
         for running in self.services.values():
             pid = running.process.pid if running.process else None
             out.append(ServiceStatus(name=running.spec.name, kind=running.spec.kind, pid=pid, state=running.state))

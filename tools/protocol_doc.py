@@ -12,7 +12,6 @@ writes the same bytes.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import re
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from generated_file import write_or_check
 from model_doc import Page, link, members, model_section
 
 from computeall.protocol import (
@@ -282,17 +282,7 @@ def render(template: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report whether docs/protocol.md is up to date")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(REPO)} is stale: run `{REGENERATE}`", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    return write_or_check(__doc__.splitlines()[0], OUTPUT, render, REGENERATE, argv)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ The prose lives in tools/security_doc_template.md; `{{roles}}` there becomes one
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+from generated_file import write_or_check
 
 from computeall.cli.security.roles import ROLES, Permissions, permissions
 from computeall.protocol.subjects import Subjects
@@ -66,17 +67,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report whether docs/security.md is up to date")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(REPO)} is stale: run `{REGENERATE}`", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    return write_or_check(__doc__.splitlines()[0], OUTPUT, render, REGENERATE, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from computeall.pnode.__main__ import run as run_pnode  # torch is imported only here
+    from computeall.pnode.__main__ import run as run_pnode  # torch is imported only here (not with --simulate)
 
     if not (args.join or args.credential):  # a PNode of this machine's cluster, found by its cluster.json
         args.nats = resolve_nats_url(args.nats, args.data_dir)

@@ -19,9 +19,10 @@ from ..cluster_file import data_dir, read
 from ..embedded import wait_for_event_log
 from ..errors import UserError
 from ..follow import follow_session, start_session
-from ..nats_server import EmbeddedNats, env_url, url_reachable
+from ..nats_cluster import NatsCluster
+from ..nats_server import env_url, url_reachable
 from ..security.authority import Authority
-from ..security.deployment import LOCAL_USER, Security
+from ..security.deployment import LOCAL_USER
 from ..supervisor import Supervisor, default_services, pid_alive
 from .run import add_training_args, session_config
 
@@ -38,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help=f"let other machines join: NATS listens on every address, port {PUBLIC_PORT}, with TLS")
     reach.add_argument("--listen", metavar="HOST:PORT", default=None,
                        help="let other machines join through this address (TLS); default: 127.0.0.1 only")
+    p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
+                   help="run N nats-servers clustered over routes, the event log and buckets at min(N, 3) replicas "
+                        "(3: any one server may die); a data dir started with 1 moves to 3 (docs/operations.md)")
     p.add_argument("--monitor-port", type=int, default=0, help="dashboard/GraphQL port (default: a free one)")
     p.add_argument("--train", metavar="NETWORK", default=None, help="also create a session for this network YAML")
     p.add_argument("--data-root", action="append", default=[], metavar="DIR",
@@ -62,11 +66,14 @@ async def up(args: argparse.Namespace) -> int:
         raise UserError(f"NATS at {url} is not reachable; leave out --nats/NATS_URL to start one here")
     if url:  # someone else's server: its own configuration says who may connect
         supervisor = Supervisor(directory, url)
-        local_user = Credential(role="user", name=LOCAL_USER, servers=[url])
+        local_user = Credential(role="user", name=LOCAL_USER).at(url)
     else:
-        nats_server = EmbeddedNats(directory / "nats", security=Security(directory / "security"), listen=args.listen).start()
+        try:
+            nats_server = NatsCluster(directory, args.nats_cluster, listen=args.listen).start()
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         url = nats_server.url
-        supervisor = Supervisor(directory, url, nats_server.process.pid, nats_server)
+        supervisor = Supervisor(directory, url, nats_server)
         supervisor.public_urls = nats_server.public_urls()
         local_user = nats_server.credential("user")
     supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root))
@@ -85,7 +92,7 @@ async def up(args: argparse.Namespace) -> int:
             key = nats_server.security.local_api_key() if nats_server else None
             await _wait_for_monitor(supervisor, stop)
             print(f"computeall is up ({args.pnodes} PNodes); Ctrl-C stops it")
-            print(f"  NATS       {url}")
+            print(f"  NATS       {url}" + (f" ({args.nats_cluster} servers, clustered)" if nats_server and args.nats_cluster > 1 else ""))
             if supervisor.public_urls:
                 print(f"  joinable   {', '.join(supervisor.public_urls)}   (`computeall invite pnode` makes a token)")
             print(f"  dashboard  {supervisor.monitor_url or '(the monitor did not start; see logs)'}")

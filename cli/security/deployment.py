@@ -1,6 +1,7 @@
 """One deployment's security material in its data dir (`<data dir>/security/`).
 
     members.json              the identities the server accepts (public keys only)
+    route.secret              what the deployment's nats-servers present on their routes (mode 0600)
     credentials/<role>/<name>.json   local identities' credentials (mode 0600): services, the
                               PNodes `up` starts, the local user, the operator
     local-api-key             the local user's API key (mode 0600): the dashboard login, and the
@@ -13,6 +14,7 @@ it afterwards (a restarted service keeps its identity; a revoked one stays revok
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from computeall.protocol.credentials import (
@@ -38,6 +40,16 @@ class Security:
         self.directory = directory
         self.subjects = subjects or Subjects()  # the deployment's subject prefix: what permissions name
         self.members = MemberStore(directory / "members.json")
+
+    def route_secret(self) -> str:
+        """The password the deployment's nats-servers present to each other on their routes."""
+        path = self.directory / "route.secret"
+        if not path.exists():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32))
+        return path.read_text().strip()
 
     def credential_path(self, role: Role, name: str) -> Path:
         return self.directory / "credentials" / role / f"{name}.json"

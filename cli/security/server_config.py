@@ -36,7 +36,48 @@ class ConfigSection(Protocol):
 
     key: str
 
-    def block(self, settings: "ServerSettings") -> dict[str, Any]: ...
+    def block(self, settings: "ServerSettings") -> dict[str, Any] | str: ...
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One plain top-level value (`server_name`, `http`)."""
+
+    key: str
+    value: str
+
+    def block(self, settings: "ServerSettings") -> str:
+        return self.value
+
+
+ROUTE_USER = "route"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """One server's place in a cluster of nats-servers: its route listener and the others' routes.
+    Routes authenticate with the deployment's route secret: no one joins the cluster without it."""
+
+    name: str  # the cluster's
+    server_name: str  # this server's, unique in the cluster (JetStream's RAFT peers go by it)
+    host: str
+    port: int
+    routes: tuple[str, ...]  # nats-route://HOST:PORT of the other servers
+    secret: str
+    health_port: int  # nats-server's monitoring endpoint on `host`: /healthz says when JetStream is ready
+
+    key = "cluster"
+
+    def route_urls(self) -> list[str]:
+        return [url.replace("nats-route://", f"nats-route://{ROUTE_USER}:{self.secret}@", 1) for url in self.routes]
+
+    def block(self, settings: "ServerSettings") -> dict[str, Any]:
+        return {"name": self.name, "host": self.host, "port": self.port, "routes": self.route_urls(),
+                "authorization": {"user": ROUTE_USER, "password": self.secret, "timeout": 5}}
+
+    def sections(self) -> tuple[ConfigSection, ...]:
+        """The blocks a clustered server adds: its name, its health endpoint, its routes."""
+        return (Setting("server_name", self.server_name), Setting("http", f"{self.host}:{self.health_port}"), self)
 
 
 @dataclass(frozen=True)

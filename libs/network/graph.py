@@ -9,7 +9,7 @@ from functools import cached_property
 
 from computeall.protocol.wire import INT8_BLOCK
 
-from .ops import DATA_INPUTS, OPS, OpParams, OpSpec
+from .ops import DATA_INPUTS, OPS, OpParams, OpSpec, Site
 from .schema import NetworkSpec, VNodeSpec, Wire
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -100,6 +100,14 @@ class Graph:
         element = BYTES_PER_ELEMENT[self.vnodes[edge.src].precision]
         element = min(element, WIRE_BYTES_PER_ELEMENT.get(self.wire(edge.src), element))  # a wire never widens
         return round(2 * tokens * edge.features * element)
+
+    def site(self, vid: str) -> Site:
+        """Where `vid` sits, as the op's cost models see it (the sequence length, its output width)."""
+        return Site(context=self.spec.context, features=self.out_features[vid] or 1)
+
+    def flops_per_token(self, vid: str) -> float:
+        """Forward+backward FLOPs per token of `vid`, from its op's model in the registry."""
+        return self.op(vid).flops_per_token(self.params(vid), self.site(vid))
 
     def param_count(self, vid: str) -> int:
         return self.op(vid).param_count(self.params(vid))

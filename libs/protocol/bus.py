@@ -66,6 +66,13 @@ async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
     raise BusConnectError(_why(credential, failure))
 
 
+def replicas(nc: NATS) -> int:
+    """How many copies the streams and buckets a service sets up keep: one per server the bus has,
+    up to 3 (JetStream's RAFT needs a majority: 3 survive one server's loss). The servers are the
+    connection's: its credential's URLs and those the server announced (its cluster's)."""
+    return max(1, min(3, len(nc.servers)))
+
+
 async def _log_error(exc: Exception) -> None:
     """nats-py's default logs every error with a traceback; a refused permission or a dropped
     connection is one line (the caller hears about a failed connect from `connect` itself)."""

@@ -125,7 +125,9 @@ class Credential(BaseModel):
         """The same identity, connecting to other servers (`--nats URL` overrides the file's)."""
         if not servers:
             return self
-        return self.model_copy(update={"servers": [servers] if isinstance(servers, str) else list(servers)})
+        if isinstance(servers, str):  # one URL, or a cluster's URLs comma-separated (as cluster.json holds them)
+            servers = [url.strip() for url in servers.split(",") if url.strip()]
+        return self.model_copy(update={"servers": list(servers)})
 
     def nats_options(self) -> dict[str, Any]:
         """Keyword arguments for `nats.connect` (the one place they are spelled)."""

@@ -18,6 +18,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, AckPolicy, DiscardPolicy,
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from .commands import CommandEnvelope
+from .bus_failover import through_failover
 from .events import EventEnvelope
 from .limits import COMMAND_BYTES
 from .subjects import LOG_STREAM, TEL_STREAM, Subjects
@@ -38,14 +39,17 @@ class Recorded:
     data: bytes
 
 
-async def ensure_streams(js: JetStreamContext, subjects: Subjects, tel_max_age_s: float = 3600.0) -> None:
-    """Create CA_LOG (kept forever, dedup window) and CA_TEL (bounded) if missing."""
+async def ensure_streams(js: JetStreamContext, subjects: Subjects, tel_max_age_s: float = 3600.0,
+                         replicas: int = 1) -> None:
+    """Create CA_LOG (kept forever, dedup window) and CA_TEL (bounded) if missing, at `replicas` copies
+    (`bus.replicas`); an existing stream takes the config, so a bus grown to 3 servers gets 3 copies."""
     log = StreamConfig(
         name=LOG_STREAM,
         subjects=subjects.log_subjects(),
         storage=StorageType.FILE,
         duplicate_window=120.0,
         max_msg_size=1 << 20,
+        num_replicas=replicas,
     )
     tel = StreamConfig(
         name=TEL_STREAM,
@@ -54,12 +58,16 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, tel_max_age_s
         max_age=tel_max_age_s,
         max_bytes=256 << 20,
         discard=DiscardPolicy.OLD,
+        num_replicas=replicas,
     )
     for config in (log, tel):
-        try:
-            await js.add_stream(config)
-        except BadRequestError:
-            await js.update_stream(config)
+        async def create_or_update(config: StreamConfig = config) -> None:
+            try:
+                await js.add_stream(config)
+            except BadRequestError:
+                await js.update_stream(config)
+
+        await through_failover(create_or_update, f"setting up {config.name}")
 
 
 class EventLog:
@@ -75,10 +83,9 @@ class EventLog:
         if expected_seq is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_seq)
             headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.subjects.session_evt_all(sid)
+        subject, data = self.subjects.session_evt(sid, event.type), event.model_dump_json().encode()
         try:
-            ack = await self.js.publish(
-                self.subjects.session_evt(sid, event.type), event.model_dump_json().encode(), headers=headers
-            )
+            ack = await through_failover(lambda: self.js.publish(subject, data, headers=headers), f"appending {event.type}")
         except APIError as exc:
             if exc.err_code == 10071:  # wrong last sequence
                 raise ConcurrencyError(f"session {sid} was extended by another writer") from None
@@ -87,7 +94,9 @@ class EventLog:
 
     async def append_event(self, subject: str, event: EventEnvelope) -> int:
         """Append an event that needs no concurrency check (PNode and dataset events)."""
-        ack = await self.js.publish(subject, event.model_dump_json().encode(), headers={"Nats-Msg-Id": event.id})
+        data = event.model_dump_json().encode()
+        ack = await through_failover(lambda: self.js.publish(subject, data, headers={"Nats-Msg-Id": event.id}),
+                                     f"appending {event.type}")
         return ack.seq
 
     async def publish_command(self, command: CommandEnvelope) -> int:
@@ -102,14 +111,17 @@ class EventLog:
                 f"the {command.type} command is {len(data):,} bytes; a command may have at most {COMMAND_BYTES:,} "
                 "(see the limits in docs/protocol.md)"
             )
-        ack = await self.js.publish(
-            self.subjects.session_cmd(sid, command.actor), data, headers={"Nats-Msg-Id": command.id}
-        )
+        ack = await through_failover(
+            lambda: self.js.publish(self.subjects.session_cmd(sid, command.actor), data, headers={"Nats-Msg-Id": command.id}),
+            f"recording {command.type}")
         return ack.seq
 
     async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512,
                    stream: str = LOG_STREAM, limit: int | None = None) -> list[Recorded]:
         """Every message on `filter_subject` from `start_seq` up to now (at most `limit`), in log order (or `stream`'s)."""
+        return await through_failover(lambda: self._read(filter_subject, start_seq, batch, stream, limit), f"reading {stream}")
+
+    async def _read(self, filter_subject: str, start_seq: int, batch: int, stream: str, limit: int | None) -> list[Recorded]:
         config = ConsumerConfig(
             filter_subject=filter_subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,

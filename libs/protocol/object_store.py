@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BucketNotFoundError
 from nats.js.object_store import ObjectStore
 from pydantic import BaseModel
@@ -34,13 +37,18 @@ def uploads_bucket(subjects: Subjects) -> str:
     return f"{subjects.prefix}-uploads"
 
 
-async def open_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
-    """The bucket, created on first use (file storage: checkpoints survive a restart). Only the
-    service that owns a bucket creates it; the others use `existing_bucket`."""
+async def open_bucket(js: JetStreamContext, bucket: str, replicas: int = 1) -> ObjectStore:
+    """The bucket, created on first use (file storage: checkpoints survive a restart) at `replicas`
+    copies (`bus.replicas`), or raised to `replicas` when it has fewer (a bus grown from 1 server to
+    3). Only the service that owns a bucket creates it; the others use `existing_bucket`."""
     try:
-        return await js.object_store(bucket)
+        store = await js.object_store(bucket)
     except BucketNotFoundError:
-        return await js.create_object_store(bucket)
+        return await js.create_object_store(bucket, ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas))
+    info = await js.stream_info(f"OBJ_{bucket}")
+    if info.config.num_replicas < replicas:
+        await js.update_stream(dataclasses.replace(info.config, num_replicas=replicas))
+    return store
 
 
 async def existing_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:

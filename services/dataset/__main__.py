@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
-from computeall.protocol.bus import BusConnectError, add_bus_arguments, connect, credential_from_args
+from computeall.protocol.bus import BusConnectError, add_bus_arguments, connect, credential_from_args, replicas
 from computeall.protocol.credentials import CredentialError
 from computeall.protocol.data_files import stdlib_root
 from computeall.protocol.eventlog import ensure_streams
@@ -50,11 +50,11 @@ async def serve(args: argparse.Namespace) -> None:
     credential = credential_from_args(args, "dataset", "dataset")
     nc = await connect(credential, name="computeall-dataset", max_reconnect_attempts=-1)
     js = nc.jetstream()
-    await ensure_streams(js, subjects)
+    await ensure_streams(js, subjects, replicas=replicas(nc))
     store = DatasetStore(args.data_dir, js, args.bucket or dataset_bucket(subjects), min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
-    await store.open()
+    await store.open(replicas(nc))
     uploads = UploadCache(args.data_dir / "uploads", js, uploads_bucket(subjects))
-    await uploads.open()
+    await uploads.open(replicas(nc))
     roots = DataRoots([stdlib_root(), *args.data_root])
     service = DatasetService(nc, subjects, store, roots, uploads)
     await service.start()

@@ -18,8 +18,10 @@ import uuid
 from pathlib import Path
 
 from nats.js import JetStreamContext
-from nats.js.api import ObjectMeta, ObjectMetaOptions, ObjectStoreConfig, StorageType
+from nats.js.api import ObjectMeta, ObjectMetaOptions
 from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+from computeall.protocol.object_store import open_bucket
 
 from .errors import DatasetUserError
 from .manifest import MANIFEST_FILE, Manifest
@@ -41,8 +43,8 @@ class DatasetStore:
         for stale in self.root.glob(f"{_STAGING_PREFIX}*"):  # left by a crash mid-build
             shutil.rmtree(stale, ignore_errors=True)
 
-    async def open(self) -> None:
-        self._objects = await self.js.create_object_store(self.bucket, ObjectStoreConfig(bucket=self.bucket, storage=StorageType.FILE))
+    async def open(self, replicas: int = 1) -> None:
+        self._objects = await open_bucket(self.js, self.bucket, replicas)
 
     # -- local ---------------------------------------------------------------
     def path(self, name: str) -> Path:

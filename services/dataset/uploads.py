@@ -15,9 +15,8 @@ import uuid
 from pathlib import Path
 
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType
-from nats.js.errors import BadRequestError
 
+from computeall.protocol.object_store import open_bucket
 from computeall.protocol.uploads import UploadError, UploadedFile, fetch
 
 from .errors import DatasetUserError
@@ -38,12 +37,9 @@ class UploadCache:
         for stale in self.root.glob(f"{_STAGING_PREFIX}*"):  # left by a crash mid-fetch
             stale.unlink(missing_ok=True)
 
-    async def open(self) -> None:
+    async def open(self, replicas: int = 1) -> None:
         """Create the bucket clients upload to (clients only put objects in it)."""
-        try:
-            self._store = await self.js.create_object_store(self.bucket, ObjectStoreConfig(bucket=self.bucket, storage=StorageType.FILE))
-        except BadRequestError:  # it exists with settings someone changed on purpose: use it as it is
-            self._store = await self.js.object_store(self.bucket)
+        self._store = await open_bucket(self.js, self.bucket, replicas)
 
     async def local(self, file: UploadedFile) -> Path:
         """The uploaded file in the uploads folder, fetched and checked first when it is not there yet."""

@@ -22,7 +22,7 @@ from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects, pnode_of
-from computeall.protocol.telemetry import Heartbeat
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat
 
 from . import store
 from .db import Database
@@ -64,6 +64,7 @@ class Ingestor:
         self._hb_sub = await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_heartbeat)
         for stream in (LOG_STREAM, TEL_STREAM):
             self._tasks.append(asyncio.create_task(self._consume(stream), name=f"ingest-{stream}"))
+        self._tasks.append(asyncio.create_task(self._flush_heartbeats(), name="ingest-heartbeats"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -93,6 +94,21 @@ class Ingestor:
             log.debug("ignoring a heartbeat on %s", msg.subject)
             return
         self._heartbeats[hb.pnode] = hb
+
+    async def _flush_heartbeats(self) -> None:
+        """Heartbeats ride along with the event log's commits; when the log is quiet (no session
+        running) they are written on their own every interval, or every PNode would read as lost."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            if not self._heartbeats:
+                continue
+            heartbeats, self._heartbeats = list(self._heartbeats.values()), {}
+            try:
+                await self.db.write(self._apply, [], heartbeats)
+            except Exception:
+                log.exception("writing %d heartbeats failed", len(heartbeats))
+                continue
+            self.pubsub.publish("pnodes", {"type": "Heartbeat"})
 
     async def _consume(self, stream: str) -> None:
         while True:

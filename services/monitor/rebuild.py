@@ -49,7 +49,7 @@ async def rebuild_offline(credential: Credential, data_dir: Path, prefix: str | 
     try:
         js = nc.jetstream()
         subjects = Subjects(prefix)
-        await ensure_streams(js, subjects)
+        await ensure_streams(js, subjects, replicas=bus.replicas(nc))
         db = Database(data_dir / "monitor.duckdb")
         ingestor = Ingestor(db, nc, js, subjects, PubSub())
         try:

@@ -56,9 +56,10 @@ async def resolve_topology(_: Any, info: GraphQLResolveInfo, session_id: str, re
 
 
 @query.field("pnodes")
-async def resolve_pnodes(_: Any, info: GraphQLResolveInfo) -> list[dict]:
+async def resolve_pnodes(_: Any, info: GraphQLResolveInfo, ids: list[str] | None = None) -> list[dict]:
     c = ctx(info)
-    return await c.services.db.read(reads.pnodes, c.services.heartbeat_timeout_s)
+    pnodes = await c.services.db.read(reads.pnodes, c.services.heartbeat_timeout_s)
+    return pnodes if ids is None else [p for p in pnodes if p["id"] in set(ids)]
 
 
 @query.field("monitor")

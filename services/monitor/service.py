@@ -60,7 +60,7 @@ class Monitor:
         db = Database(s.db_path)
         try:
             js = nc.jetstream()
-            await ensure_streams(js, self.subjects)
+            await ensure_streams(js, self.subjects, replicas=bus.replicas(nc))
             auth = Auth(db)
             await auth.load()
             auth.on_change = lambda: self._sync_users(nc, auth)

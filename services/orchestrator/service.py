@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from computeall.network import NetworkError
 from computeall.protocol import bus
+from computeall.protocol.bus_failover import TRANSIENT
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
@@ -83,8 +84,8 @@ class Orchestrator:
     async def run(self) -> None:
         self.nc = await bus.connect(self.credential, name=f"orchestrator-{self.id}", max_reconnect_attempts=-1)
         self.js = self.nc.jetstream()
-        await ensure_streams(self.js, self.subjects)
-        await open_bucket(self.js, checkpoint_bucket(self.subjects))  # the PNodes write into it
+        await ensure_streams(self.js, self.subjects, replicas=bus.replicas(self.nc))
+        await open_bucket(self.js, checkpoint_bucket(self.subjects), bus.replicas(self.nc))  # the PNodes write into it
         self.eventlog = EventLog(self.js, self.subjects)
         self.membership = MembershipRecorder(self.eventlog, actor=f"orchestrator:{self.id}")
         self.reads = SessionReads(self.nc, self.eventlog, self.subjects)
@@ -116,6 +117,10 @@ class Orchestrator:
             try:
                 msgs = await commands.fetch(10, timeout=1.0)
             except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except TRANSIENT as exc:  # the bus is failing over: its consumer's leader is being elected
+                log.info("commands unavailable (%s); the bus may be failing over", type(exc).__name__)
+                await asyncio.sleep(0.5)
                 continue
             for msg in msgs:
                 await lanes.submit(msg.subject, lambda msg=msg: self._handle_and_ack(msg))

@@ -27,7 +27,6 @@ import numpy as np
 
 from computeall.network import Graph
 from computeall.network.graph import BYTES_PER_ELEMENT
-from computeall.network.ops import Site
 
 ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
 MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
@@ -54,19 +53,15 @@ class PNodeCapacity:
     rtt_s: float = NOMINAL_RTT_S
 
 
-def _site(graph: Graph, vid: str) -> Site:
-    return Site(context=graph.spec.context, features=graph.out_features[vid] or 1)
-
-
 def vnode_flops_per_token(graph: Graph, vid: str) -> float:
     """Forward+backward FLOPs per token, from the op's model in the registry."""
-    return graph.op(vid).flops_per_token(graph.params(vid), _site(graph, vid))
+    return graph.flops_per_token(vid)
 
 
 def activation_elements(graph: Graph, vid: str) -> int:
     """Elements per token a VNode keeps for its backward: the op's model in the registry, or, when
     it recomputes, only its inputs (a token id counts as one element), if that is less."""
-    kept = graph.op(vid).activation_elements(graph.params(vid), _site(graph, vid))
+    kept = graph.op(vid).activation_elements(graph.params(vid), graph.site(vid))
     if graph.vnodes[vid].recompute:
         inputs = sum(graph.out_features[name] or 1 for name in graph.vnodes[vid].inputs)
         kept = min(kept, inputs)

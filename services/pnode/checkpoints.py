@@ -7,8 +7,6 @@ first replica's when the checkpoint has none for it (the replica count grew)."""
 from __future__ import annotations
 
 from nats.js import JetStreamContext
-from nats.js.errors import ObjectNotFoundError
-from nats.js.object_store import ObjectStore
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
@@ -19,12 +17,8 @@ from computeall.protocol.wire import digest
 from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, save_vnode
 from computeall.tensorcore.head_state_mapping import StateMappingError, source_vnodes, vnode_state
 
+from .checkpoint_objects import fetch, object_name
 from .stage import SessionStage
-
-
-def object_name(session_id: str, step: int, vnode: str, replica: int = 0) -> str:
-    folder = f"{session_id}/{step:08d}" if replica == 0 else f"{session_id}/{step:08d}/replica-{replica}"
-    return f"{folder}/{vnode}.safetensors"
 
 
 def _replica(stage: SessionStage) -> int:
@@ -40,17 +34,6 @@ async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoin
         await store.put(name, data)
         objects.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data), replica=replica))
     return objects
-
-
-async def fetch(store: ObjectStore, bucket: str, entry: CheckpointObject) -> bytes:
-    """One object's bytes; `CheckpointError` when it is missing or its digest does not match the log."""
-    try:
-        data = (await store.get(entry.object)).data
-    except ObjectNotFoundError:
-        raise CheckpointError(f"checkpoint object {entry.object} is missing from {bucket}") from None
-    if digest(data) != entry.digest:
-        raise CheckpointError(f"checkpoint object {entry.object} is corrupted (digest mismatch)")
-    return data
 
 
 async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoint) -> None:

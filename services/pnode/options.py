@@ -30,3 +30,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="TESTING ONLY: perturb one value in a share P of this PNode's outputs and gradients "
                         "(to see spot checks catch it; docs/verification.md)")
     p.add_argument("--data-dir", default=None, help="where to find cluster.json when --nats is not given")
+    sim = p.add_argument_group("simulation (no torch: modelled compute, placeholder tensors; see docs/operations.md)")
+    sim.add_argument("--simulate", action="store_true", help="run simulated PNodes that speak the real protocol")
+    sim.add_argument("--credentials", nargs="+", default=None, metavar="FILE",
+                     help="with --simulate: one simulated PNode per credential file, each its own identity and connection")
+    sim.add_argument("--flops", type=float, default=1e12, help="with --simulate: the FLOP/s each simulated PNode models")
+    sim.add_argument("--full-tensors", action="store_true",
+                     help="with --simulate: send tensors' real byte counts (zeros) instead of small placeholders")

@@ -19,7 +19,7 @@ from computeall.tensorcore.generation import Generator
 from computeall.tensorcore.trained_model import TrainedModel
 
 from .background import background_executor
-from .checkpoints import fetch
+from .checkpoint_objects import fetch
 
 
 def sampling_executor(name: str) -> ThreadPoolExecutor:

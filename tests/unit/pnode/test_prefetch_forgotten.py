@@ -63,7 +63,7 @@ async def test_a_prefetch_past_the_rollback_point_is_dropped(monkeypatch, reques
     pnode = PNode(Credential(role="pnode", name="p"), 1 << 30, torch.device("cpu"), Subjects("ca"))
     pnode.nc = pnode.js = None
     try:
-        assert (await pnode._dispatch(plan())).ok
+        assert (await pnode.dispatch(plan())).ok
         feed = pnode.stages[SESSION].train_feed
         batch = await feed.get(3, 0)  # step 3 trains, and step 4 is prefetched
         assert batch.shape == (2, 17)
@@ -71,7 +71,7 @@ async def test_a_prefetch_past_the_rollback_point_is_dropped(monkeypatch, reques
         (prefetch,) = dataset.tasks[4]
         assert not prefetch.done()
 
-        assert (await pnode._dispatch(ROLLBACKS[request_type])).ok
+        assert (await pnode.dispatch(ROLLBACKS[request_type])).ok
         await asyncio.sleep(0)
         assert prefetch.cancelled()  # dropped, not left holding a batch for a step that is not next
 

@@ -37,7 +37,7 @@ class Bus:
 
     async def publish(self, subject: str, data: bytes) -> None:
         name = subject.split(".")[-2]
-        await self.pnodes[name]._on_tensor(SimpleNamespace(data=data))
+        await self.pnodes[name].on_tensor(SimpleNamespace(data=data))
 
 
 @pytest.fixture
@@ -66,16 +66,16 @@ async def run_step_and_check(host: PNode, checker: PNode, items: list[tuple[int,
     """Step 0 on the host (hosting everything), then a check of each item on the checker."""
     p = verified_plan(wire=wire)
     for node in (host, checker):
-        assert (await node._dispatch(p)).ok
-    reply = await host._dispatch(RunStep(session_id=SESSION, step=0))
+        assert (await node.dispatch(p)).ok
+    reply = await host.dispatch(RunStep(session_id=SESSION, step=0))
     ledger = {(e.micro, e.vnode): e for e in reply.ledger}
     checks = [CheckItem(step=0, micro=m, vnode=v, pnode=host.name, checker=checker.name, backward=b) for m, v, b in items]
     keep = [KeepMaterial(check_id=c.check_id, micro=c.micro, vnode=c.vnode, backward=c.backward) for c in checks]
-    assert (await host._dispatch(ApplyStep(session_id=SESSION, step=0, lr=1e-2, keep=keep))).ok
+    assert (await host.dispatch(ApplyStep(session_id=SESSION, step=0, lr=1e-2, keep=keep))).ok
     reports = []
     for c in checks:
-        assert (await host._dispatch(SendCheckMaterial(session_id=SESSION, check_id=c.check_id, to=checker.name))).ok
-        reports.append((await checker._dispatch(Recompute(session_id=SESSION, item=c))).check)
+        assert (await host.dispatch(SendCheckMaterial(session_id=SESSION, check_id=c.check_id, to=checker.name))).ok
+        reports.append((await checker.dispatch(Recompute(session_id=SESSION, item=c))).check)
     return ledger, reports
 
 
@@ -97,7 +97,7 @@ async def test_a_checker_recomputes_exactly_what_the_host_committed_to(pnodes, w
         if backward and vid != "head":
             assert report.grads == {c: ledger[(m, c)].input_grads[vid] for c in graph.consumers(vid)}
     assert host.stages[SESSION].audit.nbytes() > 0, "material is kept until released"
-    await host._dispatch(ApplyStep(session_id=SESSION, step=1, lr=0.0, skip=True, release=[f"0/{m}/{v}" for m, v, _ in ITEMS]))
+    await host.dispatch(ApplyStep(session_id=SESSION, step=1, lr=0.0, skip=True, release=[f"0/{m}/{v}" for m, v, _ in ITEMS]))
     assert host.stages[SESSION].audit.nbytes() == 0
 
 
@@ -118,11 +118,11 @@ async def test_a_faulty_checker_disagrees_with_an_honest_host(pnodes):
 
 async def test_recording_a_ledger_changes_no_bit_of_the_step(pnodes):
     plain, verified = pnodes("a"), pnodes("b")
-    assert (await plain._dispatch(plan().model_copy(update={"micro_batches": 2}))).ok
-    assert (await verified._dispatch(verified_plan())).ok
+    assert (await plain.dispatch(plan().model_copy(update={"micro_batches": 2}))).ok
+    assert (await verified.dispatch(verified_plan())).ok
     for node in (plain, verified):
-        reply = await node._dispatch(RunStep(session_id=SESSION, step=0))
-        await node._dispatch(ApplyStep(session_id=SESSION, step=0, lr=1e-2))
+        reply = await node.dispatch(RunStep(session_id=SESSION, step=0))
+        await node.dispatch(ApplyStep(session_id=SESSION, step=0, lr=1e-2))
         node.loss = reply.loss_sum
     assert plain.loss == verified.loss
     a, b = plain.stages[SESSION].runtime.parameters(), verified.stages[SESSION].runtime.parameters()
@@ -132,10 +132,10 @@ async def test_recording_a_ledger_changes_no_bit_of_the_step(pnodes):
 async def test_a_check_without_material_says_so(pnodes):
     host, checker = pnodes("p"), pnodes("q")
     for node in (host, checker):
-        await node._dispatch(verified_plan())
+        await node.dispatch(verified_plan())
     with pytest.raises(ValueError, match="no material is kept for check 0/0/embed"):
-        await host._dispatch(SendCheckMaterial(session_id=SESSION, check_id="0/0/embed", to="q"))
+        await host.dispatch(SendCheckMaterial(session_id=SESSION, check_id="0/0/embed", to="q"))
     item = CheckItem(step=0, micro=0, vnode="embed", pnode="p", checker="q", backward=False)
     checker.step_deadline_s = 0.2
     with pytest.raises(ValueError, match="did not arrive within"):
-        await checker._dispatch(Recompute(session_id=SESSION, item=item))
+        await checker.dispatch(Recompute(session_id=SESSION, item=item))

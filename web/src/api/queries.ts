@@ -56,8 +56,8 @@ export const TOPOLOGY = `query Topology($id: ID!, $replica: Int) {
   }
 }`;
 
-export const PNODES = `query PNodes($since: Float) {
-  pnodes { ${PNODE_SUMMARY} ${TIME_SHARE} memory(since: $since) { ts rssBytes gpuAllocatedBytes gpuReservedBytes pendingRequests }
+export const PNODES = `query PNodes($since: Float, $ids: [ID!]) {
+  pnodes(ids: $ids) { ${PNODE_SUMMARY} ${TIME_SHARE} memory(since: $since) { ts rssBytes gpuAllocatedBytes gpuReservedBytes pendingRequests }
     requests(limit: 8) { sessionId request step state ts durationS } }
 }`;
 

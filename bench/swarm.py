@@ -1,0 +1,244 @@
+"""The orchestrator with many PNodes: simulated PNodes (`computeall pnode --simulate`) on a real cluster.
+
+For each size N (32, 64, 128, 256 PNodes; --quick: 32 and 64), with a network of about N VNodes:
+
+  - allocate: the orchestrator's own off-loop allocation (`NetworkJobs.allocate`, a forked child)
+    of the network over N PNodes, and the longest the event loop waited meanwhile; anchor: the
+    same allocation inline. The budget is 2 s.
+  - heartbeats: the orchestrator's CPU time over a window with N PNodes heartbeating and no
+    session, as a share of one core; anchor: the same window before any PNode joined. Budget 5%.
+  - kill: a session trains; the swarm process (8 PNodes) hosting the most VNodes is killed -9 (with
+    --churn-minutes M: one every 30 s for M minutes);
+    the seconds from the kill to the first step recorded after the rollback (the heartbeat
+    timeout, reallocation, plans, checkpoint restore, the step).
+  - monitor lag: messages of CA_LOG and CA_TEL not yet committed by the monitor, sampled every
+    second while the session runs; its trend (least squares, messages per minute) is `growing` when
+    it adds more than the median lag (and over 100) every minute.
+
+    python bench/swarm.py [--quick] [--json PATH] [--sizes 32,64] [--churn-minutes 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from offloop import longest_stall
+
+from computeall.cli.default_corpus import stdlib_files
+from computeall.cli.embedded import running_cluster
+from computeall.cli.follow import start_session
+from computeall.cli.session_view import session_events
+from computeall.cli.swarm import micro_gpt, swarm_names, swarm_services
+from computeall.network import Graph, load_network
+from computeall.orchestrator.allocator import PNodeCapacity, allocate
+from computeall.orchestrator.errors import SessionError
+from computeall.orchestrator.network_jobs import NetworkJobs
+from computeall.protocol import bus
+from computeall.protocol.commands import CommandEnvelope, StopSession
+from computeall.protocol.config import DataConfig, SessionConfig
+from computeall.protocol.events import RolledBack, StepCompleted
+from computeall.protocol.session_state import fold
+from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
+
+REPO = Path(__file__).resolve().parents[1]
+MEMORY = 1 << 30
+PER_PROCESS = 8
+HEARTBEAT_WINDOW_S = 10.0
+ALLOCATION_CAP_S = 60.0
+CHURN_EVERY_S = 30.0
+
+
+def network(pnodes: int) -> str:
+    return micro_gpt(max(2, (pnodes - 3) // 6))
+
+
+async def allocation(pnodes: int) -> dict:
+    """None for allocate_s when it overran ALLOCATION_CAP_S (the session part is then skipped: the
+    orchestrator would spend as long on each placement)."""
+    graph = Graph(load_network(network(pnodes)))
+    capacities = [PNodeCapacity(f"p{i}", MEMORY) for i in range(pnodes)]
+    jobs = NetworkJobs(allocate_timeout_s=ALLOCATION_CAP_S)
+    await jobs.offloop.warm()
+    seconds = []
+
+    async def off_loop():
+        t0 = time.perf_counter()
+        try:
+            await jobs.allocate(graph, capacities, 8, 4)
+            seconds.append(time.perf_counter() - t0)
+        except SessionError:
+            seconds.append(None)
+
+    stall = await longest_stall(off_loop)
+    row = {"vnodes": len(graph.vnodes), "allocate_s": seconds[0], "loop_stall_s": stall, "within_2s": False}
+    if seconds[0] is None:
+        return {**row, "note": f"allocation overran {ALLOCATION_CAP_S:.0f} s"}
+    t0 = time.perf_counter()
+    allocate(graph, capacities, 8, 4)
+    inline = time.perf_counter() - t0
+    return {**row, "inline_s": inline, "ratio_to_inline": seconds[0] / inline, "within_2s": seconds[0] <= 2.0}
+
+
+def cpu_share(pid: int, window_s: float) -> float:
+    process = psutil.Process(pid)
+    before = sum(process.cpu_times()[:2])
+    time.sleep(window_s)
+    return (sum(process.cpu_times()[:2]) - before) / window_s
+
+
+async def monitor_lag(js) -> int:
+    """Messages of the two streams the monitor has not committed yet."""
+    behind = 0
+    for stream in (LOG_STREAM, TEL_STREAM):
+        last = (await js.stream_info(stream)).state.last_seq
+        floor = (await js.consumer_info(stream, f"monitor_{stream}")).ack_floor.stream_seq
+        behind += max(0, last - floor)
+    return behind
+
+
+async def wait_until(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while not (value := await condition()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:.0f}s")
+        await asyncio.sleep(0.2)
+    return value
+
+
+async def one_size(pnodes: int, workdir: Path, churn_s: float = 0.0) -> dict:
+    """One size's row; with `churn_s`, a swarm process hosting VNodes is killed every CHURN_EVERY_S
+    for that long (instead of once), each kill's detection and recovery timed."""
+    row = {"pnodes": pnodes, **await allocation(pnodes)}
+    async with running_cluster(workdir, pnodes=0, with_monitor=True) as (client, supervisor):
+        orchestrator = supervisor.services["orchestrator"].process.pid
+        row["orchestrator_idle_share"] = await asyncio.to_thread(cpu_share, orchestrator, HEARTBEAT_WINDOW_S)
+        processes = max(1, pnodes // PER_PROCESS)
+        supervisor.start(swarm_services(supervisor.credentials, pnodes, processes, memory="1GiB"))
+        t0 = time.monotonic()
+        # listens as the monitor does: heartbeats, and the monitor consumers' positions
+        watcher = await bus.connect(supervisor.credentials.credential("monitor", "bench-swarm"), name="bench-swarm")
+        seen: set[str] = set()
+
+        async def on_beat(msg) -> None:
+            seen.add(msg.subject.rsplit(".", 1)[-1])
+
+        await watcher.subscribe(Subjects().heartbeat_all(), cb=on_beat)
+        await wait_until(lambda: _true(len(seen) >= pnodes), 300, f"{pnodes} simulated PNodes joining")
+        row["join_s"] = time.monotonic() - t0
+        await asyncio.sleep(2 * 5.0)  # PNodeJoined recorded, the monitor caught up: then the quiet window
+        share = await asyncio.to_thread(cpu_share, orchestrator, HEARTBEAT_WINDOW_S)
+        row["orchestrator_heartbeat_share"] = share
+        row["heartbeat_share_above_idle"] = share - row["orchestrator_idle_share"]
+        if row["allocate_s"] is None:
+            await watcher.close()
+            return row  # no session: each placement would overrun as the allocation did
+
+        cfg = SessionConfig(network_yaml=network(pnodes), data=DataConfig(files=stdlib_files(300_000)), steps=10_000, seed=1,
+                            micro_batches=4, checkpoint_every=5, keep_checkpoints=3, min_pnodes=pnodes,
+                            rebalance="on-failure")
+        sid, _ = await start_session(client, cfg)
+        js = watcher.jetstream()
+        lags: list[int] = []
+
+        async def sample_lag():
+            while True:
+                lags.append(await monitor_lag(js))
+                await asyncio.sleep(1.0)
+
+        sampler = asyncio.create_task(sample_lag())
+        try:
+            await wait_until(lambda: _steps_done(client, sid, 6), 900, "6 steps")
+            recoveries: list[float] = []
+            started = time.monotonic()
+            while True:
+                kill_at = time.monotonic()
+                recoveries.append(await _kill_and_recover(client, supervisor, sid, pnodes, processes, len(recoveries)))
+                if time.monotonic() - started + CHURN_EVERY_S > churn_s:
+                    break
+                await asyncio.sleep(max(0.0, kill_at + CHURN_EVERY_S - time.monotonic()))
+            row["kill_to_step_s"] = statistics.median(recoveries)
+            row["kills"] = {"count": len(recoveries), "recovered": len(recoveries), "max_s": max(recoveries)}
+            row["killed_pnodes"] = PER_PROCESS
+            await asyncio.sleep(5.0)
+        finally:
+            sampler.cancel()
+            await client.publish_command(CommandEnvelope(actor=client.user, session_id=sid, payload=StopSession()))
+            await watcher.close()
+        slope = statistics.linear_regression(range(len(lags)), lags).slope if len(lags) > 2 else 0.0  # per sample (1 s)
+        row["monitor_lag_messages"] = {"median": statistics.median(lags), "max": max(lags), "per_minute": 60 * slope,
+                                       "growing": 60 * slope > max(100.0, statistics.median(lags))}
+    return row
+
+
+async def _kill_and_recover(client, supervisor, sid: str, pnodes: int, processes: int, done: int) -> float:
+    """Kill -9 the swarm process whose PNodes host the most VNodes; seconds to the first step after its rollback."""
+    hosting = await _hosting(client, sid)
+    victim = max(range(processes), key=lambda i: len(hosting & set(swarm_names(pnodes)[i::processes])))
+    killed = time.time()
+    supervisor.services[f"swarm-{victim}"].process.kill()
+    first = await wait_until(lambda: _first_step_after_rollback(client, sid, done), 900, f"a step after kill {done + 1}")
+    return first - killed
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _steps_done(client, sid: str, n: int) -> bool:
+    return sum(isinstance(e.payload, StepCompleted) for _, e in await session_events(client, sid)) >= n
+
+
+async def _hosting(client, sid: str) -> set[str]:
+    return set(fold(sid, await session_events(client, sid)).allocation.values())
+
+
+async def _first_step_after_rollback(client, sid: str, earlier: int) -> float | None:
+    """When the first step after the session's rollback number `earlier` + 1 was recorded."""
+    events = [e for _, e in await session_events(client, sid)]
+    rolled = [e.ts for e in events if isinstance(e.payload, RolledBack)]
+    if len(rolled) <= earlier:
+        return None
+    after = [e.ts for e in events if isinstance(e.payload, StepCompleted) and e.ts > rolled[earlier]]
+    return after[0] if after else None
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sizes", default=None, help="comma-separated PNode counts")
+    parser.add_argument("--churn-minutes", type=float, default=0.0,
+                        help="kill a PNode-hosting swarm process every 30 s for this long (each size)")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "swarm.json")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([32, 64] if args.quick else [32, 64, 128, 256])
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"swarm-{n}-") as tmp:
+            row = await one_size(n, Path(tmp), churn_s=60.0 * args.churn_minutes)
+        rows.append(row)
+        if row["allocate_s"] is None:
+            print(f"{n:>4} PNodes, {row['vnodes']} VNodes: {row['note']} (loop stall {row['loop_stall_s'] * 1e3:.0f} ms), "
+                  f"heartbeats {row['orchestrator_heartbeat_share']:.1%} of a core (idle {row['orchestrator_idle_share']:.1%}); "
+                  "no session", flush=True)
+            continue
+        print(f"{n:>4} PNodes, {row['vnodes']} VNodes: allocate {row['allocate_s']:.2f} s off the loop "
+              f"(loop stall {row['loop_stall_s'] * 1e3:.0f} ms; inline {row['inline_s']:.2f} s), "
+              f"heartbeats {row['orchestrator_heartbeat_share']:.1%} of a core (idle {row['orchestrator_idle_share']:.1%}), "
+              f"kill -> step {row['kill_to_step_s']:.1f} s ({row['killed_pnodes']} PNodes; {row['kills']['recovered']} of "
+              f"{row['kills']['count']} kills recovered, slowest {row['kills']['max_s']:.1f} s), "
+              f"monitor lag median {row['monitor_lag_messages']['median']} msgs"
+              f"{' GROWING' if row['monitor_lag_messages']['growing'] else ''}", flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows, "quick": args.quick}, indent=2))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

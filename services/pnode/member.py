@@ -1,0 +1,219 @@
+"""What every PNode does on the bus, whatever it computes with: membership, heartbeats, leaving,
+control requests and their status telemetry. No torch here: the real PNode (`node.PNode`) and the
+simulated one (`simulated.SimulatedPNode`) both build on it.
+
+A member subscribes to its control and tensor subjects, says what it measured of itself
+(`started`, before its first heartbeat), heartbeats every `heartbeat_s` (the orchestrator records
+PNodeJoined/PNodeLeft from them), publishes a `MemorySample` every `telemetry_s` and a `StepTiming`
+per applied step, and answers each control request with a `PNodeReply`. What a request does and
+what a tensor frame means is the subclass's: `dispatch`, `on_tensor`, `memory_sample`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from pydantic import TypeAdapter, ValidationError
+
+from computeall.protocol import bus
+from computeall.protocol.credentials import Credential
+from computeall.protocol.pnode_api import ApplyStep, PNodeReply, PNodeRequest, RunStep
+from computeall.protocol.subjects import Subjects
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
+from computeall.protocol.throughput import Throughput
+
+from .step_timing import StepClock
+
+log = logging.getLogger("computeall.pnode")
+
+REQUESTS = TypeAdapter(PNodeRequest)
+
+
+class BusMember:
+    # what a failed request raises: answered with ok=False and the reason, never a crash
+    failures: tuple[type[BaseException], ...] = (KeyError, ValueError, RuntimeError, nats.errors.Error)
+
+    def __init__(self, credential: Credential, memory_bytes: int, device: str, subjects: Subjects,
+                 heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0) -> None:
+        self.credential = credential
+        self.name = credential.name  # the identity the server knows it by: its subjects carry it
+        self.memory_bytes = memory_bytes
+        self.device_name = device
+        self.subjects = subjects
+        self.heartbeat_s = heartbeat_s
+        self.telemetry_s = telemetry_s
+        self.stages: dict = {}  # session id -> this member's stage of it
+        self.pending = 0
+        self.leaving = False
+        self.incarnation = uuid.uuid4().hex
+        self.leave_grace_s = 60.0
+        self._orchestrator_seen = 0.0  # monotonic time of the last orchestrator heartbeat
+        self.throughput: Throughput | None = None  # what it measured (or models) of its compute and link
+        self.clock = StepClock(self.name)
+        self._stop = asyncio.Event()
+        self.refused: str | None = None  # why the bus stopped accepting this PNode (revoked, expired)
+        self.nc: NATS
+
+    # -- what a kind of PNode decides ------------------------------------------------
+    async def dispatch(self, request) -> PNodeReply:
+        raise NotImplementedError
+
+    async def on_tensor(self, msg) -> None:
+        raise NotImplementedError
+
+    async def memory_sample(self) -> MemorySample:
+        raise NotImplementedError
+
+    async def started(self) -> None:
+        """Connected and subscribed, before the first heartbeat: measure `throughput` here."""
+
+    def background(self) -> list:
+        """Coroutines to run while the member is up, beside its heartbeats and telemetry."""
+        return []
+
+    def closed(self) -> None:
+        """The connection is gone: release what the member holds (threads, ...)."""
+
+    # -- lifetime -----------------------------------------------------------------------
+    async def run(self) -> None:
+        self.nc = await bus.connect(self.credential, name=f"pnode-{self.name}", max_reconnect_attempts=-1,
+                                    error_cb=self._on_bus_error)
+        self.js = self.nc.jetstream()
+        await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
+        await self.nc.subscribe(self.subjects.pnode_tensor(self.name), cb=self.on_tensor, pending_bytes_limit=1 << 30)
+        await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
+        await self.started()
+        # no event of its own: the orchestrator records PNodeJoined/PNodeLeft from the heartbeats
+        log.info("pnode %s ready on %s (%s, %.1f GiB; %s)", self.name, ", ".join(self.credential.servers),
+                 self.device_name, self.memory_bytes / 2**30, self.throughput)
+        tasks = [asyncio.create_task(c) for c in (self._heartbeat(), self._telemetry(), *self.background())]
+        await self._stop.wait()
+        for t in tasks:
+            t.cancel()
+        try:
+            if self.refused:  # nothing to say goodbye on; closing ends nats-py's reconnect attempts
+                await asyncio.wait_for(self.nc.close(), 5)  # bounded: seen to hang flushing a dead TLS link
+            else:
+                await self.nc.publish(self.subjects.heartbeat(self.name), self.beat(left=True).model_dump_json().encode())
+                await self.nc.drain()
+        except (nats.errors.Error, TimeoutError):
+            pass  # the server went away first
+        self.closed()
+
+    async def _on_bus_error(self, exc: Exception) -> None:
+        if "authorization violation" in str(exc).lower():  # revoked or expired: no reconnect will help
+            if self.refused is None:
+                self.refused = "the server no longer accepts this PNode's credential (revoked or expired); exiting"
+                log.error("%s", self.refused)
+            # nats-py's reconnect loop can swallow a cancellation (and so never end): with a bound on
+            # the tries it runs out of servers and closes the connection by itself
+            self.nc.options.update(allow_reconnect=False, max_reconnect_attempts=1)
+            self._stop.set()
+        else:
+            log.warning("nats: %s", exc)
+
+    def stop(self) -> None:
+        """SIGTERM: leave gracefully. Heartbeats say `leaving`; the orchestrator moves this PNode's
+        VNodes away at the next step boundary and unloads them; then the process exits."""
+        if self.leaving:
+            self._stop.set()  # a second signal: exit now
+            return
+        self.leaving = True
+        asyncio.ensure_future(self._leave())
+
+    async def _leave(self) -> None:
+        deadline = time.monotonic() + self.leave_grace_s
+        while self.stages and time.monotonic() < deadline:
+            if time.monotonic() - self._orchestrator_seen > 3.0:
+                break  # no orchestrator to hand the VNodes to (the whole system is stopping)
+            await asyncio.sleep(0.2)
+        if self.stages:
+            log.warning("leaving with %d session(s) still hosted", len(self.stages))
+        self._stop.set()
+
+    async def _on_orchestrator_heartbeat(self, msg) -> None:
+        self._orchestrator_seen = time.monotonic()
+
+    def beat(self, left: bool = False) -> Heartbeat:
+        return Heartbeat(
+            pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=self.device_name,
+            memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving or left,
+            incarnation=self.incarnation, left=left, throughput=self.throughput,
+        )
+
+    # -- control requests ---------------------------------------------------------
+    async def _on_ctl(self, msg) -> None:
+        # handled in a task: a long step must not hold up the next message on this subscription
+        asyncio.ensure_future(self._handle_ctl(msg))
+
+    async def _handle_ctl(self, msg) -> None:
+        try:
+            request = REQUESTS.validate_json(msg.data)
+        except ValidationError as exc:
+            log.warning("rejected a malformed control request: %s", exc.errors()[:3])
+            await self._reply(msg, PNodeReply(ok=False, pnode=self.name, error=f"malformed request: {exc.errors()[:3]}"))
+            return
+        started = time.time()
+        self.pending += 1
+        step = getattr(request, "step", None)
+        await self._status(request, "running", step, started)
+        try:
+            reply = await self._timed(request)
+        except self.failures as exc:
+            log.warning("%s failed: %s", request.type, exc)
+            reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.pending -= 1
+        await self._status(request, "done" if reply.ok else "failed", step, started)
+        await self._reply(msg, reply)
+
+    async def _timed(self, request) -> PNodeReply:
+        """`dispatch`, with the step's timing published once its ApplyStep is done (`StepTiming`)."""
+        if isinstance(request, RunStep):
+            self.clock.run_started(request.session_id, request.step)
+            reply = await self.dispatch(request)
+            self.clock.run_done(request.session_id, reply)
+            return reply
+        if isinstance(request, ApplyStep):
+            t0 = time.monotonic()
+            reply = await self.dispatch(request)
+            if timing := self.clock.applied(request.session_id, request.step, t0, time.monotonic() - t0):
+                await self.nc.publish(self.subjects.tel(self.name, "step"), timing.model_dump_json().encode())
+            return reply
+        return await self.dispatch(request)
+
+    async def _reply(self, msg, reply: PNodeReply) -> None:
+        if msg.reply:
+            await self.nc.publish(msg.reply, reply.model_dump_json().encode())
+
+    # -- liveness and telemetry ----------------------------------------------------
+    async def _heartbeat(self) -> None:
+        while True:
+            try:
+                await self.nc.publish(self.subjects.heartbeat(self.name), self.beat().model_dump_json().encode())
+            except Exception as exc:  # a broken connection must not end the heartbeat loop
+                log.warning("heartbeat failed: %s", exc)
+            await asyncio.sleep(self.heartbeat_s)
+
+    async def _telemetry(self) -> None:
+        while True:
+            try:
+                sample = await self.memory_sample()
+                await self.nc.publish(self.subjects.tel(self.name, "memory"), sample.model_dump_json().encode())
+            except Exception as exc:
+                log.warning("telemetry failed: %s", exc)
+            await asyncio.sleep(self.telemetry_s)
+
+    async def _status(self, request, state: str, step: int | None, started: float) -> None:
+        status = RequestStatus(
+            pnode=self.name, session_id=request.session_id, request=request.type, step=step, state=state,
+            ts=time.time(), duration_s=None if state == "running" else time.time() - started,
+        )
+        await self.nc.publish(self.subjects.tel(self.name, "request"), status.model_dump_json().encode())

@@ -1,0 +1,42 @@
+"""A deployment started with one nats-server moves to three: `up --nats-cluster 3` on the same data
+dir copies every stream (events with their sequence numbers, checkpoint objects, durable consumers'
+positions) into the cluster at 3 replicas."""
+
+import pytest
+
+from computeall.cli.bus_migration import MIGRATOR, single_server_store
+from computeall.cli.nats_cluster import NatsCluster
+from computeall.protocol import bus
+from computeall.protocol.eventlog import ensure_streams
+from computeall.protocol.object_store import open_bucket
+from computeall.protocol.subjects import LOG_STREAM, Subjects
+
+
+async def test_a_single_server_deployment_moves_to_three(tmp_path):
+    subjects = Subjects()
+    with NatsCluster(tmp_path, 1) as single:
+        nc = await bus.connect(single.credential("orchestrator"), name="test-before")
+        js = nc.jetstream()
+        await ensure_streams(js, subjects, replicas=bus.replicas(nc))
+        acks = [await js.publish(subjects.pnode_evt(f"p{i}", "PNodeJoined"), f"event {i}".encode()) for i in range(5)]
+        store = await open_bucket(js, "ca-checkpoints", bus.replicas(nc))
+        await store.put("s/00000004/embed.safetensors", b"\x01" * 300_000)
+        await js.pull_subscribe(subjects.pnode_evt("p0", "PNodeJoined"), durable="kept", stream=LOG_STREAM)
+        await nc.close()
+    assert single_server_store(tmp_path)
+
+    with NatsCluster(tmp_path, 3) as cluster:
+        assert single_server_store(tmp_path) is None, "the old store is set aside once moved"
+        nc = await bus.connect(cluster.credential("orchestrator"), name="test-after")
+        js = nc.jetstream()
+        info = await js.stream_info(LOG_STREAM)
+        assert (info.config.num_replicas, info.state.messages, info.state.last_seq) == (3, 5, acks[-1].seq)
+        assert (await js.get_msg(LOG_STREAM, acks[2].seq)).data == b"event 2"
+        assert (await (await js.object_store("ca-checkpoints")).get("s/00000004/embed.safetensors")).data == b"\x01" * 300_000
+        assert (await js.stream_info("OBJ_ca-checkpoints")).config.num_replicas == 3
+        assert (await js.consumer_info(LOG_STREAM, "kept")).name == "kept"
+        await nc.close()
+        migrator = next(m for m in cluster.security.members.read().members if m.name == MIGRATOR)
+        assert migrator.revoked is not None, "the one-time identity of the copy is revoked"
+    with pytest.raises(ValueError, match="--nats-cluster 3"):
+        NatsCluster(tmp_path, 1)  # its streams live on the three now
