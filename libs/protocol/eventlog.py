@@ -131,8 +131,10 @@ class EventLog:
         )
         sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
         out: list[Recorded] = []
+        consumer = None
         try:
             info = await sub.consumer_info()
+            consumer = info.name
             pending = info.num_pending if limit is None else min(limit, info.num_pending)
             while pending > 0:
                 try:
@@ -145,6 +147,10 @@ class EventLog:
         finally:
             try:
                 await sub.unsubscribe()
+                if consumer is not None:
+                    # deleted now, not after its inactive threshold: a stream holds at most 1000 consumers
+                    # (nats-server 2.15's default), and a fast session reads the log many times a second
+                    await self.js.delete_consumer(stream, consumer)
             except (NotFoundError, nats.errors.Error):
                 pass
         return out
