@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.wanlab.torch_gpt import GPT, GPTShape, batch, loss_fn  # noqa: E402
+from computeall.cli.data_upload import with_sent_data  # noqa: E402
 from computeall.cli.embedded import running_cluster  # noqa: E402
 from computeall.cli.nats_server import free_port  # noqa: E402
 from computeall.cli.follow import follow_session, start_session  # noqa: E402
@@ -111,6 +112,7 @@ async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes
         # one PNode takes every core, as the anchor does; several share them
         listen = f"127.0.0.1:{free_port()}" if tls else None
         async with running_cluster(Path(tmp), pnodes, processes_on_machine=pnodes, listen=listen) as (client, supervisor):
+            config = await with_sent_data(client.nc, client.subjects, config, progress=False)  # as `run --data` does
             sid, command_id = await start_session(client, config)
             metrics = Path(tmp) / "m.jsonl"
             outcome = await follow_session(client, sid, config.steps, metrics, False, command_id)

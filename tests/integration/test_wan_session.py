@@ -58,12 +58,13 @@ def test_five_steps_over_city_links_train_the_loopback_losses(tmp_path) -> None:
         assert measured is not None, f"{pnode} joined without measuring its link"
         # a round trip to NATS crosses the PNode's link both ways; the rate is capped by tbf
         assert measured.rtt_s >= 2 * link.delay_s
-        assert 0.3 * link.rate_mbit * 1e6 / 8 <= measured.bandwidth_bytes_per_s <= 1.2 * link.rate_mbit * 1e6 / 8
+        # (tbf lets a burst through above the rate, which a short probe sees: up to half as much again)
+        assert 0.3 * link.rate_mbit * 1e6 / 8 <= measured.bandwidth_bytes_per_s <= 1.5 * link.rate_mbit * 1e6 / 8
     # unshaped: faster than the city cap, and nearer than the city's PNodes (compared with what they
     # measured, since a loaded machine adds its own tens of milliseconds to every round trip)
     nearest_city = min(m.rtt_s for m in city.throughput.values())
     for pnode, measured in loopback.throughput.items():
-        assert measured.rtt_s < nearest_city and measured.bandwidth_bytes_per_s > 1.2 * link.rate_mbit * 1e6 / 8, pnode
+        assert measured.rtt_s < nearest_city and measured.bandwidth_bytes_per_s > 1.5 * link.rate_mbit * 1e6 / 8, pnode
 
     # each PNode timed its part of each step: tensors went both ways, and over city links the
     # PNodes waited for each other longer than on loopback
