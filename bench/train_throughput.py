@@ -175,8 +175,10 @@ def main() -> None:
         ("1 PNode, recompute", 1, with_recompute(text), {}),
         ("3 PNodes", 3, text, pipelined),
         ("3 PNodes, recompute", 3, with_recompute(text), pipelined),
-        ("2 PNodes", 2, text, {}),
-        ("2 PNodes, TLS", 2, text, {"tls": True}),
+        # pipelined, so that activations and gradients cross the bus (with one micro-batch the
+        # allocator may keep the whole network on one PNode, and TLS would carry nothing)
+        ("2 PNodes", 2, text, pipelined),
+        ("2 PNodes, TLS", 2, text, {"tls": True, **pipelined}),
     ]
     anchor_times = plain_torch(args.network, steps, args.batch, warmup)
     runs = []
