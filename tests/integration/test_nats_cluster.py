@@ -16,14 +16,17 @@ import statistics
 import time
 import urllib.request
 
+from nats.js.api import DeliverPolicy
+
 from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.events import (
-    CheckpointCommitted, CheckpointPruned, EventEnvelope, PNodeLost, RolledBack, StepAborted, StepCompleted,
+    CheckpointCommitted, CheckpointPruned, PNodeLost, RolledBack, StepAborted, StepCompleted,
 )
 from computeall.protocol.object_store import checkpoint_bucket
 from computeall.protocol.session_reads import ReadObject
-from computeall.protocol.subjects import LOG_STREAM
+from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM
+from computeall.protocol.telemetry import RequestStatus
 from computeall.protocol.wire import digest
 
 from .cluster import running_cluster, wait_for_pnodes
@@ -70,20 +73,23 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
         clean_events = await session_events(client, clean)
         step_s = statistics.median(e.payload.step_time_s for _, e in clean_events if isinstance(e.payload, StepCompleted))
 
+        # a step is under way once a PNode says it runs it: its telemetry, read as the monitor does
+        watch_nc = await connect_as(supervisor.credentials, "monitor", "test-watch")
         sid, _ = await start_session(client, cfg)
-        before_kill = asyncio.Event()
+        under_way = asyncio.Event()
 
-        async def on_completed(msg) -> None:
-            if EventEnvelope.model_validate_json(msg.data).payload.step == KILL_IN - 1:
-                before_kill.set()
+        async def on_request(msg) -> None:
+            status = RequestStatus.model_validate_json(msg.data)
+            if (status.session_id, status.request, status.step, status.state) == (sid, "RunStep", KILL_IN, "running"):
+                under_way.set()
 
-        await observer_nc.subscribe(client.subjects.session_evt(sid, "StepCompleted"), cb=on_completed)
+        await watch_nc.jetstream().subscribe(client.subjects.tel_all("request"), stream=TEL_STREAM, cb=on_request,
+                                             ordered_consumer=True, deliver_policy=DeliverPolicy.NEW)
         bus = supervisor.bus
         victim = _victim(bus, client.nc.connected_url.netloc)
         killed_clients = _clients(bus.health_ports[victim])
         monkeypatch.setattr(bus, "revive", lambda: [])  # the supervisor leaves it dead for a while
-        await asyncio.wait_for(before_kill.wait(), 120)
-        await asyncio.sleep(0.3 * step_s)  # step KILL_IN is under way
+        await asyncio.wait_for(under_way.wait(), 120)
         bus.servers[victim].process.kill()
         killed_at = time.time()  # the events' clock
         await wait_for(client, sid, lambda s: s.next_step >= KILL_IN + 4, timeout=240)  # steps on two servers
@@ -106,7 +112,7 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
         aborted = [(round(e.ts - killed_at, 2), e.payload.step, e.payload.reason) for _, e in events
                    if isinstance(e.payload, StepAborted)]
         rolled_back = [(e.payload.from_step, e.payload.to_step) for _, e in events if isinstance(e.payload, RolledBack)]
-        print(f"killed nats-{victim} (holding {sorted(killed_clients)}) {0.3 * step_s:.2f}s into step {KILL_IN}: "
+        print(f"killed nats-{victim} (holding {sorted(killed_clients)}) as step {KILL_IN} started: "
               f"it completed {done - killed_at:.2f}s after the kill (a step takes {step_s:.2f}s); "
               f"aborted (s after the kill, step, why): {aborted}; rolled back (from, to): {rolled_back}")
 
@@ -120,3 +126,4 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
 
         await wait_until_async(caught_up, 60, "the restarted server's replica current again", interval=0.5)
         await observer_nc.close()
+        await watch_nc.close()
