@@ -90,9 +90,9 @@ async def two_steps(bus: Bus, lose_a_frame: bool) -> tuple[list, dict[str, torch
             again = asyncio.ensure_future(all_of(bus, run))
             for try_ in first:
                 with pytest.raises(StepAborted, match="superseded"):
-                    await try_
+                    await asyncio.wait_for(try_, 30)
             await bus.release()  # the abandoned try's frame arrives after all
-            replies = await again
+            replies = await asyncio.wait_for(again, 30)
         else:
             replies = await all_of(bus, run)
         assert all(r.ok for r in replies)
