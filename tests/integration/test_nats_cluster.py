@@ -1,7 +1,8 @@
-"""A bus of three nats-servers (`computeall up --nats-cluster 3`): the server holding the most PNodes
-killed -9 while a step is in flight.
+"""A bus of three nats-servers (`computeall up --nats-cluster 3`): one killed -9 while a step is in
+flight, a PNode on it held stopped for a second meanwhile.
 
-That step's core-NATS requests, replies and tensor frames through the dead server are lost with it.
+That step's core-NATS requests, replies and tensor frames through the dead server are lost with it
+(on loopback clients reconnect within milliseconds, so few are: the stopped PNode makes sure some are).
 The orchestrator hears of connections made again (its own, its PNodes' heartbeats), gives the step a
 few of its usual durations, then aborts it and runs it again from the same state. The services and
 PNodes reconnect to the other two, JetStream keeps the event log and the checkpoints on the surviving
@@ -12,6 +13,8 @@ step hit by the kill took (`-rP` shows it)."""
 
 import asyncio
 import json
+import os
+import signal
 import statistics
 import time
 import urllib.request
@@ -21,7 +24,7 @@ from nats.js.api import DeliverPolicy
 from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.events import (
-    CheckpointCommitted, CheckpointPruned, PNodeLost, RolledBack, StepAborted, StepCompleted,
+    Allocated, CheckpointCommitted, CheckpointPruned, PNodeLost, RolledBack, StepAborted, StepCompleted,
 )
 from computeall.protocol.object_store import checkpoint_bucket
 from computeall.protocol.session_reads import ReadObject
@@ -35,7 +38,7 @@ from .sessions import config, final_digests, losses, run_to_end, wait_for
 from .waiting import wait_until_async
 
 STEPS = 16
-KILL_IN = 6  # the step in flight when the server dies
+KILL_IN = 10  # the step in flight when the server dies
 
 
 async def _alive(server) -> bool:
@@ -48,12 +51,22 @@ def _clients(health_port: int) -> list[str]:
         return [c.get("name", "") for c in json.load(reply).get("connections", [])]
 
 
-def _victim(bus, ours: str) -> int:
-    """The server with the most PNodes and orchestrators on it (the most a step can lose), but not
-    this test's own (non-reconnecting CLI) connection's."""
-    held = {i: sum(n.startswith(("pnode-", "orchestrator-")) for n in _clients(port))
-            for i, port in enumerate(bus.health_ports) if bus.servers[i].url.split("//")[1] != ours}
-    return max(held, key=held.get)
+def _pnode_servers(bus) -> dict[str, int]:
+    """The server each PNode is connected to (its connection is named `pnode-<name>`)."""
+    return {n.removeprefix("pnode-"): i for i, port in enumerate(bus.health_ports)
+            for n in _clients(port) if n.startswith("pnode-")}
+
+
+def _victim(bus, ours: str, downstream: list[str]) -> tuple[int, str | None]:
+    """The server to kill, not this test's own (non-reconnecting CLI) connection's, and the PNode
+    on it to hold back: one downstream of the first stage, so frames keep coming to it (and are
+    lost) while it is stopped. None when no downstream PNode is on another server than ours."""
+    on = _pnode_servers(bus)
+    ours_i = next(i for i, s in enumerate(bus.servers) if s.url.split("//")[1] == ours)
+    held = [p for p in downstream if on.get(p) not in (None, ours_i)]
+    if held:
+        return on[held[0]], held[0]
+    return next(i for i in range(len(bus.servers)) if i != ours_i), None
 
 
 async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
@@ -85,13 +98,26 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
 
         await watch_nc.jetstream().subscribe(client.subjects.tel_all("request"), stream=TEL_STREAM, cb=on_request,
                                              ordered_consumer=True, deliver_policy=DeliverPolicy.NEW)
+        await wait_for(client, sid, lambda s: s.next_step >= 1)
+        placed = next(e.payload for _, e in await session_events(client, sid) if isinstance(e.payload, Allocated))
+        first = placed.placements[0].pnode  # the first stage's (VNodes in graph order)
         bus = supervisor.bus
-        victim = _victim(bus, client.nc.connected_url.netloc)
+        victim, held = _victim(bus, client.nc.connected_url.netloc, sorted(set(placed.pnodes) - {first}))
         killed_clients = _clients(bus.health_ports[victim])
+        pid = next(s.pid for s in supervisor.statuses() if s.name == held) if held else None
         monkeypatch.setattr(bus, "revive", lambda: [])  # the supervisor leaves it dead for a while
         await asyncio.wait_for(under_way.wait(), 120)
-        bus.servers[victim].process.kill()
-        killed_at = time.time()  # the events' clock
+        # A PNode on the dead server, stopped for a second (as a loaded machine is slow to reconnect):
+        # the frames sent to it meanwhile find no subscriber and are lost for certain.
+        if pid:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            bus.servers[victim].process.kill()
+            killed_at = time.time()  # the events' clock
+            await asyncio.sleep(1.0)
+        finally:
+            if pid:
+                os.kill(pid, signal.SIGCONT)
         await wait_for(client, sid, lambda s: s.next_step >= KILL_IN + 4, timeout=240)  # steps on two servers
         monkeypatch.undo()
         await wait_for(client, sid, lambda s: s.status == "completed", timeout=240)
@@ -112,7 +138,8 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
         aborted = [(round(e.ts - killed_at, 2), e.payload.step, e.payload.reason) for _, e in events
                    if isinstance(e.payload, StepAborted)]
         rolled_back = [(e.payload.from_step, e.payload.to_step) for _, e in events if isinstance(e.payload, RolledBack)]
-        print(f"killed nats-{victim} (holding {sorted(killed_clients)}) as step {KILL_IN} started: "
+        print(f"killed nats-{victim} (holding {sorted(killed_clients)}; {held or 'no PNode'} stopped for 1 s) "
+              f"as step {KILL_IN} started: "
               f"it completed {done - killed_at:.2f}s after the kill (a step takes {step_s:.2f}s); "
               f"aborted (s after the kill, step, why): {aborted}; rolled back (from, to): {rolled_back}")
 
