@@ -1,5 +1,6 @@
 """64 simulated PNodes (`computeall pnode --simulate`, no torch) in 8 processes: they join, train a
-63-VNode network for 20 steps and survive 3 kills of a whole process (8 PNodes at once, kill -9).
+69-VNode network (micro-gpt's blocks give 3 + 6n VNodes: the first n past 64) for 20 steps and
+survive 3 kills of a whole process (8 PNodes at once, kill -9).
 The session ends with the losses of a run where nothing happened, each step recorded once, and
 every VNode's final state the one the 20 applied steps give: recovery restored the right checkpoints."""
 
@@ -34,7 +35,7 @@ async def test_64_simulated_pnodes_train_and_survive_three_kills(tmp_path):
     async with running_cluster(tmp_path, pnodes=0) as (client, supervisor):
         supervisor.start(swarm_services(supervisor.credentials, PNODES, PROCESSES))
         await wait_for_pnodes(supervisor, swarm_names(PNODES), timeout=120)
-        network = micro_gpt(10)  # 63 VNodes (62 units: the head shares the embedding's weight)
+        network = micro_gpt(11)  # 69 VNodes (68 units: the head shares the embedding's weight)
         cfg = SessionConfig(network_yaml=network, data=DataConfig(files=stdlib_corpus()), steps=STEPS, seed=7,
                             micro_batches=2, checkpoint_every=3, keep_checkpoints=20, min_pnodes=PNODES,
                             rebalance="on-failure")
