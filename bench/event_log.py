@@ -23,7 +23,7 @@ from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.events import EventEnvelope, StepCompleted
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket
-from computeall.protocol.session_state import SessionLog
+from computeall.protocol.session_log import SessionLog
 from computeall.protocol.subjects import Subjects
 from computeall.tensorcore.checkpoint import save_vnode
 from computeall.tensorcore.optimizer import VNodeOptimizer

@@ -17,11 +17,13 @@ class ServiceStatus(BaseModel):
     pid: int | None
     state: str  # running, restarting, stopped, external
     url: str | None = None  # a nats-server's client URL
+    monitoring: str | None = None  # a site's leaf nats-server's monitoring endpoint (/leafz, /connz)
 
 
 class ClusterInfo(BaseModel):
     nats: str
     public_nats: list[str] = []  # how other machines dial NATS (`up --public`): what invites carry
+    public_leaf: list[str] = []  # how remote sites' leaf servers dial it: what leaf invites carry
     monitor: str | None = None
     services: list[ServiceStatus] = []
     default_user: str | None = None

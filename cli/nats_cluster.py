@@ -30,8 +30,10 @@ CLUSTER_NAME = "computeall"
 
 
 class NatsCluster:
-    def __init__(self, directory: Path, size: int = 1, security: Security | None = None, listen: str | None = None) -> None:
-        """`listen` ("HOST:PORT"): a single server open to other machines, with TLS (`EmbeddedNats`)."""
+    def __init__(self, directory: Path, size: int = 1, security: Security | None = None, listen: str | None = None,
+                 leaf_listen: str | None = None) -> None:
+        """`listen` ("HOST:PORT"): a single server open to other machines, with TLS (`EmbeddedNats`);
+        `leaf_listen` ("HOST:PORT"): it accepts remote sites' leaf servers there."""
         if size < 1:
             raise ValueError(f"a bus needs at least one nats-server, not {size}")
         if listen and size > 1:
@@ -59,7 +61,8 @@ class NatsCluster:
             self.health_ports.append(cluster.health_port if cluster else None)
             store = directory / "nats" if size == 1 else directory / "nats-cluster" / f"nats-{i}"
             self.servers.append(EmbeddedNats(store, port=ports[i], security=self.security, urls=urls if cluster else None,
-                                             sections=cluster.sections() if cluster else (), listen=listen))
+                                             sections=cluster.sections() if cluster else (), listen=listen,
+                                             leaf_listen=leaf_listen))
 
     # -- addresses and identities --------------------------------------------------------------
     @property
@@ -69,6 +72,10 @@ class NatsCluster:
     def public_urls(self) -> list[str]:
         """How other machines dial the bus (only a single server listening beyond loopback)."""
         return self.servers[0].public_urls()
+
+    def public_leaf_urls(self) -> list[str]:
+        """How remote sites' leaf servers dial the bus (`computeall invite leaf`)."""
+        return self.servers[0].public_leaf_urls()
 
     @property
     def url(self) -> str:

@@ -12,9 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from computeall.protocol.credentials import Credential, Role
+from computeall.protocol.credentials import Credential, Role, nkey_public
 
 from .security.deployment import LOCAL_USER, OPERATOR, Security
+from .security.leaf_links import changed_leaves, close_leaf_links_now, leaf_users
+from .security.leafnodes import HUB_DOMAIN, LEAF_PORT, LeafListen
+from .security.roles import Permissions
 from .security.server_config import MAX_PAYLOAD, ConfigSection, ServerSettings, member_users, server_config
 from .security.tls import DeploymentTls
 
@@ -65,17 +68,27 @@ def url_reachable(url: str) -> bool:
 DEFAULT_NAMES: dict[str, str] = {"admin": OPERATOR, "user": LOCAL_USER}
 
 
+def _host_port(address: str, default_port: int) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host or "0.0.0.0", int(port) if port else default_port
+
+
 class EmbeddedNats:
     """Starts nats-server with JetStream on a free (or given) port and a data directory; its
     `security` (by default `<store dir>/security`) says who may connect."""
 
+    # identities that can always connect: the operator and the local user of the machine
+    ALWAYS_ADMITTED: tuple[Role, ...] = ("admin", "user")
+    JETSTREAM = True
+
     def __init__(self, store_dir: str | Path, port: int | None = None, log_file: str | Path | None = None,
                  security: Security | None = None, listen: str | None = None,
                  sections: tuple[ConfigSection, ...] = (), urls: list[str] | None = None,
-                 authorization: bool = True) -> None:
+                 authorization: bool = True, leaf_listen: str | None = None) -> None:
         """`listen` ("HOST:PORT", HOST may be 0.0.0.0) opens the server beyond loopback, with TLS;
-        without it the server listens on 127.0.0.1 only, in plain text. `sections` add blocks to its
-        generated config (a cluster's routes, leaf nodes: `security.server_config.ConfigSection`).
+        without it the server listens on 127.0.0.1 only, in plain text. `leaf_listen` ("HOST:PORT",
+        only with `listen`) accepts remote sites' leaf servers there, with TLS. `sections` add blocks
+        to its generated config (a cluster's routes: `security.server_config.ConfigSection`).
         `urls`: where the credentials it issues connect (a cluster's every server; default its own).
         `authorization` False: anyone may connect (only for a store's copy, nobody else reaching it)."""
         self.store_dir = Path(store_dir)
@@ -84,13 +97,19 @@ class EmbeddedNats:
         self.host, self.port = "127.0.0.1", port or free_port()
         self.tls: DeploymentTls | None = None
         if listen:
-            host, _, listen_port = listen.rpartition(":")
-            self.host, self.port = host or "0.0.0.0", int(listen_port) if listen_port else (port or 4222)
+            self.host, self.port = _host_port(listen, port or 4222)
             self.tls = DeploymentTls(self.security.directory / "tls")
+        self.leaf: LeafListen | None = None
+        if leaf_listen:
+            if not listen:
+                raise ValueError("leaf nodes join a server other machines can reach: give --public or --listen too")
+            self.leaf = LeafListen(*_host_port(leaf_listen, LEAF_PORT))
+            sections = (*sections, self.leaf)
         self.sections = sections
         self.urls = urls
         self.authorization = authorization
         self.process: subprocess.Popen | None = None
+        self._leaf_users: dict[str, Permissions] = {}  # the leaves' permissions the running server has
 
     def credential(self, role: Role, name: str | None = None) -> Credential:
         """A local identity's credential for this server (created on first use; a running server
@@ -130,32 +149,57 @@ class EmbeddedNats:
 
     def public_urls(self) -> list[str]:
         """How other machines dial it: every address it listens on beyond loopback."""
+        return [f"tls://{host}:{self.port}" for host in self._public_hosts(self.host)]
+
+    def public_leaf_urls(self) -> list[str]:
+        """How remote sites' leaf servers dial it (what `computeall invite leaf` hands out)."""
+        return [f"tls://{host}:{self.leaf.port}" for host in self._public_hosts(self.leaf.host)] if self.leaf else []
+
+    def _public_hosts(self, host: str) -> list[str]:
         if self.tls is None:
             return []
-        hosts = machine_addresses() if self.host in ("0.0.0.0", "") else [self.host]
-        return [f"tls://{host}:{self.port}" for host in hosts]
+        return machine_addresses() if host in ("0.0.0.0", "") else [host]
 
     @property
     def config_file(self) -> Path:
         return self.store_dir / "nats.conf"
 
-    def config(self) -> str:
-        settings = ServerSettings(host=self.host, port=self.port, store_dir=str(self.store_dir / "jetstream"),
-                                  tls=self.tls.ensure() if self.tls else None, sections=self.sections,
+    def config(self, users: list[tuple[str, Permissions]] | None = None) -> str:
+        addresses = self._public_hosts(self.host) + (self._public_hosts(self.leaf.host) if self.leaf else [])
+        settings = ServerSettings(host=self.host, port=self.port,
+                                  store_dir=str(self.store_dir / "jetstream") if self.JETSTREAM else None,
+                                  jetstream_domain=HUB_DOMAIN if self.leaf else None,
+                                  system_user=nkey_public(self.security.system_seed()) if self.leaf else None,
+                                  tls=self.tls.ensure(addresses) if self.tls else None, sections=self.sections,
                                   authorization=self.authorization)
-        return server_config(settings, member_users(self.security.members.read().active(), self.security.subjects))
+        return server_config(settings, self.users() if users is None else users)
+
+    def users(self) -> list[tuple[str, Permissions]]:
+        """Who may connect, with what permissions: the active members."""
+        return member_users(self.security.members.read().active(), self.security.subjects)
 
     def command(self) -> list[str]:
-        self.config_file.write_text(self.config())
+        users = self.users()
+        self._write_config(self.config(users))
+        self._leaf_users = leaf_users(users)
         return [nats_binary(), "-c", str(self.config_file)]
+
+    def _write_config(self, text: str) -> None:
+        """Owner-only (a leaf server's holds its credential), replaced whole so a reload never reads half."""
+        tmp = self.config_file.with_name(self.config_file.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        tmp.replace(self.config_file)
 
     def apply_members(self, timeout: float = 10.0) -> None:
         """Bring the running server's configuration up to the members list: a new member may
         connect, a revoked or expired one is refused and its connections are closed."""
-        text = self.config()
+        users = self.users()
+        text = self.config(users)
         if self.process is None or self.config_file.exists() and self.config_file.read_text() == text:
             return
-        self.config_file.write_text(text)
+        self._write_config(text)
         seen = self.log_file.stat().st_size
         self.process.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + timeout
@@ -163,10 +207,18 @@ class EmbeddedNats:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 raise RuntimeError(f"nats-server did not reload its configuration; see {self.log_file}")
             time.sleep(0.02)
+        before, self._leaf_users = self._leaf_users, leaf_users(users)
+        if self.leaf and changed_leaves(before, self._leaf_users):  # a reload leaves leaf links as they were
+            close_leaf_links_now(self.system_credential())
+
+    def system_credential(self) -> Credential:
+        """The authority's user in this hub's system account (`security.leaf_links`)."""
+        return Credential(role="authority", name="system", servers=[self.url], nkey_seed=self.security.system_seed(),
+                          tls=self.tls.trust() if self.tls else None)
 
     def start(self, timeout: float = 10.0) -> "EmbeddedNats":
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        for role in ("admin", "user"):  # the operator and the local user can always connect
+        for role in self.ALWAYS_ADMITTED:
             self.credential(role)
         log = open(self.log_file, "ab")
         self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

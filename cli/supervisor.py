@@ -88,12 +88,18 @@ def default_services(
     `pnode_memory` each (default: their share of the RAM)."""
     roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
     services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset", roots)]
-    share = ["--processes-on-machine", str(processes_on_machine or pnodes)]
-    memory = ["--memory", pnode_memory] if pnode_memory else []
-    services += [ServiceSpec(f"pnode-{i}", "pnode", ["--name", f"pnode-{i}", *share, *memory]) for i in range(pnodes)]
+    services += pnode_services([f"pnode-{i}" for i in range(pnodes)], processes_on_machine, pnode_memory)
     if with_monitor:
         services.append(ServiceSpec("monitor", "monitor", ["--port", str(monitor_port)]))
     return services
+
+
+def pnode_services(names: list[str], processes_on_machine: int | None = None, memory: str | None = None) -> list[ServiceSpec]:
+    """PNodes of this machine, sharing its cores as `processes_on_machine` processes (default: as many as
+    there are of them) and offering `memory` each (default: their share of the RAM)."""
+    share = ["--processes-on-machine", str(processes_on_machine or len(names))]
+    offer = ["--memory", memory] if memory else []
+    return [ServiceSpec(name, "pnode", ["--name", name, *share, *offer]) for name in names]
 
 
 class Credentials(Protocol):
@@ -129,6 +135,7 @@ class Supervisor:
         self._stopping = False
         self._announced = False  # cluster.json is written once clients can use the system
         self.public_urls: list[str] = []
+        self.public_leaf_urls: list[str] = []
 
     def start(self, specs: list[ServiceSpec]) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -248,6 +255,6 @@ class Supervisor:
             return
         write(
             self.data_dir,
-            ClusterInfo(nats=self.nats_url, public_nats=self.public_urls, monitor=self.monitor_url,
-                        services=self.statuses(), default_user=self.default_user),
+            ClusterInfo(nats=self.nats_url, public_nats=self.public_urls, public_leaf=self.public_leaf_urls,
+                        monitor=self.monitor_url, services=self.statuses(), default_user=self.default_user),
         )

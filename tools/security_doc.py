@@ -49,6 +49,7 @@ def role_section(role: str, p: Permissions) -> str:
         f"| publish | {_subjects(tuple(bus)) or '(nothing)'} |",
         f"| subscribe | {_subjects(p.subscribe) or '(nothing)'} |",
         f"| JetStream / Object Store API | {_subjects(tuple(api)) or '(none)'} |",
+        f"| connects as | {'a leaf node only' if p.connection == 'LEAFNODE' else 'a client only'} |",
     ]
     return "\n".join([f"### {role}", *([doc, ""] if doc else []), *rows, ""])
 

@@ -1,8 +1,9 @@
-"""`computeall invite pnode|list|revoke`: let another machine join as a PNode, and take it back.
+"""`computeall invite pnode|leaf|list|revoke`: let another machine join, and take it back.
 
 Run on the machine that runs `computeall up --public` (it needs that data dir): `invite pnode`
-prints a token for `computeall pnode --join TOKEN` on the other machine; `invite revoke ID` cuts
-that PNode off (its connections are closed within seconds), as does the invite's expiry.
+prints a token for `computeall pnode --join TOKEN` on the other machine, `invite leaf` one for
+`computeall up --leaf TOKEN` on a remote site (its leaf server and PNodes); `invite revoke ID` cuts
+that PNode or site off (its connections are closed within seconds), as does the invite's expiry.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+
+from computeall.protocol.invites import Invite
 
 from ..cluster_file import data_dir, read
 from ..errors import UserError
@@ -19,38 +22,30 @@ from ..security.tls import DeploymentTls
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("invite", help="invite another machine to join as a PNode; list and revoke invitations")
+    p = sub.add_parser("invite", help="invite another machine (a PNode) or a remote site (a leaf); list and revoke invitations")
     verbs = p.add_subparsers(dest="verb", required=True)
     pnode = verbs.add_parser("pnode", help="a token for `computeall pnode --join TOKEN` on another machine")
     pnode.add_argument("--name", default=None, help="the PNode's name (default: pnode-<id>)")
     pnode.add_argument("--expires", default=None, help="how long the invite works, e.g. 30m, 24h, 7d (default: until revoked)")
     pnode.add_argument("--memory", default=None, help="memory the PNode offers, e.g. 4GiB (default: its own choice)")
     pnode.set_defaults(func=_pnode)
+    leaf = verbs.add_parser("leaf", help="a token for `computeall up --leaf TOKEN` on a remote site")
+    leaf.add_argument("--name", default=None, help="the site's leaf name (default: leaf-<id>); its PNodes are NAME-0, ...")
+    leaf.add_argument("--pnodes", type=int, default=2, help="PNodes the site may run (default 2)")
+    leaf.add_argument("--expires", default=None, help="how long the invite works, e.g. 30m, 24h, 7d (default: until revoked)")
+    leaf.set_defaults(func=_leaf)
     listing = verbs.add_parser("list", help="every invitation: id, PNode, expiry, state")
     listing.set_defaults(func=_list)
     revoking = verbs.add_parser("revoke", help="revoke an invitation: the PNode is refused and disconnected")
     revoking.add_argument("id")
     revoking.set_defaults(func=_revoke)
-    for v in (pnode, listing, revoking):
+    for v in (pnode, leaf, listing, revoking):
         v.add_argument("--data-dir", default=None, help="the data dir of `computeall up` (default: $COMPUTEALL_DATA_DIR or .computeall)")
         v.add_argument("--json", action="store_true")
 
 
 def _pnode(args: argparse.Namespace) -> int:
-    directory = data_dir(args.data_dir)
-    info = read(directory)
-    if info is None or not info.public_nats:
-        raise UserError(f"no computeall that other machines can reach runs from {directory}: "
-                        "start it with `computeall up --public` (or --listen HOST:PORT), then invite")
-    security = deployment_security(args.data_dir)
-    try:
-        expires_in = parse_duration(args.expires) if args.expires else None
-        invitation = invite(security, "pnode", info.public_nats, DeploymentTls(security.directory / "tls").trust(),
-                            args.name, expires_in, args.memory)
-    except InvitationError as exc:
-        raise UserError(str(exc)) from None
-    if not wait_applied(directory / "nats" / "nats.conf", security.members.read().find(invitation.id).public_key, True):
-        raise UserError("the running server did not take the invitation within 15s; is `computeall up` still running?")
+    invitation = _invite(args, "pnode", memory=args.memory)
     if args.json:
         print(json.dumps({"token": invitation.token(), "id": invitation.id, "name": invitation.name, "expires": invitation.expires}))
     else:
@@ -60,14 +55,50 @@ def _pnode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _leaf(args: argparse.Namespace) -> int:
+    invitation = _invite(args, "leaf", site_pnodes=args.pnodes)
+    pnodes = [p.name for p in invitation.pnodes]
+    if args.json:
+        print(json.dumps({"token": invitation.token(), "id": invitation.id, "name": invitation.name, "pnodes": pnodes,
+                          "expires": invitation.expires}))
+    else:
+        print(f"invitation {invitation.id} for the site {invitation.name} (PNodes {', '.join(pnodes)})"
+              f"{_until(invitation.expires)}; on the site run:\n")
+        print(f"  computeall up --leaf {invitation.token()}\n")
+        print("keep the token secret: it holds the site's credentials")
+    return 0
+
+
+def _invite(args: argparse.Namespace, role: str, **options) -> Invite:
+    """A new invitation, once the running server accepts it."""
+    directory = data_dir(args.data_dir)
+    info = read(directory)
+    servers = (info.public_leaf if role == "leaf" else info.public_nats) if info else []
+    if not servers:
+        raise UserError(f"no computeall that other machines can reach runs from {directory}: start it with "
+                        "`computeall up --public` (or --listen HOST:PORT), then invite")
+    security = deployment_security(args.data_dir)
+    try:
+        expires_in = parse_duration(args.expires) if args.expires else None
+        invitation = invite(security, role, servers, DeploymentTls(security.directory / "tls").trust(), args.name,
+                            expires_in, **options)
+    except InvitationError as exc:
+        raise UserError(str(exc)) from None
+    if not wait_applied(directory / "nats" / "nats.conf", security.members.read().find(invitation.id).public_key, True):
+        raise UserError("the running server did not take the invitation within 15s; is `computeall up` still running?")
+    return invitation
+
+
 def _list(args: argparse.Namespace) -> int:
-    rows = [{"id": m.id, "pnode": m.name, "created": m.created, "expires": m.expires, "memory": m.memory, "state": state(m)}
+    rows = [{"id": m.id, "role": m.role, "pnode" if m.role == "pnode" else "leaf": m.name, "site": m.site,
+             "created": m.created, "expires": m.expires, "memory": m.memory, "state": state(m)}
             for m in invitations(deployment_security(args.data_dir))]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         for r in rows:
-            print(f"{r['id']}  {r['pnode']:<16} {r['state']:<8}{_until(r['expires'])}")
+            site = f" (site {r['site']})" if r["site"] else ""
+            print(f"{r['id']}  {r['role']:<5} {r.get('pnode') or r['leaf']:<16} {r['state']:<8}{_until(r['expires'])}{site}")
     return 0
 
 
@@ -78,8 +109,9 @@ def _revoke(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if read(data_dir(args.data_dir)) is not None:  # a running server: wait until it refuses the PNode
         wait_applied(data_dir(args.data_dir) / "nats" / "nats.conf", member.public_key, False)
-    print(json.dumps({"id": member.id, "pnode": member.name, "state": "revoked"}) if args.json
-          else f"invitation {member.id} revoked: PNode {member.name} is refused and disconnected")
+    who = f"PNode {member.name}" if member.role == "pnode" else f"the site {member.name} (its leaf and PNodes)"
+    print(json.dumps({"id": member.id, member.role: member.name, "state": "revoked"}) if args.json
+          else f"invitation {member.id} revoked: {who} is refused and disconnected")
     return 0
 
 

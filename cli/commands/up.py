@@ -1,7 +1,8 @@
 """`computeall up`: start NATS (when none is reachable) and every service; keep them running.
 
 Ctrl-C or SIGTERM stops everything cleanly. With `--train NETWORK` it also creates a
-session and shows its progress (what `make demo` does).
+session and shows its progress (what `make demo` does). With `--leaf TOKEN` it runs a remote
+site instead: a leaf nats-server linked to the hub and the site's PNodes (`cli/leaf_site.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import sys
 
 from computeall.protocol.credentials import Credential
+from computeall.protocol.invites import Invite, InviteError
 
 from ..client import Client, connect
 from ..data_upload import with_sent_data
@@ -19,11 +21,13 @@ from ..cluster_file import data_dir, read
 from ..embedded import wait_for_event_log
 from ..errors import UserError
 from ..follow import follow_session, start_session
+from ..leaf_site import LeafServer, site_pnodes
 from ..nats_cluster import NatsCluster
 from ..nats_server import env_url, url_reachable
 from ..security.authority import Authority
 from ..security.deployment import LOCAL_USER
-from ..supervisor import Supervisor, default_services, pid_alive
+from ..security.leafnodes import LEAF_PORT
+from ..supervisor import Supervisor, default_services, pid_alive, pnode_services
 from .run import add_training_args, session_config
 
 PUBLIC_PORT = 4222
@@ -31,7 +35,8 @@ PUBLIC_PORT = 4222
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="start the whole system on this machine and keep it running")
-    p.add_argument("--pnodes", type=int, default=3, help="PNode processes to start here (default 3)")
+    p.add_argument("--pnodes", type=int, default=None,
+                   help="PNode processes to start here (default 3; with --leaf, every PNode the invite names)")
     p.add_argument("--data-dir", default=None, help="default: $COMPUTEALL_DATA_DIR or .computeall")
     p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
     reach = p.add_mutually_exclusive_group()
@@ -39,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help=f"let other machines join: NATS listens on every address, port {PUBLIC_PORT}, with TLS")
     reach.add_argument("--listen", metavar="HOST:PORT", default=None,
                        help="let other machines join through this address (TLS); default: 127.0.0.1 only")
+    reach.add_argument("--leaf", metavar="TOKEN", default=None,
+                       help="run a remote site: a leaf nats-server linked to the hub, and the site's PNodes "
+                            "(the token of `computeall invite leaf` on the hub)")
+    p.add_argument("--leaf-listen", metavar="HOST:PORT", default=None,
+                   help=f"accept remote sites' leaf servers here (TLS; default with --public: 0.0.0.0:{LEAF_PORT})")
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                    help="run N nats-servers clustered over routes, the event log and buckets at min(N, 3) replicas "
                         "(3: any one server may die); a data dir started with 1 moves to 3 (docs/operations.md)")
@@ -51,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def up(args: argparse.Namespace) -> int:
+    if args.leaf:
+        return await _site(args)
+    args.pnodes = 3 if args.pnodes is None else args.pnodes
     directory = data_dir(args.data_dir)
     existing = read(directory)
     if existing and any(s.state == "running" and s.kind != "nats" and pid_alive(s.pid) for s in existing.services):
@@ -69,12 +82,14 @@ async def up(args: argparse.Namespace) -> int:
         local_user = Credential(role="user", name=LOCAL_USER).at(url)
     else:
         try:
-            nats_server = NatsCluster(directory, args.nats_cluster, listen=args.listen).start()
+            leaf_listen = args.leaf_listen or (f"0.0.0.0:{LEAF_PORT}" if args.listen == f"0.0.0.0:{PUBLIC_PORT}" else None)
+            nats_server = NatsCluster(directory, args.nats_cluster, listen=args.listen, leaf_listen=leaf_listen).start()
         except ValueError as exc:
             raise UserError(str(exc)) from None
         url = nats_server.url
         supervisor = Supervisor(directory, url, nats_server)
         supervisor.public_urls = nats_server.public_urls()
+        supervisor.public_leaf_urls = nats_server.public_leaf_urls()
         local_user = nats_server.credential("user")
     supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root))
 
@@ -95,6 +110,8 @@ async def up(args: argparse.Namespace) -> int:
             print(f"  NATS       {url}" + (f" ({args.nats_cluster} servers, clustered)" if nats_server and args.nats_cluster > 1 else ""))
             if supervisor.public_urls:
                 print(f"  joinable   {', '.join(supervisor.public_urls)}   (`computeall invite pnode` makes a token)")
+            if supervisor.public_leaf_urls:
+                print(f"  sites      {', '.join(supervisor.public_leaf_urls)}   (`computeall invite leaf` makes a token)")
             print(f"  dashboard  {supervisor.monitor_url or '(the monitor did not start; see logs)'}")
             if key:
                 print(f"  API key    {key}   (user 'local'; paste it into the dashboard)")
@@ -110,6 +127,42 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.stop()
         if nats_server:
             nats_server.stop()
+    return 0
+
+
+async def _site(args: argparse.Namespace) -> int:
+    """A remote site: the leaf server, linked to the hub, and the site's PNodes on it, until stopped."""
+    if args.nats or args.train or args.leaf_listen or args.nats_cluster != 1:
+        raise UserError("--leaf runs a remote site's leaf server and PNodes only: leave out "
+                        "--nats, --train, --leaf-listen and --nats-cluster")
+    try:
+        invite = Invite.from_token(args.leaf, expect="leaf")
+        names = site_pnodes(invite, args.pnodes)
+    except (InviteError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    directory = data_dir(args.data_dir)
+    server = LeafServer(directory, invite)
+    supervisor = Supervisor(directory, server.url, server)
+    try:
+        server.start().wait_linked()
+        supervisor.start(pnode_services(names))
+        supervisor.announce()
+        print(f"site {invite.name} is up ({len(names)} PNodes: {', '.join(names)}); Ctrl-C stops it")
+        print(f"  leaf server  {server.url}, linked to {', '.join(invite.servers)}")
+        print(f"  logs         {directory / 'logs'}")
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        watch = asyncio.create_task(supervisor.watch())
+        await stop.wait()
+        watch.cancel()
+    except RuntimeError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        print("stopping...", file=sys.stderr)
+        supervisor.stop()
+        server.stop()
     return 0
 
 

@@ -2,6 +2,7 @@
 
     members.json              the identities the server accepts (public keys only)
     route.secret              what the deployment's nats-servers present on their routes (mode 0600)
+    system.seed               the authority's key in a hub's system account, to close leaf links (mode 0600)
     credentials/<role>/<name>.json   local identities' credentials (mode 0600): services, the
                               PNodes `up` starts, the local user, the operator
     local-api-key             the local user's API key (mode 0600): the dashboard login, and the
@@ -43,12 +44,20 @@ class Security:
 
     def route_secret(self) -> str:
         """The password the deployment's nats-servers present to each other on their routes."""
-        path = self.directory / "route.secret"
+        return self._secret("route.secret", lambda: secrets.token_urlsafe(32))
+
+    def system_seed(self) -> str:
+        """The nkey seed of the authority's user in a hub's system account: it closes leaf links
+        (nats-server keeps a leaf link's credential and permissions across reloads)."""
+        return self._secret("system.seed", new_nkey_seed)
+
+    def _secret(self, name: str, make) -> str:
+        path = self.directory / name
         if not path.exists():
             self.directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_urlsafe(32))
+                out.write(make())
         return path.read_text().strip()
 
     def credential_path(self, role: Role, name: str) -> Path:

@@ -1,4 +1,5 @@
-"""Invitations: PNode members made for another machine, listed, revoked (`computeall invite`).
+"""Invitations: PNode members made for another machine, or a remote site's leaf with its PNodes;
+listed, revoked (`computeall invite`).
 
 They are edits of members.json on the machine that runs `computeall up`; its authority applies
 each within a second (a reload), and `wait_applied` waits for that, so a token works as soon as it
@@ -13,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from computeall.protocol.credentials import TlsTrust, new_nkey_seed, nkey_public
-from computeall.protocol.invites import Invitable, Invite
+from computeall.protocol.invites import Invitable, Invite, SitePNode
 
 from .deployment import Security
 from .members import Member
@@ -35,19 +36,26 @@ def parse_duration(text: str) -> float:
 
 
 def invite(security: Security, role: Invitable, servers: list[str], tls: TlsTrust, name: str | None = None,
-           expires_in_s: float | None = None, memory: str | None = None) -> Invite:
-    """A new member of `role` that only the returned token's holder can connect as."""
+           expires_in_s: float | None = None, memory: str | None = None, site_pnodes: int = 0) -> Invite:
+    """A new member of `role` that only the returned token's holder can connect as. A leaf's site gets
+    `site_pnodes` PNodes (`<leaf>-0`, ...), members that reach this server only through that leaf."""
+    if (role == "leaf") != (site_pnodes > 0):
+        raise InvitationError("a leaf invite names at least one PNode of its site (--pnodes N), and only a leaf invite")
     invite_id = uuid.uuid4().hex[:10]
     name = name or f"{role}-{invite_id[:6]}"
     seed = new_nkey_seed()
     expires = time.time() + expires_in_s if expires_in_s else None
+    site = [SitePNode(name=f"{name}-{i}", nkey_seed=new_nkey_seed()) for i in range(site_pnodes)]
     with security.members.edit() as members:
-        if any(m.role == role and m.name == name for m in members.active()):
-            raise InvitationError(f"a {role} named {name} is already a member; choose another --name")
+        for wanted_role, wanted in [(role, name), *(("pnode", p.name) for p in site)]:
+            if any(m.role == wanted_role and m.name == wanted for m in members.active()):
+                raise InvitationError(f"a {wanted_role} named {wanted} is already a member; choose another --name")
         members.members.append(Member(id=invite_id, role=role, name=name, public_key=nkey_public(seed),
                                       source="invite", expires=expires, memory=memory))
+        members.members += [Member(role="pnode", name=p.name, public_key=nkey_public(p.nkey_seed), source="invite",
+                                   expires=expires, site=name) for p in site]
     return Invite(id=invite_id, role=role, name=name, servers=servers, nkey_seed=seed, tls=tls, expires=expires,
-                  memory=memory)
+                  memory=memory, pnodes=site)
 
 
 def invitations(security: Security) -> list[Member]:
@@ -55,12 +63,15 @@ def invitations(security: Security) -> list[Member]:
 
 
 def revoke(security: Security, invite_id: str) -> Member:
+    """Revoke an invitation; a leaf's takes its site's PNodes with it."""
     with security.members.edit() as members:
         member = members.find(invite_id)
         if member is None or member.source != "invite":
             raise InvitationError(f"no invitation {invite_id}; `computeall invite list` shows them")
-        if member.revoked is None:
-            member.revoked = time.time()
+        site = members.site(member.name) if member.role == "leaf" else []
+        for m in [member, *site]:
+            if m.revoked is None:
+                m.revoked = time.time()
     return member
 
 

@@ -35,6 +35,7 @@ class Member(BaseModel):
     expires: float | None = None
     revoked: float | None = None
     memory: str | None = None  # what an invited PNode offers, when the invite says
+    site: str | None = None  # a PNode of a remote site: the leaf it reaches this server through, and only it
 
     def active(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
@@ -51,6 +52,10 @@ class Members(BaseModel):
 
     def by_key(self, public_key: str) -> Member | None:
         return next((m for m in self.members if m.public_key == public_key), None)
+
+    def site(self, leaf: str, now: float | None = None) -> list[Member]:
+        """The active PNodes of `leaf`'s site."""
+        return [m for m in self.active(now) if m.site == leaf]
 
     def find(self, member_id: str) -> Member | None:
         return next((m for m in self.members if m.id == member_id), None)

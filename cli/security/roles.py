@@ -11,13 +11,21 @@ collects it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from computeall.protocol.credentials import Role
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
+
+from .leafnodes import HUB_JS_API, JS_API
+
+
+# How an identity may connect: as a client, or (only a `leaf`) as a remote site's leaf server.
+# nats-server checks it per user (`allowed_connection_types`), so neither credential works as the other.
+Connection = Literal["STANDARD", "LEAFNODE"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,7 @@ class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     notes: tuple[str, ...] = field(default=(), compare=False)
+    connection: Connection = "STANDARD"
 
 
 def _inbox(role: Role, name: str) -> str:
@@ -130,6 +139,33 @@ def pnode(name: str, s: Subjects) -> Permissions:
     )
 
 
+def _hub_domain(subject: str) -> str:
+    """How a site PNode's JetStream API call crosses its leaf link: under the hub's domain (leafnodes.py)."""
+    return HUB_JS_API + subject[len(JS_API):] if subject.startswith(JS_API) else subject
+
+
+def on_site(p: Permissions) -> Permissions:
+    """A PNode's permissions on its site's leaf server, which maps its JetStream API calls to the hub's
+    domain and checks the subject it maps them to."""
+    return replace(p, publish=tuple(dict.fromkeys(_hub_domain(subject) for subject in p.publish)))
+
+
+def leaf(name: str, s: Subjects, site: Iterable[str] = ()) -> Permissions:
+    """A remote site's leaf nats-server (`computeall up --leaf TOKEN`), connecting only as a leaf node.
+    What crosses its link is what the PNodes of its site may do, and nothing else: its allow-lists are
+    the union of theirs, their JetStream API calls under the hub's domain (below: a site without PNodes)."""
+    pnodes = [pnode(member, s) for member in sorted(site)]
+    return Permissions(
+        publish=tuple(dict.fromkeys(_hub_domain(subject) for p in pnodes for subject in p.publish)),
+        subscribe=tuple(dict.fromkeys(subject for p in pnodes for subject in p.subscribe)),
+        connection="LEAFNODE",
+        notes=("carries what the PNodes its invite named may publish and receive, recomputed at every "
+               "membership change: a revoked PNode of the site no longer gets through, nor does anything once "
+               "the leaf is revoked. The site's leaf server admits those PNodes itself (their keys came with the "
+               "invite); the hub never sees their connections",),
+    )
+
+
 def user(name: str, s: Subjects) -> Permissions:
     p = s.prefix
     return Permissions(
@@ -174,6 +210,7 @@ ROLES: dict[Role, Callable[[str, Subjects], Permissions]] = {
     "dataset": dataset,
     "monitor": monitor,
     "pnode": pnode,
+    "leaf": leaf,
     "user": user,
     "admin": admin,
     "authority": authority,

@@ -1,6 +1,6 @@
 """The nats-server configuration of a deployment, generated: listen address, JetStream, limits,
-TLS, and `authorization` with one user per active member (its public nkey and its role's
-permissions). `computeall up`, the embedded test servers and docker-compose.yml all come from
+TLS, and `authorization` with one user per active member (its public nkey, its role's
+permissions, and how it may connect: as a client, or a `leaf` only as a leaf node). `computeall up`, the embedded test servers and docker-compose.yml all come from
 `server_config`. A cluster (routes to peer servers) or leaf nodes extend it with a `ConfigSection`
 each, passed in `ServerSettings.sections` (and `EmbeddedNats(sections=...)`): one more block of the
 same generated file, never a second generator.
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from computeall.protocol.subjects import Subjects
 
 from .members import Member
-from .roles import Permissions, permissions
+from .roles import Permissions, leaf, permissions
 
 # 8 MiB: a micro-batch's activations travel in a few chunks
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -51,6 +51,7 @@ class Setting:
 
 
 ROUTE_USER = "route"
+SYSTEM_ACCOUNT = "SYS"
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ class ClusterSettings:
 class ServerSettings:
     host: str
     port: int
-    store_dir: str
+    store_dir: str | None  # JetStream's; None: no JetStream (a remote site's leaf server, which uses the hub's)
+    jetstream_domain: str | None = None  # set where remote sites reach this JetStream across a leaf link
+    system_user: str | None = None  # the public nkey of the system account's one user (the authority's, on a hub)
     max_payload: int = MAX_PAYLOAD
     tls: TlsFiles | None = None
     authorization: bool = True  # False: anyone may connect (only a server nobody else can reach)
@@ -93,16 +96,20 @@ class ServerSettings:
 
 def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]) -> str:
     """The config text; `users` are (public nkey, its permissions), see `member_users`."""
-    config: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "max_payload": settings.max_payload,
-        "jetstream": {"store_dir": settings.store_dir},
-    }
+    config: dict[str, Any] = {"host": settings.host, "port": settings.port, "max_payload": settings.max_payload}
+    if settings.store_dir is not None:
+        domain = {"domain": settings.jetstream_domain} if settings.jetstream_domain else {}
+        config["jetstream"] = {"store_dir": settings.store_dir, **domain}
     if settings.tls:
         config["tls"] = {"cert_file": settings.tls.cert_file, "key_file": settings.tls.key_file, "timeout": 5}
     if settings.authorization:
-        config["authorization"] = {"users": [{"nkey": nkey, "permissions": permission_block(p)} for nkey, p in users]}
+        config["authorization"] = {"users": [
+            {"nkey": nkey, "permissions": permission_block(p), "allowed_connection_types": [p.connection]}
+            for nkey, p in users
+        ]}
+    if settings.system_user:
+        config["accounts"] = {SYSTEM_ACCOUNT: {"users": [{"nkey": settings.system_user}]}}
+        config["system_account"] = SYSTEM_ACCOUNT
     for section in settings.sections:
         if section.key in config:
             raise ValueError(f"the server config has a `{section.key}` block already; a section adds a new one")
@@ -111,8 +118,17 @@ def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]
 
 
 def member_users(members: list[Member], subjects: Subjects) -> list[tuple[str, Permissions]]:
-    return [(m.public_key, permissions(m.role, m.name, subjects)) for m in members]
+    """The active `members` as users of this server. A leaf may carry what its site's PNodes may do;
+    those PNodes connect to their leaf server, never to this one."""
+    def of(m: Member) -> Permissions:
+        if m.role == "leaf":
+            return leaf(m.name, subjects, [p.name for p in members if p.site == m.name and p.role == "pnode"])
+        return permissions(m.role, m.name, subjects)
+
+    return [(m.public_key, of(m)) for m in members if m.site is None]
 
 
 def permission_block(p: Permissions) -> dict[str, Any]:
-    return {"publish": {"allow": list(p.publish)}, "subscribe": {"allow": list(p.subscribe)}}
+    """nats-server reads an empty allow-list as "anything": nothing allowed is written as a deny of all."""
+    return {verb: {"allow": list(allowed)} if allowed else {"deny": [">"]}
+            for verb, allowed in (("publish", p.publish), ("subscribe", p.subscribe))}

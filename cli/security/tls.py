@@ -3,7 +3,9 @@ first `computeall up --public` and kept in `<data dir>/security/tls/` (keys mode
 
 Clients trust only this CA, pinned by its fingerprint (an invite carries both), and check the
 server's name `SERVER_NAME` rather than the address they dialled: a machine reached by any of its
-addresses presents the same certificate.
+addresses presents the same certificate. A remote site's leaf server cannot be told that name
+(nats-server checks the address a leaf dials), so the certificate also names the addresses the
+server listens on (`ensure(addresses)`); it is made again, by the same CA, when one is missing.
 """
 
 from __future__ import annotations
@@ -34,13 +36,19 @@ class DeploymentTls:
         self.cert_file = directory / "server.pem"
         self.key_file = directory / "server-key.pem"
 
-    def ensure(self) -> TlsFiles:
-        """The server's certificate and key, made (with the CA) on first use."""
+    def ensure(self, addresses: list[str] = ()) -> TlsFiles:
+        """The server's certificate and key, made (with the CA) on first use, and again when it does not
+        name every one of `addresses` (IP addresses or host names other machines dial)."""
         if not self.ca_file.exists():
             self._make_ca()
-        if not self.cert_file.exists():
-            self._make_server_cert()
+        wanted = _names(addresses)
+        if not self.cert_file.exists() or not set(wanted) <= set(self._server_names()):
+            self._make_server_cert(wanted)
         return TlsFiles(cert_file=str(self.cert_file), key_file=str(self.key_file))
+
+    def _server_names(self) -> list[x509.GeneralName]:
+        cert = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
+        return list(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
 
     def trust(self) -> TlsTrust:
         """What a client pins: the CA (made on first use), its fingerprint, the server's name."""
@@ -62,11 +70,11 @@ class DeploymentTls:
         _write_key(self.ca_key_file, key)
         self.ca_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
-    def _make_server_cert(self) -> None:
+    def _make_server_cert(self, addresses: list[x509.GeneralName]) -> None:
         ca_key = serialization.load_pem_private_key(self.ca_key_file.read_bytes(), password=None)
         ca = x509.load_pem_x509_certificate(self.ca_file.read_bytes())
         key = ec.generate_private_key(ec.SECP256R1())
-        names = [x509.DNSName(SERVER_NAME), x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        names = list(dict.fromkeys([*_names([SERVER_NAME, "localhost", "127.0.0.1"]), *addresses]))
         cert = (
             _builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)]), ca.subject, key.public_key())
             .add_extension(x509.SubjectAlternativeName(names), critical=False)
@@ -76,6 +84,16 @@ class DeploymentTls:
         )
         _write_key(self.key_file, key)
         self.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _names(addresses: list[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    for address in addresses:
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(address)))
+        except ValueError:
+            out.append(x509.DNSName(address))
+    return out
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import nkeys
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Role = Literal["orchestrator", "dataset", "monitor", "pnode", "user", "admin", "authority", "superuser"]
+Role = Literal["orchestrator", "dataset", "monitor", "pnode", "leaf", "user", "admin", "authority", "superuser"]
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # one subject token: no dots, spaces or wildcards
 

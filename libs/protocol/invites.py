@@ -1,4 +1,5 @@
-"""Invite tokens: how another machine joins a deployment as a PNode (`computeall pnode --join TOKEN`).
+"""Invite tokens: how another machine joins a deployment, as a PNode (`computeall pnode --join TOKEN`)
+or as a remote site's leaf server with its PNodes (`computeall up --leaf TOKEN`).
 
 `computeall invite pnode` makes one on the machine that runs `computeall up --public`: the NATS
 URLs to dial, the deployment's CA (and its SHA-256 fingerprint, which the joiner pins: a CA that
@@ -6,8 +7,13 @@ does not match is refused), and a PNode credential, an nkey seed only this token
 name the server knows. The server accepts the seed's public key until the invite expires or is
 revoked (`computeall invite revoke ID`), and then closes the PNode's connections.
 
+A leaf invite (`computeall invite leaf`) holds the hub's leaf-node URLs, the same CA, the leaf's own
+credential (a `leaf` identity: the server accepts it only on a leaf-node connection) and one
+credential per PNode of the site (`pnodes`): the site's leaf server admits exactly those PNodes,
+and the hub lets across the leaf link only what they may do (docs/security.md, "Remote sites").
+
 A token is `ca-invite-1.` + base64url(JSON); treat it as a password. It names the role it admits
-(`INVITABLE`): a PNode today; a server or leaf node joining a cluster is one more role there.
+(`Invitable`); `from_token(token, expect=ROLE)` refuses one made for another role.
 """
 
 from __future__ import annotations
@@ -18,16 +24,29 @@ import time
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .credentials import NAME_PATTERN, Credential, TlsTrust
 
 TOKEN_PREFIX = "ca-invite-1."
-Invitable = Literal["pnode"]  # the roles another machine may be invited as
+Invitable = Literal["pnode", "leaf"]  # the roles another machine may be invited as
+_MAKE = {"pnode": "computeall invite pnode", "leaf": "computeall invite leaf"}
 
 
 class InviteError(ValueError):
     """A token that cannot be used; the message says why and what to do."""
+
+
+class SitePNode(BaseModel):
+    """A PNode of a leaf's site: its name and the nkey seed it connects to the site's leaf server with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., pattern=NAME_PATTERN)
+    nkey_seed: str
+
+    def credential(self, servers: list[str]) -> Credential:
+        return Credential(role="pnode", name=self.name, servers=servers, nkey_seed=self.nkey_seed)
 
 
 class Invite(BaseModel):
@@ -41,15 +60,23 @@ class Invite(BaseModel):
     tls: TlsTrust
     expires: float | None = None
     memory: str | None = Field(None, description="the memory the PNode offers, unless `--memory` says otherwise")
+    pnodes: list[SitePNode] = Field(default_factory=list, description="a leaf's: the PNodes its site may run")
+
+    @model_validator(mode="after")
+    def _site(self) -> "Invite":
+        if (self.role == "leaf") != bool(self.pnodes):
+            raise ValueError("a leaf invite names its site's PNodes, and only a leaf invite does")
+        return self
 
     def token(self) -> str:
         return TOKEN_PREFIX + base64.urlsafe_b64encode(self.model_dump_json(exclude_none=True).encode()).decode().rstrip("=")
 
     @classmethod
-    def from_token(cls, token: str, now: float | None = None) -> "Invite":
+    def from_token(cls, token: str, now: float | None = None, expect: Invitable | None = None) -> "Invite":
         token = token.strip()
         if not token.startswith(TOKEN_PREFIX):
-            raise InviteError(f"not an invite token (it starts with {TOKEN_PREFIX!r}); make one with `computeall invite pnode`")
+            raise InviteError(f"not an invite token (it starts with {TOKEN_PREFIX!r}); make one with "
+                              f"`{_MAKE[expect or 'pnode']}` on the machine that runs `computeall up --public`")
         body = token[len(TOKEN_PREFIX):]
         try:
             invite = cls.model_validate_json(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
@@ -58,7 +85,9 @@ class Invite(BaseModel):
             raise InviteError(f"the invite token is damaged ({reason}); copy it again, whole") from None
         if invite.expires is not None and invite.expires <= (time.time() if now is None else now):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(invite.expires))
-            raise InviteError(f"this invite expired at {when}; ask for a new one (`computeall invite pnode`)")
+            raise InviteError(f"this invite expired at {when}; ask for a new one (`{_MAKE[invite.role]}`)")
+        if expect is not None and invite.role != expect:
+            raise InviteError(f"this invite admits a {invite.role}, not a {expect}; make one with `{_MAKE[expect]}`")
         return invite
 
     def credential(self) -> Credential:

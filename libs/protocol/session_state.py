@@ -5,6 +5,7 @@ Nothing about a session is kept anywhere else: the orchestrator rebuilds this fr
 after any crash, and `computeall session show` folds the same events. The rules live here,
 so the orchestrator, its drivers and the CLI cannot disagree about them. A command records
 nothing when its effect is already in the log (JetStream redelivers: handlers are idempotent).
+The aggregate does no I/O: `session_log.SessionLog` keeps one current from CA_LOG.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from .config import SessionConfig
-from .eventlog import EventLog
 from .events import (
     Allocated,
     CheckpointCommitted,
@@ -43,7 +43,7 @@ from .events import (
 )
 from .session_status import TERMINAL, SessionStatus
 
-__all__ = ["TERMINAL", "Rejected", "SessionLog", "SessionState", "SessionStatus", "fold"]
+__all__ = ["TERMINAL", "Rejected", "SessionState", "SessionStatus", "fold"]
 
 NEW, CREATED, RUNNING, PAUSED = SessionStatus.NEW, SessionStatus.CREATED, SessionStatus.RUNNING, SessionStatus.PAUSED
 
@@ -280,35 +280,3 @@ def fold(session_id: str, events: list[tuple[int, EventEnvelope]]) -> SessionSta
     for seq, event in events:
         state.apply(event, seq)
     return state
-
-
-class SessionLog:
-    """One session's state kept current from CA_LOG, and appends that keep it current."""
-
-    def __init__(self, eventlog: EventLog, session_id: str) -> None:
-        self.eventlog = eventlog
-        self.state = SessionState(id=session_id)
-        self.skipped = 0  # events this build cannot read (a newer schema): counted, not fatal
-
-    async def refresh(self) -> SessionState:
-        """Fold every event recorded after the last one seen."""
-        subject = self.eventlog.subjects.session_evt_all(self.state.id)
-        for record in await self.eventlog.read(subject, start_seq=self.state.last_seq + 1):
-            try:
-                event = EventEnvelope.model_validate_json(record.data)
-            except ValueError:
-                self.skipped += 1
-                self.state.last_seq = max(self.state.last_seq, record.seq)
-                continue
-            self.state.apply(event, record.seq)
-        return self.state
-
-    async def append(self, event: EventEnvelope) -> None:
-        """Append with the expected sequence of what this log has seen; `ConcurrencyError` when stale."""
-        seq = await self.eventlog.append_session_event(event, self.state.last_seq)
-        self.state.apply(event, seq)
-
-    async def record(self, actor: str, events: list[SessionEvent]) -> None:
-        """Append what a command returned, in order, each in its envelope."""
-        for payload in events:
-            await self.append(EventEnvelope(actor=actor, session_id=self.state.id, payload=payload))

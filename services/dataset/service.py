@@ -35,12 +35,12 @@ from computeall.protocol.dataset_api import (
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.prompts import PromptCodec
 from computeall.protocol.eventlog import EventLog
-from computeall.protocol.events import DatasetCreated, SplitCreated, Tokenized, TokenizerTrained
 from computeall.protocol.subjects import Subjects, is_inbox
 from computeall.protocol.uploads import sha256_of
 
 from . import builder, tokenizer as bpe
 from .batches import make_batch
+from .creation_events import creation_events
 from .data_roots import DataRoots
 from .errors import DatasetUserError
 from .manifest import Manifest
@@ -197,52 +197,7 @@ class DatasetService:
         return DatasetReply(ok=True, dataset=manifest.model_dump())
 
     async def _record(self, manifest: Manifest, result: builder.BuildResult) -> None:
-        """TokenizerTrained, Tokenized, SplitCreated..., then DatasetCreated: the last one marks it complete."""
-        tokens = sum(s.tokens for s in manifest.splits.values())
-        events = [
-            TokenizerTrained(
-                name=manifest.name,
-                vocab_size=manifest.vocab_size,
-                requested_vocab_size=manifest.requested_vocab_size,
-                tokenizer_digest=manifest.tokenizer.digest,
-                tokenizer_from=manifest.tokenizer.tokenizer_from,
-                seconds=result.train_seconds,
-            ),
-            Tokenized(
-                name=manifest.name,
-                documents=manifest.documents,
-                text_bytes=manifest.text_bytes,
-                tokens=tokens,
-                dtype=manifest.dtype,
-                skipped_invalid_utf8=manifest.skipped_invalid_utf8,
-                seconds=result.tokenize_seconds,
-            ),
-            *(
-                SplitCreated(
-                    name=manifest.name,
-                    split=s.name,
-                    method="rest" if s.name == "train" else manifest.split.method,
-                    documents=s.documents,
-                    tokens=s.tokens,
-                    shards=len(s.shards),
-                    shard_digests=[shard.digest for shard in s.shards],
-                )
-                for s in manifest.splits.values()
-            ),
-            DatasetCreated(
-                name=manifest.name,
-                files=manifest.files,
-                vocab_size=manifest.vocab_size,
-                documents=manifest.documents,
-                tokens=tokens,
-                tokenizer_digest=manifest.tokenizer.digest,
-                dtype=manifest.dtype,
-                splits={s.name: s.tokens for s in manifest.splits.values()},
-                recipe_digest=manifest.recipe_digest,
-                object_store_bucket=self.store.bucket,
-            ),
-        ]
-        for event in events:
+        for event in creation_events(manifest, result, self.store.bucket):
             await self.events.append_event(self.subjects.dataset_evt(manifest.name, event.type), Envelope(actor=ACTOR, payload=event))
 
     async def get(self, request: GetDataset) -> DatasetReply:

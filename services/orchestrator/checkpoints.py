@@ -13,7 +13,7 @@ import time
 from computeall.protocol.events import CheckpointCommitted, CheckpointPruned
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
-from computeall.protocol.session_state import SessionLog
+from computeall.protocol.session_log import SessionLog
 
 from .errors import SessionError
 from .initial_weights import InitialWeights

@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from computeall.protocol.events import SessionFailed
-from computeall.protocol.session_state import SessionLog
+from computeall.protocol.session_log import SessionLog
 from computeall.protocol.subjects import Subjects
 
 from .checkpoints import Checkpoints

@@ -18,7 +18,8 @@ from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import InitializedFrom
 from computeall.protocol.object_store import CheckpointObject, uploads_bucket
 from computeall.protocol.pnode_api import LoadCheckpoint
-from computeall.protocol.session_state import Rejected, SessionLog, SessionState
+from computeall.protocol.session_log import SessionLog
+from computeall.protocol.session_state import Rejected, SessionState
 
 from .errors import SessionError
 from .preparation import Prepared, dataset_call

@@ -11,7 +11,8 @@ from pydantic import BaseModel
 
 from computeall.protocol.eventlog import ConcurrencyError
 from computeall.protocol.events import EventEnvelope, SessionClaimed
-from computeall.protocol.session_state import SessionLog, SessionState
+from computeall.protocol.session_log import SessionLog
+from computeall.protocol.session_state import SessionState
 
 from .errors import LostClaim
 

@@ -37,7 +37,8 @@ from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
 from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
 from computeall.protocol.limits import COMMAND_BYTES
-from computeall.protocol.session_state import Rejected, SessionLog, SessionState
+from computeall.protocol.session_log import SessionLog
+from computeall.protocol.session_state import Rejected, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects, command_sender, pnode_of
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket

@@ -36,9 +36,7 @@ def pnode_credential(args: argparse.Namespace, path: str | None = None) -> Crede
     path = path or args.credential
     try:
         if args.join:
-            invite = Invite.from_token(args.join)
-            if invite.role != "pnode":
-                raise InviteError(f"this invite admits a {invite.role}, not a PNode")
+            invite = Invite.from_token(args.join, expect="pnode")
             args.memory = args.memory or invite.memory
             credential = invite.credential().at(args.nats)
         else:

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, Problem, Site
+from .spec import OpParams, Problem, Site, width_preserving
 
 
 class AttentionParams(OpParams):
@@ -28,12 +28,9 @@ def flops_per_token(p: AttentionParams, site: Site) -> float:
     return 6.0 * param_count(p) + 6.0 * site.context * p.dim
 
 
-OP = OpSpec(
+OP = width_preserving(
     name="attention",
     params=AttentionParams,
-    n_inputs=1,
-    out_features=lambda p: p.dim,
-    in_features=lambda p: p.dim,
     param_count=param_count,
     check=check,
     flops_per_token=flops_per_token,

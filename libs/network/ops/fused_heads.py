@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, Problem, Site
+from .spec import OpParams, Problem, Site, width_preserving
 
 
 class FusedAttentionHeadsParams(OpParams):
@@ -31,12 +31,9 @@ def flops_per_token(p: FusedAttentionHeadsParams, site: Site) -> float:
     return 6.0 * param_count(p) + 6.0 * site.context * p.heads * p.head_dim  # as attention, over all heads
 
 
-OP = OpSpec(
+OP = width_preserving(
     name="fused_attention_heads",
     params=FusedAttentionHeadsParams,
-    n_inputs=1,
-    out_features=lambda p: p.dim,
-    in_features=lambda p: p.dim,
     param_count=param_count,
     check=check,
     flops_per_token=flops_per_token,

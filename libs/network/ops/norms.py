@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, no_shape_rules, weights_flops
+from .spec import OpParams, OpSpec, no_shape_rules, weights_flops, width_preserving
 
 
 class NormParams(OpParams):
@@ -14,12 +14,9 @@ def _norm(name: str, module: str, weights_per_feature: int) -> OpSpec:
     def param_count(p: NormParams) -> int:
         return weights_per_feature * p.dim
 
-    return OpSpec(
+    return width_preserving(
         name=name,
         params=NormParams,
-        n_inputs=1,
-        out_features=lambda p: p.dim,
-        in_features=lambda p: p.dim,
         param_count=param_count,
         check=no_shape_rules,
         flops_per_token=weights_flops(param_count),

@@ -87,6 +87,15 @@ class OpSpec:
         return list(want) if isinstance(want, list) else [want] * count
 
 
+def _dim(params: Params) -> int:
+    return params.dim
+
+
+def width_preserving(**fields: Any) -> OpSpec:
+    """An op that reads one input of width `dim` and writes the same width (attention, MLPs, norms)."""
+    return OpSpec(n_inputs=1, in_features=_dim, out_features=_dim, **fields)
+
+
 def n_inputs(op: OpSpec, params: Params) -> int:
     """How many inputs a VNode of `op` with these parameters reads."""
     return op.n_inputs(params) if callable(op.n_inputs) else op.n_inputs

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, Site, no_shape_rules, weights_flops
+from .spec import OpParams, Site, no_shape_rules, weights_flops, width_preserving
 
 
 class SwiGLUParams(OpParams):
@@ -19,12 +19,9 @@ def activation_elements(p: SwiGLUParams, site: Site) -> int:
     return site.features * (2 + 3 * p.hidden // max(1, site.features))
 
 
-OP = OpSpec(
+OP = width_preserving(
     name="swiglu_mlp",
     params=SwiGLUParams,
-    n_inputs=1,
-    out_features=lambda p: p.dim,
-    in_features=lambda p: p.dim,
     param_count=param_count,
     check=no_shape_rules,
     flops_per_token=weights_flops(param_count),

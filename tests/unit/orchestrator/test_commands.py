@@ -19,7 +19,8 @@ from computeall.protocol.commands import (
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.eventlog import ConcurrencyError
 from computeall.protocol.events import EventEnvelope, SessionPaused
-from computeall.protocol.session_state import Rejected, SessionLog
+from computeall.protocol.session_log import SessionLog
+from computeall.protocol.session_state import Rejected
 from computeall.protocol.subjects import Subjects
 
 NETWORK = (Path(__file__).resolve().parents[3] / "examples" / "networks" / "tiny-gpt.yaml").read_text()
