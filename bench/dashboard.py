@@ -111,21 +111,26 @@ def wait_caught_up(url: str, key: str, seq: int, timeout: float = 300) -> None:
         time.sleep(0.2)
 
 
-async def time_to_chart(browser, url: str, key: str) -> float:
-    """Seconds from navigation start to the loss chart drawn with its points, in a new page."""
+async def time_to_render(browser, url: str, key: str, route: str, ready: str) -> float:
+    """Seconds from navigation start to `route` of the dashboard (logged in) until the JS expression
+    `ready` holds, checked every animation frame, in a new page."""
     context = await browser.new_context(viewport={"width": 1400, "height": 1000})
     await context.add_init_script(f"localStorage.setItem('computeall.apiKey', {json.dumps(key)})")
     page = await context.new_page()
     try:
-        await page.goto(f"{url}/#/sessions/{SESSION}")
-        handle = await page.wait_for_function(
-            f"""() => {{
-              const c = document.querySelector('{CHART}');
-              return c && Number(c.dataset.points) > 0 && c.querySelector('canvas') ? performance.now() : null;
-            }}""", polling="raf", timeout=30_000)
+        await page.goto(f"{url}/{route}")
+        handle = await page.wait_for_function(f"() => ({ready}) ? performance.now() : null", polling="raf",
+                                              timeout=30_000)
         return await handle.json_value() / 1000
     finally:
         await context.close()
+
+
+async def time_to_chart(browser, url: str, key: str) -> float:
+    """Seconds from navigation start to the loss chart drawn with its points, in a new page."""
+    chart = f"document.querySelector('{CHART}')"
+    return await time_to_render(browser, url, key, f"#/sessions/{SESSION}",
+                                f"{chart} && Number({chart}.dataset.points) > 0 && {chart}.querySelector('canvas')")
 
 
 async def heap_under_live_updates(browser, url: str, key: str, server: EmbeddedNats, minutes: float, rate: float) -> dict:

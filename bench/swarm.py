@@ -14,6 +14,9 @@ For each size N (32, 64, 128, 256 PNodes; --quick: 32 and 64), with a network of
   - monitor lag: messages of CA_LOG and CA_TEL not yet committed by the monitor, sampled every
     second while the session runs; its trend (least squares, messages per minute) is `growing` when
     it adds more than the median lag (and over 100) every minute.
+  - render: seconds from navigation to the PNodes page (N tiles and a page of cards) and to the
+    session's topology (every VNode drawn) in headless Chromium, while the session trains, before
+    the first kill and after the last. Budget 2 s.
 
     python bench/swarm.py [--quick] [--json PATH] [--sizes 32,64] [--churn-minutes 10]
 """
@@ -23,13 +26,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import psutil
+from dashboard import CHROMIUM_ARGS, time_to_render
 from offloop import longest_stall
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+from playwright.async_api import async_playwright
 
 from computeall.cli.default_corpus import stdlib_files
 from computeall.cli.embedded import running_cluster
@@ -37,9 +47,10 @@ from computeall.cli.follow import start_session
 from computeall.cli.session_view import session_events
 from computeall.cli.swarm import micro_gpt, swarm_names, swarm_services
 from computeall.network import Graph, load_network
-from computeall.orchestrator.allocator import PNodeCapacity, allocate
+from computeall.orchestrator.allocator import PNodeCapacity
 from computeall.orchestrator.errors import SessionError
 from computeall.orchestrator.network_jobs import NetworkJobs
+from computeall.orchestrator.replication import allocate_replicas
 from computeall.protocol import bus
 from computeall.protocol.commands import CommandEnvelope, StopSession
 from computeall.protocol.config import DataConfig, SessionConfig
@@ -48,22 +59,42 @@ from computeall.protocol.session_state import fold
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
 
 REPO = Path(__file__).resolve().parents[1]
-MEMORY = 1 << 30
+MEMORY, FLOPS = 1 << 30, 1e12  # what each simulated PNode advertises (and the nominal link)
 PER_PROCESS = 8
 HEARTBEAT_WINDOW_S = 10.0
 ALLOCATION_CAP_S = 60.0
 CHURN_EVERY_S = 30.0
+RENDER_RUNS = 3
 
 
 def network(pnodes: int) -> str:
     return micro_gpt(max(2, (pnodes - 3) // 6))
 
 
+def session_config(pnodes: int) -> SessionConfig:
+    return SessionConfig(network_yaml=network(pnodes), data=DataConfig(files=stdlib_files(300_000)), steps=10_000,
+                         seed=1, micro_batches=4, checkpoint_every=5, keep_checkpoints=3, min_pnodes=pnodes,
+                         rebalance="on-failure")
+
+
+def allocation_as_a_service(pnodes: int) -> dict:
+    """`allocation` in a process whose main module is no script, as the orchestrator's (`python -m`):
+    multiprocessing's forkserver children re-run a script's main module each (CPython never preloads
+    it), so from this script every job would pay for importing the bench (Chromium's driver too)."""
+    code = f"import asyncio, json, swarm; print(json.dumps(asyncio.run(swarm.allocation({pnodes}))))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
 async def allocation(pnodes: int) -> dict:
-    """None for allocate_s when it overran ALLOCATION_CAP_S (the session part is then skipped: the
-    orchestrator would spend as long on each placement)."""
-    graph = Graph(load_network(network(pnodes)))
-    capacities = [PNodeCapacity(f"p{i}", MEMORY) for i in range(pnodes)]
+    """The session's allocation over `pnodes` PNodes as the simulated ones advertise themselves. None for
+    allocate_s when it overran ALLOCATION_CAP_S (the session part is then skipped: the orchestrator
+    would spend as long on each placement)."""
+    cfg = session_config(pnodes)
+    graph = Graph(load_network(cfg.network_yaml))
+    capacities = [PNodeCapacity(name, MEMORY, flops_per_s=FLOPS) for name in swarm_names(pnodes)]
+    placement = (capacities, cfg.replicas, cfg.batch_size, cfg.micro_batches)
     jobs = NetworkJobs(allocate_timeout_s=ALLOCATION_CAP_S)
     await jobs.offloop.warm()
     seconds = []
@@ -71,7 +102,7 @@ async def allocation(pnodes: int) -> dict:
     async def off_loop():
         t0 = time.perf_counter()
         try:
-            await jobs.allocate(graph, capacities, 8, 4)
+            await jobs.allocate(graph, *placement)
             seconds.append(time.perf_counter() - t0)
         except SessionError:
             seconds.append(None)
@@ -81,7 +112,7 @@ async def allocation(pnodes: int) -> dict:
     if seconds[0] is None:
         return {**row, "note": f"allocation overran {ALLOCATION_CAP_S:.0f} s"}
     t0 = time.perf_counter()
-    allocate(graph, capacities, 8, 4)
+    allocate_replicas(graph, *placement)
     inline = time.perf_counter() - t0
     return {**row, "inline_s": inline, "ratio_to_inline": seconds[0] / inline, "within_2s": seconds[0] <= 2.0}
 
@@ -103,6 +134,41 @@ async def monitor_lag(js) -> int:
     return behind
 
 
+async def render_s(supervisor, sid: str, pnodes: int, vnodes: int) -> dict:
+    """Seconds from navigation to the PNodes page (every PNode a tile, the first page of cards) and to
+    the session's topology (every VNode in the graph, drawn) in headless Chromium, as the e2e tests
+    run it; the median of RENDER_RUNS fresh pages after a warm-up of each. Budget 2 s."""
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        raise SystemExit("Chromium is not installed: make browser")
+    url = await wait_until(lambda: _true(supervisor.monitor_url), 30, "the monitor's address")
+    key = supervisor.credentials.local_api_key_file().read_text().strip()
+    graph = "document.querySelector('[data-topology-graph]')"
+    pages = {
+        "pnodes_page": ("#/pnodes", f"document.querySelectorAll('.tile').length >= {pnodes} "
+                                    "&& document.querySelector('[data-pnode]')"),
+        "topology": (f"#/sessions/{sid}/topology", f"{graph} && {graph}._cyreg && {graph}.querySelector('canvas') "
+                                                  f"&& {graph}._cyreg.cy.nodes().length === {vnodes}"),
+    }
+    out = {}
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+
+        async def seconds(route: str, ready: str) -> float:
+            try:
+                return await time_to_render(browser, url, key, route, ready)
+            except PlaywrightTimeout:  # not within time_to_render's 30 s: recorded, the run goes on
+                return math.inf
+
+        try:
+            for name, (route, ready) in pages.items():
+                await seconds(route, ready)  # warm-up: the HTTP cache, DuckDB's first read
+                out[name] = statistics.median([await seconds(route, ready) for _ in range(RENDER_RUNS)])
+        finally:
+            await browser.close()
+    return {**{k: v if math.isfinite(v) else None for k, v in out.items()}, "within_2s": max(out.values()) <= 2.0}
+
+
 async def wait_until(condition, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while not (value := await condition()):
@@ -115,12 +181,12 @@ async def wait_until(condition, timeout_s: float, what: str):
 async def one_size(pnodes: int, workdir: Path, churn_s: float = 0.0) -> dict:
     """One size's row; with `churn_s`, a swarm process hosting VNodes is killed every CHURN_EVERY_S
     for that long (instead of once), each kill's detection and recovery timed."""
-    row = {"pnodes": pnodes, **await allocation(pnodes)}
+    row = {"pnodes": pnodes, **await asyncio.to_thread(allocation_as_a_service, pnodes)}
     async with running_cluster(workdir, pnodes=0, with_monitor=True) as (client, supervisor):
         orchestrator = supervisor.services["orchestrator"].process.pid
         row["orchestrator_idle_share"] = await asyncio.to_thread(cpu_share, orchestrator, HEARTBEAT_WINDOW_S)
         processes = max(1, pnodes // PER_PROCESS)
-        supervisor.start(swarm_services(supervisor.credentials, pnodes, processes, memory="1GiB"))
+        supervisor.start(swarm_services(supervisor.credentials, pnodes, processes, memory="1GiB", flops=FLOPS))
         t0 = time.monotonic()
         # listens as the monitor does: heartbeats, and the monitor consumers' positions
         watcher = await bus.connect(supervisor.credentials.credential("monitor", "bench-swarm"), name="bench-swarm")
@@ -140,10 +206,7 @@ async def one_size(pnodes: int, workdir: Path, churn_s: float = 0.0) -> dict:
             await watcher.close()
             return row  # no session: each placement would overrun as the allocation did
 
-        cfg = SessionConfig(network_yaml=network(pnodes), data=DataConfig(files=stdlib_files(300_000)), steps=10_000, seed=1,
-                            micro_batches=4, checkpoint_every=5, keep_checkpoints=3, min_pnodes=pnodes,
-                            rebalance="on-failure")
-        sid, _ = await start_session(client, cfg)
+        sid, _ = await start_session(client, session_config(pnodes))
         js = watcher.jetstream()
         lags: list[int] = []
 
@@ -155,6 +218,7 @@ async def one_size(pnodes: int, workdir: Path, churn_s: float = 0.0) -> dict:
         sampler = asyncio.create_task(sample_lag())
         try:
             await wait_until(lambda: _steps_done(client, sid, 6), 900, "6 steps")
+            row["render_s"] = await render_s(supervisor, sid, pnodes, row["vnodes"])
             recoveries: list[float] = []
             started = time.monotonic()
             while True:
@@ -166,6 +230,7 @@ async def one_size(pnodes: int, workdir: Path, churn_s: float = 0.0) -> dict:
             row["kill_to_step_s"] = statistics.median(recoveries)
             row["kills"] = {"count": len(recoveries), "recovered": len(recoveries), "max_s": max(recoveries)}
             row["killed_pnodes"] = PER_PROCESS
+            row["render_after_kills_s"] = await render_s(supervisor, sid, pnodes, row["vnodes"])
             await asyncio.sleep(5.0)
         finally:
             sampler.cancel()
@@ -185,6 +250,10 @@ async def _kill_and_recover(client, supervisor, sid: str, pnodes: int, processes
     supervisor.services[f"swarm-{victim}"].process.kill()
     first = await wait_until(lambda: _first_step_after_rollback(client, sid, done), 900, f"a step after kill {done + 1}")
     return first - killed
+
+
+def _s(seconds: float | None) -> str:
+    return "over 30 s" if seconds is None else f"{seconds:.2f} s"
 
 
 async def _true(value: bool) -> bool:
@@ -233,7 +302,10 @@ async def main() -> None:
               f"heartbeats {row['orchestrator_heartbeat_share']:.1%} of a core (idle {row['orchestrator_idle_share']:.1%}), "
               f"kill -> step {row['kill_to_step_s']:.1f} s ({row['killed_pnodes']} PNodes; {row['kills']['recovered']} of "
               f"{row['kills']['count']} kills recovered, slowest {row['kills']['max_s']:.1f} s), "
-              f"monitor lag median {row['monitor_lag_messages']['median']} msgs"
+              f"monitor lag median {row['monitor_lag_messages']['median']} msgs "
+              f"({row['monitor_lag_messages']['per_minute']:+.0f}/min), rendered: PNodes page "
+              f"{_s(row['render_s']['pnodes_page'])}, topology {_s(row['render_s']['topology'])} (after the kills "
+              f"{_s(row['render_after_kills_s']['pnodes_page'])}, {_s(row['render_after_kills_s']['topology'])})"
               f"{' GROWING' if row['monitor_lag_messages']['growing'] else ''}", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": rows, "quick": args.quick}, indent=2))

@@ -3,6 +3,8 @@
 docker-compose.yml names every identity's public key and credential as a variable; this prints
 them, creating the identities on first use in the data dir (so the host's CLI then connects as the
 local user or the operator with `--data-dir`). Keep the file private: it holds the services' keys.
+With `--nats-cluster 3` it picks the compose file's `cluster` profile (three clustered nats-servers)
+instead of `single`, and gives the services, and the host's CLI, every server's URL.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from ..security.compose import compose_env
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compose-env", help="print the .env with the credentials docker-compose.yml needs")
     p.add_argument("--data-dir", default=None, help="where the identities are kept (default: $COMPUTEALL_DATA_DIR or .computeall)")
+    p.add_argument("--nats-cluster", type=int, choices=(1, 3), default=1,
+                   help="nats-servers on the bus: 1 (profile `single`) or 3 clustered (profile `cluster`)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print(compose_env(deployment_security(args.data_dir)), end="")
+    print(compose_env(deployment_security(args.data_dir), args.nats_cluster), end="")
     return 0

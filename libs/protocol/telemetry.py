@@ -30,6 +30,7 @@ class Heartbeat(BaseModel):
     throughput: Throughput | None = None  # what it measured of its compute and its link to the bus
     left: bool = False  # the last heartbeat of a process that is exiting (the orchestrator records PNodeLeft)
     threads: int | None = None  # torch's intra-op threads: a spot check of its results recomputes with as many
+    reconnects: int = 0  # times its bus connection was made again (a nats-server died): messages in flight were lost
 
 
 class RequestStatus(BaseModel):

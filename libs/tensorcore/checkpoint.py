@@ -29,7 +29,8 @@ def save_vnode(runtime: VNodeRuntime, optimizer: VNodeOptimizer, vid: str,
                outer: OuterOptimizer | None = None) -> bytes:
     params = _vnode_params(runtime, vid)
     tensors = {PARAM + name: p.detach().contiguous().cpu() for name, p in params.items()}
-    tensors.update({OPTIM + k: v.contiguous().cpu() for k, v in optimizer.state_dict(sorted(params)).items()})
+    # views, not copies: serialized here at once, on the compute thread, before any update
+    tensors.update({OPTIM + k: v.contiguous().cpu() for k, v in optimizer.state_dict(sorted(params), copy=False).items()})
     if outer is not None:
         tensors.update({k: v.contiguous().cpu() for k, v in outer.state_dict(sorted(params)).items()})
     # One metadata key only: safetensors writes several in a random order, and the same state must

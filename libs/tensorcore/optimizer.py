@@ -86,9 +86,11 @@ class VNodeOptimizer:
                 b.flat_param.copy_(b.master)  # the low-precision copies, one cast
 
     # -- persistence ---------------------------------------------------------------
-    def state_dict(self, names: list[str] | None = None) -> dict[str, torch.Tensor]:
+    def state_dict(self, names: list[str] | None = None, copy: bool = True) -> dict[str, torch.Tensor]:
         """Flat, safetensors-ready: `{param}.exp_avg`, `.exp_avg_sq`, `.step` (fp32), and `.master` for
-        low-precision parameters, for `names` (all by default). Independent tensors, not views."""
+        low-precision parameters, for `names` (all by default). Independent tensors, not views; with
+        `copy=False` the moments and masters are views into the optimizer's buffers, for a caller
+        that serializes them before the next update (a checkpoint: a copy of the state less at its peak)."""
         wanted = set(self.params if names is None else names)
         out: dict[str, torch.Tensor] = {}
         for b in self._buckets():
@@ -98,8 +100,8 @@ class VNodeOptimizer:
                 if name not in wanted:
                     continue
                 for key, vs in views.items():
-                    out[f"{name}.{key}"] = vs[i].detach().clone()
-                out[f"{name}.step"] = b.step.detach().clone()
+                    out[f"{name}.{key}"] = vs[i].detach().clone() if copy else vs[i].detach()
+                out[f"{name}.step"] = b.step.detach().clone()  # one per bucket, shared: always a copy
         return out
 
     @torch.no_grad()

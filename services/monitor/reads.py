@@ -102,8 +102,10 @@ def events(
     return rows
 
 
-def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: float, replica: int = 0) -> dict[str, Any]:
-    """One replica's VNodes and edges (every replica places the whole network), and the PNodes of all."""
+def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: float, owner: str,
+             replica: int = 0) -> dict[str, Any]:
+    """One replica's VNodes and edges (every replica places the whole network), and the PNodes of all
+    with their time shares (one query for all of them: a session may span hundreds)."""
     vnodes = _rows(cur, ("id", "op", "params", "precision", "pnode", "replica"),
                    "SELECT vnode, op, params, precision, pnode, replica FROM vnodes WHERE session_id = ? AND replica = ? "
                    "ORDER BY vnode", [sid, replica])
@@ -122,7 +124,10 @@ def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: floa
     for a in allocations:
         a["pnodes"] = json.loads(a["pnodes"])
     hosts = sorted({p for r in replicas for p in r["pnodes"]} | {p for a in allocations[-1:] for p in a["pnodes"]})
-    hosting = [p for p in pnodes(cur, heartbeat_timeout_s) if p["id"] in hosts]
+    hosting = [p for p in pnodes(cur, heartbeat_timeout_s, owner) if p["id"] in hosts]
+    shares = time_and_links.time_shares(cur, hosts, owner, time_and_links.RECENT_STEPS)
+    for p in hosting:
+        p["time_share"] = shares.get(p["id"])
     throughput = {p["id"]: p["throughput"] for p in hosting}
     where = {v["id"]: v["pnode"] for v in vnodes}
     for e in edges:  # a crossing edge's tensors go over the link between its two PNodes
@@ -141,7 +146,10 @@ def topology(cur: duckdb.DuckDBPyConnection, sid: str, heartbeat_timeout_s: floa
     }
 
 
-def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float) -> list[dict[str, Any]]:
+def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float, owner: str) -> list[dict[str, Any]]:
+    """Every PNode, with its spot checks over `owner`'s sessions (one query for all: hundreds of PNodes
+    are listed every second to each open PNodes page)."""
+    checks = pnode_checks(cur, owner)
     rows = _rows(
         cur, PNODE_FIELDS,
         "SELECT id, host, os_pid, device, memory_bytes, state, joined_ts, left_ts, last_heartbeat, rss_bytes, "
@@ -156,6 +164,7 @@ def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float) -> list[d
         r["throughput"] = json.loads(r["throughput"]) if r["throughput"] else None
         r["heartbeat_age_s"] = now - r["last_heartbeat"] if r["last_heartbeat"] else None
         r["state"] = r["state"] or "live"
+        r["checks"] = checks.get(r["id"], dict.fromkeys(CHECK_COUNTS, 0))
         # liveness is the heartbeat's to say: an event may not have been written yet for a dead PNode
         if r["state"] == "live" and r["heartbeat_age_s"] is not None and r["heartbeat_age_s"] > heartbeat_timeout_s:
             r["state"] = "lost"
@@ -164,13 +173,13 @@ def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float) -> list[d
     return rows
 
 
-def pnode_checks(cur: duckdb.DuckDBPyConnection, pnode: str, owner: str) -> dict[str, int]:
-    """Spot checks of the PNode's results, over the caller's sessions only."""
-    row = cur.execute(
-        "SELECT coalesce(sum(c.passed), 0), coalesce(sum(c.failed), 0), coalesce(sum(c.abandoned), 0) FROM checks c "
-        "JOIN sessions s ON s.id = c.session_id WHERE c.pnode = ? AND s.owner = ?", [pnode, owner],
-    ).fetchone()
-    return dict(zip(CHECK_COUNTS, map(int, row)))
+def pnode_checks(cur: duckdb.DuckDBPyConnection, owner: str) -> dict[str, dict[str, int]]:
+    """Spot checks of each PNode's results, over the caller's sessions only (PNodes without any: absent)."""
+    rows = cur.execute(
+        "SELECT c.pnode, sum(c.passed), sum(c.failed), sum(c.abandoned) FROM checks c "
+        "JOIN sessions s ON s.id = c.session_id WHERE s.owner = ? GROUP BY c.pnode", [owner],
+    ).fetchall()
+    return {pnode: dict(zip(CHECK_COUNTS, map(int, counts))) for pnode, *counts in rows}
 
 
 def session_checks(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]]:

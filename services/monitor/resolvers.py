@@ -52,13 +52,13 @@ async def resolve_topology(_: Any, info: GraphQLResolveInfo, session_id: str, re
     c = ctx(info)
     if not await c.services.db.read(reads.owns, c.user, session_id):
         return None
-    return await c.services.db.read(reads.topology, session_id, c.services.heartbeat_timeout_s, replica)
+    return await c.services.db.read(reads.topology, session_id, c.services.heartbeat_timeout_s, c.user, replica)
 
 
 @query.field("pnodes")
 async def resolve_pnodes(_: Any, info: GraphQLResolveInfo, ids: list[str] | None = None) -> list[dict]:
     c = ctx(info)
-    pnodes = await c.services.db.read(reads.pnodes, c.services.heartbeat_timeout_s)
+    pnodes = await c.services.db.read(reads.pnodes, c.services.heartbeat_timeout_s, c.user)
     return pnodes if ids is None else [p for p in pnodes if p["id"] in set(ids)]
 
 
@@ -136,16 +136,13 @@ async def resolve_requests(p: dict, info: GraphQLResolveInfo, limit: int = 50) -
     return await c.services.db.read(reads.requests, p["id"], c.user, min(max(limit, 0), MAX_LIST))
 
 
-@pnode_type.field("checks")
-async def resolve_pnode_checks(p: dict, info: GraphQLResolveInfo) -> dict:
-    c = ctx(info)
-    return await c.services.db.read(reads.pnode_checks, p["id"], c.user)
-
-
 @pnode_type.field("timeShare")
 async def resolve_time_share(p: dict, info: GraphQLResolveInfo, last_steps: int = time_and_links.RECENT_STEPS) -> dict | None:
+    if "time_share" in p and last_steps == time_and_links.RECENT_STEPS:
+        return p["time_share"]  # the topology read them for all its PNodes at once
     c = ctx(info)
-    return await c.services.db.read(time_and_links.time_share, p["id"], c.user, min(max(last_steps, 1), MAX_LIST))
+    shares = await c.services.db.read(time_and_links.time_shares, [p["id"]], c.user, min(max(last_steps, 1), MAX_LIST))
+    return shares.get(p["id"])
 
 
 BINDABLES = [json_scalar, number_list_scalar, query, session_type, pnode_type, user_type]

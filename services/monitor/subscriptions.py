@@ -40,16 +40,16 @@ async def events_source(_: Any, info: GraphQLResolveInfo, session_id: str) -> As
 
 @subscription.source("pnodes")
 async def pnodes_source(_: Any, info: GraphQLResolveInfo) -> AsyncIterator[list[dict]]:
-    services = ctx(info).services
+    services, user = ctx(info).services, ctx(info).user
     with services.pubsub.subscribe("pnodes") as queue:
-        yield await services.db.read(reads.pnodes, services.heartbeat_timeout_s)
+        yield await services.db.read(reads.pnodes, services.heartbeat_timeout_s, user)
         while True:
             await queue.get()
             # coalesce a burst of telemetry into one snapshot a second
             await asyncio.sleep(PNODES_MIN_INTERVAL_S)
             while not queue.empty():
                 queue.get_nowait()
-            yield await services.db.read(reads.pnodes, services.heartbeat_timeout_s)
+            yield await services.db.read(reads.pnodes, services.heartbeat_timeout_s, user)
 
 
 def _passthrough(item: Any, *_: Any, **__: Any) -> Any:

@@ -20,15 +20,26 @@ import duckdb
 RECENT_STEPS = 20
 
 
-def time_share(cur: duckdb.DuckDBPyConnection, pnode: str, owner: str, last_steps: int) -> dict[str, Any] | None:
-    """The PNode's last steps of the caller's sessions: shares of their time, and bytes sent per step."""
+def time_shares(cur: duckdb.DuckDBPyConnection, pnodes: list[str], owner: str,
+                last_steps: int) -> dict[str, dict[str, Any]]:
+    """Each PNode's last steps of the caller's sessions: shares of their time, and bytes sent per step
+    (PNodes without such steps: absent)."""
     rows = cur.execute(
-        "SELECT t.step_s, t.compute_s, t.send_s, t.wait_s, t.sent_bytes FROM step_timings t "
-        "JOIN sessions s ON s.id = t.session_id WHERE t.pnode = ? AND s.owner = ? ORDER BY t.ts DESC LIMIT ?",
-        [pnode, owner, last_steps],
+        "SELECT pnode, step_s, compute_s, send_s, wait_s, sent_bytes FROM ("
+        "  SELECT t.*, row_number() OVER (PARTITION BY t.pnode ORDER BY t.ts DESC) AS recent FROM step_timings t "
+        "  JOIN sessions s ON s.id = t.session_id WHERE list_contains(?, t.pnode) AND s.owner = ?"
+        ") WHERE recent <= ?",
+        [pnodes, owner, last_steps],
     ).fetchall()
+    by_pnode: dict[str, list[tuple]] = {}
+    for pnode, *timing in rows:
+        by_pnode.setdefault(pnode, []).append(timing)
+    return {pnode: share for pnode, timings in by_pnode.items() if (share := _share(timings))}
+
+
+def _share(rows: list[tuple]) -> dict[str, Any] | None:
     total = sum(r[0] for r in rows)
-    if not rows or total <= 0:
+    if total <= 0:
         return None
     return {
         "steps": len(rows),

@@ -102,7 +102,9 @@ class _Search:
         # the stage [b - d - 1, b) reads the previous stages' best at its start: an index per band cell
         self.start = np.where(costs.valid, costs.start, 0)
         # the least busy any stage of a given length can be: longer stages than a cap allows are cut off
-        self.shortest = np.min([busy.min(axis=0) for busy in {id(b): b for b in self.busy}.values()], axis=0)
+        distinct = {id(b): b for b in self.busy}.values()
+        self.shortest = np.min([busy.min(axis=0) for busy in distinct], axis=0)
+        self.busy_values = np.sort(np.concatenate([busy[np.isfinite(busy)] for busy in distinct]))
 
     def best(self) -> tuple[float, list[int]] | None:
         least_total, cuts = self._least_total(math.inf)
@@ -112,14 +114,23 @@ class _Search:
         if self.m == 1:  # no pipelining: the step is one micro-batch through every stage
             return best
         cap = self._least_bottleneck()
+        admitted = self._admitted(math.inf)  # how many stages the last programme run could choose from
         for _ in range(MAX_RUNGS):
             if (self.m - 1) * cap + least_total >= best[0]:
                 break  # any cut busier than this costs more in the (M - 1) term than it can save in the sum
-            _, cuts = self._least_total(cap * (1 + 1e-9))
-            if cuts is not None and self.score(cuts) < best[0]:
-                best = (self.score(cuts), cuts)
+            limit = cap * (1 + 1e-9)
+            if self._admitted(limit) != admitted:  # else the same stages, the same cut: already scored
+                admitted = self._admitted(limit)
+                _, cuts = self._least_total(limit)
+                if cuts is not None and (score := self.score(cuts)) < best[0]:
+                    best = (score, cuts)
             cap *= CAP_STEP
         return best
+
+    def _admitted(self, cap: float) -> int:
+        """How many stages (over the distinct bands) are busy at most `cap`: a programme run under a cap
+        depends on nothing else, so rungs that admit no new stage need no run of their own."""
+        return int(np.searchsorted(self.busy_values, cap, side="right"))
 
     def score(self, cuts: list[int]) -> float:
         bounds = list(zip([0, *cuts[:-1]], cuts))
@@ -208,8 +219,8 @@ def _units(graph: Graph) -> list[tuple[str, ...]]:
     for vid in graph.order:
         if vid in placed:
             continue
-        group = group_of.get(vid, frozenset({vid}))
-        members = tuple(v for v in graph.order if v in group)
+        group = group_of.get(vid)
+        members = tuple(v for v in graph.order if v in group) if group else (vid,)
         placed.update(members)
         units.append(members)
     return units

@@ -17,6 +17,15 @@ class PNodeFailure(RuntimeError):
         self.pnodes = pnodes
 
 
+class StepStalled(PNodeFailure):
+    """Requests to PNodes went unanswered after a connection to the bus was lost and made again: their
+    messages (core NATS, at most once) were lost with a nats-server, no PNode is. A step's RunStep is
+    run again in place (`TrainingStep`); anything else recovers as from a lost PNode, losing none."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__([], reason)
+
+
 class DriverDone(Exception):
     """The driver recorded why it stops (paused for capacity) and ends without failing the session."""
 

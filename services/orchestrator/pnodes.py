@@ -1,4 +1,4 @@
-"""Which PNodes are alive, leaving or lost, from their heartbeats."""
+"""Which PNodes are alive, leaving or lost, from their heartbeats; and when the bus last lost messages."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ class PNodeRegistry:
         self._generation: dict[str, int] = {}
         self._dead: dict[str, tuple[str, float]] = {}  # pnode -> (incarnation that stopped listening, when)
         self._quarantined: set[str] = set()
+        # when a connection to the bus was last made again (a PNode's, by its heartbeat, or the
+        # orchestrator's own): core NATS messages in flight then may be lost (`PNodeCalls.all`)
+        self.disturbed_at = float("-inf")
 
     def beat(self, heartbeat: Heartbeat) -> bool:
         """Record a heartbeat; True when its state is stale: it was declared lost, or it restarted
@@ -25,6 +28,8 @@ class PNodeRegistry:
         pnode = heartbeat.pnode
         previous = self._last.get(pnode)
         restarted = previous is not None and previous[1].incarnation != heartbeat.incarnation
+        if previous is not None and not restarted and heartbeat.reconnects > previous[1].reconnects:
+            self.bus_disturbed()
         if restarted:
             self._generation[pnode] = self._generation.get(pnode, 0) + 1
             if pnode not in self._lost:
@@ -37,6 +42,9 @@ class PNodeRegistry:
             del self._dead[pnode]  # a new incarnation, or the old one still beating: it was a hiccup
         self._last[pnode] = (now, heartbeat)
         return returned
+
+    def bus_disturbed(self) -> None:
+        self.disturbed_at = time.monotonic()
 
     def not_listening(self, pnode: str) -> None:
         """A request found nobody listening: this incarnation is dead, whatever its last heartbeat

@@ -3,6 +3,7 @@
 Recovery aborts the step in flight, places the network on the PNodes still alive and rolls every
 PNode back to the last committed checkpoint (a consistent cut). Batches and math are
 deterministic, so re-running from there ends exactly where a run without the failure would.
+A request stalled on messages lost with a nats-server (`StepStalled`) comes here too, losing no PNode.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Recovery:
             await self.recorder.record(StepAborted(step=step, reason=str(failure)))
             log.warning("session %s: %s; recovering", state.id, failure)
             try:
-                restored = await self._place(reason=f"lost {', '.join(failure.pnodes)}", exclude=set(failure.pnodes))
+                why = f"lost {', '.join(failure.pnodes)}" if failure.pnodes else str(failure)  # StepStalled loses none
+                restored = await self._place(reason=why, exclude=set(failure.pnodes))
             except PNodeFailure as again:
                 failure = again
                 continue

@@ -83,7 +83,8 @@ class Orchestrator:
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
-        self.nc = await bus.connect(self.credential, name=f"orchestrator-{self.id}", max_reconnect_attempts=-1)
+        self.nc = await bus.connect(self.credential, name=f"orchestrator-{self.id}", max_reconnect_attempts=-1,
+                                    reconnected_cb=self._reconnected)
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects, replicas=bus.replicas(self.nc))
         await open_bucket(self.js, checkpoint_bucket(self.subjects), bus.replicas(self.nc))  # the PNodes write into it
@@ -135,6 +136,11 @@ class Orchestrator:
         self._stop.set()
 
     # -- liveness -----------------------------------------------------------------------
+    async def _reconnected(self) -> None:
+        """Our nats-server went away: replies sent to us meanwhile are lost (the steps in flight stall)."""
+        log.warning("reconnected to the bus at %s", self.nc.connected_url.netloc if self.nc.connected_url else "?")
+        self.registry.bus_disturbed()
+
     async def _on_pnode_heartbeat(self, msg) -> None:
         try:
             beat = Heartbeat.model_validate_json(msg.data)

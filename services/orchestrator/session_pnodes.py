@@ -3,12 +3,14 @@
 Placement decides who they are (`adopt`); the step loop, checkpoints and validation only ask
 them things. A request to all fails with `PNodeFailure` as soon as one goes silent or restarts
 (its generation moved on since it took the plan), and a PNode still working after the
-session's `slow_after_s` is recorded once as `PNodeSlow`.
+session's `slow_after_s` is recorded once as `PNodeSlow`. Once the bus lost messages, a request
+unanswered for long beyond what its kind took lately fails with `StepStalled` (`stalls.py`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from pydantic import BaseModel
@@ -16,9 +18,10 @@ from pydantic import BaseModel
 from computeall.protocol.events import PNodeSlow
 from computeall.protocol.pnode_api import PNodeReply, Unload
 
-from .errors import PNodeFailure, SessionError
+from .errors import PNodeFailure, SessionError, StepStalled
 from .pnode_calls import PNodeCalls
 from .recorder import SessionRecorder
+from .stalls import StallDeadlines
 
 log = logging.getLogger("computeall.orchestrator.session_pnodes")
 
@@ -30,6 +33,7 @@ class SessionPNodes:
         self.pnodes: list[str] = []
         self.first_replica: list[str] = []  # the PNodes of replica 0 (all of them without replicas)
         self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
+        self.deadlines = StallDeadlines()
 
     def adopt(self, pnodes: list[str], first_replica: list[str] | None = None) -> None:
         """These PNodes hold the plan from now on, as the incarnations alive right now."""
@@ -42,10 +46,18 @@ class SessionPNodes:
         """One request per PNode (`make(pnode)`), the replies in the PNodes' order; `first_replica`:
         only to the PNodes of replica 0 (a whole pipeline: what every replica holds alike)."""
         state = self.recorder.state
-        pnodes = self.first_replica if first_replica else self.pnodes
-        return await self.calls.all(
-            pnodes, make, timeout, state.config.slow_after_s if report_slow else None, self._slow, self.generations
-        )
+        requests = {p: make(p) for p in (self.first_replica if first_replica else self.pnodes)}
+        kind = next(iter(requests.values())).type if requests else ""
+        t0 = time.monotonic()
+        try:
+            replies = await self.calls.all(list(requests), requests.__getitem__, timeout,
+                                           state.config.slow_after_s if report_slow else None, self._slow,
+                                           self.generations, self.deadlines.seconds(kind))
+        except StepStalled:
+            self.deadlines.stalled(kind)
+            raise
+        self.deadlines.took(kind, time.monotonic() - t0)
+        return replies
 
     async def unload(self, pnodes: list[str]) -> None:
         """Best effort: a PNode that is gone or fails to answer holds nothing of ours anyway."""

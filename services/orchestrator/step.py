@@ -4,6 +4,12 @@ The loss scale (`LossScaler`) and the global gradient clip (`clipping`) are deci
 PNodes together. The scaler is kept from
 step to step and rebuilt from the log after any jump (start, resume, rollback), so a re-run
 step decides exactly as it did the first time: same bits.
+
+A RunStep that stalls because its messages were lost with a nats-server (`StepStalled`) is
+recorded as `StepAborted` and sent again: nothing of the step was decided, applied or recorded
+yet, and each PNode drops what it holds of the try it replaces (`SessionStage.run_step`), so the
+step runs again from the same state. A stall later in the step (its ApplyStep: some PNodes may
+have applied it) recovers as from a lost PNode, through the last checkpoint.
 """
 
 from __future__ import annotations
@@ -11,11 +17,14 @@ from __future__ import annotations
 import logging
 import time
 
-from computeall.protocol.events import LossScaleChanged, StepCompleted, StepSkipped, UpdateRatios, standing
+from computeall.protocol.events import (
+    LossScaleChanged, StepAborted, StepCompleted, StepSkipped, UpdateRatios, standing,
+)
 from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
 
 from . import clipping
 from .diagnostics import update_ratios
+from .errors import StepStalled
 from .loss_scale import LossScaler, replay
 from .recorder import SessionRecorder
 from .session_pnodes import SessionPNodes
@@ -41,7 +50,7 @@ class TrainingStep:
         t0 = time.monotonic()
         scaler = await self._scaler_before(step)
         scale = scaler.scale
-        replies = await self.pnodes.all(lambda p: RunStep(session_id=state.id, step=step, loss_scale=scale))
+        replies = await self._run_step(step, scale)
         self.checks.pick(step, replies, scale)  # only now: every PNode has committed to its results
         overflowed = sorted(r.pnode for r in replies if not r.grads_finite)
         decision = scaler.update(bool(overflowed))  # one decision, every PNode applies or skips
@@ -77,6 +86,18 @@ class TrainingStep:
         )
         if measure:
             await self.recorder.record(UpdateRatios(step=step, ratios=update_ratios(a for a in applied if a.pnode in first)))
+
+    async def _run_step(self, step: int, scale: float) -> list[PNodeReply]:
+        """Every PNode's RunStep, sent again while it stalls on messages lost with a nats-server."""
+        state = self.recorder.state
+        while True:
+            t0 = time.monotonic()
+            try:
+                return await self.pnodes.all(lambda p: RunStep(session_id=state.id, step=step, loss_scale=scale))
+            except StepStalled as stall:
+                log.warning("session %s: step %d stalled (%s); running it again after %.1fs",
+                            state.id, step, stall, time.monotonic() - t0)
+                await self.recorder.record(StepAborted(step=step, reason=f"{stall}; run again"))
 
     async def _scaler_before(self, step: int) -> LossScaler:
         """The loss scaler as it stands before `step`."""

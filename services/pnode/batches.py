@@ -1,4 +1,8 @@
-"""Batches for the VNodes that read the dataset, fetched over NATS and prefetched a step ahead."""
+"""Batches for the VNodes that read the dataset, fetched over NATS and prefetched a step ahead.
+
+A request or its answer lost with a nats-server (the dataset service's or this PNode's) is asked
+again (`through_failover`): a batch is a pure function of its request, so asking twice is safe.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,16 @@ import asyncio
 import torch
 from nats.aio.client import Client as NATS
 
+from computeall.protocol.bus_failover import through_failover
 from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch
 from computeall.protocol.pnode_api import BatchSource
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.wire import Tensor
 from computeall.tensorcore.wire import tensor_from_wire
+
+TRY_S = 20.0  # a batch takes milliseconds; one not there by then was lost
+PATIENCE_S = 60.0
 
 
 class BatchFeed:
@@ -39,19 +47,24 @@ class BatchFeed:
                 batch=self.source.micro_batch_size,
                 context=self.source.context,
             )
-            self._tasks[key] = asyncio.ensure_future(fetch_batch(self.nc, self.subjects, request, timeout=60.0))
+            self._tasks[key] = asyncio.ensure_future(fetch_batch(self.nc, self.subjects, request, timeout=TRY_S))
         return self._tasks[key]
 
     async def get(self, step: int, micro: int, prefetch: bool = True) -> torch.Tensor:
         """Token ids (B, T+1) as int64; also starts fetching the same micro-batch of the next step."""
-        task = self._fetch(step, micro)
+        self._fetch(step, micro)
         if prefetch:
             self._fetch(step + 1, micro)
+        dtype, shape, data = await through_failover(lambda: self._take(step, micro), f"batch {micro} of step {step}",
+                                                    PATIENCE_S)
+        return tensor_from_wire(Tensor("batch", dtype, shape, data, {})).long()
+
+    async def _take(self, step: int, micro: int) -> tuple[str, list[int], bytearray]:
+        """The fetch of (step, micro), asked now if it is not under way; gone from the prefetches either way."""
         try:
-            dtype, shape, data = await task
+            return await self._fetch(step, micro)
         finally:
             self._tasks.pop((step, micro), None)
-        return tensor_from_wire(Tensor("batch", dtype, shape, data, {})).long()
 
     def forget(self) -> None:
         """Drop prefetches (after a rollback the next steps are not what was guessed)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from nats.js.errors import ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
+from computeall.protocol.bus_failover import through_failover
 from computeall.protocol.object_store import CheckpointObject
 from computeall.protocol.wire import digest
 
@@ -23,7 +24,7 @@ def object_name(session_id: str, step: int, vnode: str, replica: int = 0, suffix
 async def fetch(store: ObjectStore, bucket: str, entry: CheckpointObject) -> bytes:
     """One object's bytes; `CheckpointObjectError` when it is missing or its digest does not match the log."""
     try:
-        data = (await store.get(entry.object)).data
+        data = (await through_failover(lambda: store.get(entry.object), f"reading {entry.object}")).data
     except ObjectNotFoundError:
         raise CheckpointObjectError(f"checkpoint object {entry.object} is missing from {bucket}") from None
     if digest(data) != entry.digest:

@@ -10,6 +10,7 @@ from nats.js import JetStreamContext
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from computeall.protocol.bus_failover import through_failover
 from computeall.protocol.events import CheckpointObject
 from computeall.protocol.object_store import existing_bucket
 from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
@@ -31,7 +32,7 @@ async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoin
     for vid in stage.local:
         data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid, stage.replica_sum.outer)
         name = object_name(request.session_id, request.step, vid, replica)
-        await store.put(name, data)
+        await through_failover(lambda: store.put(name, data), f"writing {name}")  # rewriting it is harmless
         objects.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data), replica=replica))
     return objects
 

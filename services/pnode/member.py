@@ -145,7 +145,7 @@ class BusMember:
         return Heartbeat(
             pnode=self.name, host=socket.gethostname(), os_pid=os.getpid(), device=self.device_name,
             memory_bytes=self.memory_bytes, ts=time.time(), sessions=sorted(self.stages), leaving=self.leaving or left,
-            incarnation=self.incarnation, left=left, throughput=self.throughput,
+            incarnation=self.incarnation, left=left, throughput=self.throughput, reconnects=self.nc.stats["reconnects"],
         )
 
     # -- control requests ---------------------------------------------------------

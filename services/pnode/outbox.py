@@ -3,7 +3,9 @@
 The stage `put`s a tensor in its wire form with its route and goes on with the next work item;
 the outbox turns it into frames on the PNode's wire thread (digest, copies) and publishes them,
 in the order they were put. It counts the bytes sent to each PNode and the time spent sending,
-which the stage reports with the step.
+which the stage reports with the step. A frame the connection cannot even buffer while it
+reconnects (its nats-server died) is lost as the frames in flight were: the orchestrator, told of
+the reconnect, runs the step again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Awaitable, Callable
+
+import nats.errors
 
 from computeall.tensorcore.wire import encoded_frames
 from computeall.tensorcore.wire_formats import Encoded
@@ -92,6 +96,8 @@ class Outbox:
                 await self.link.publish(pnode, frames)
                 self._sent[pnode] += sum(len(f) for f in frames)
                 self._send_s += time.monotonic() - t0
+            except nats.errors.OutboundBufferLimitError:
+                log.warning("sending %s to %s: the bus is reconnecting and its buffer is full; lost", route.wire_key, pnode)
             except Exception as exc:  # kept for the pass to raise: a send that failed must not pass silently
                 log.warning("sending %s to %s failed: %s", route.wire_key, pnode, exc)
                 self._failure = exc

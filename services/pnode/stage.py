@@ -17,7 +17,10 @@ consumers read the decoded form, remote ones are sent the encoded form and decod
 
 A pass is a training step (`phase` "train": forward and backward) or a validation (`phase`
 "val": forward only, on the validation split). Tensors between PNodes carry the phase and step,
-so the two never mix.
+so the two never mix. A RunStep for a step whose pass is still in flight (the orchestrator gave up
+on it: its messages were lost with a nats-server) makes that pass give up first; the step then
+runs again from the same state (`start_step` drops its gradients so far). Tensors of the abandoned
+try that arrive late carry the same bits as the new try's.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ class SessionStage:
         self.inbox: dict[ActivationKey | GradientKey, torch.Tensor] = {}
         self.arrived = asyncio.Event()
         self.current = PassId("train", -1)
+        self.running: asyncio.Event | None = None  # set once the pass in flight has ended
         self.loss_scale = 1.0
         self.in_flight = plan.pipeline.in_flight or default_in_flight(self.graph.order, plan.assignment)
         self._consumers = {v: self.graph.consumers(v) for v in self.local}
@@ -151,6 +155,9 @@ class SessionStage:
 
     # -- passes ----------------------------------------------------------------
     async def run_step(self, request: RunStep, deadline_s: float) -> PNodeReply:
+        if self.running is not None or self.current == PassId("train", request.step):
+            self.train_feed.forget()  # run again: what was prefetched meanwhile may be lost with a nats-server
+        await self._supersede()
         self.loss_scale = request.loss_scale
         block = self.plan.block
         self.runtime.start_step(block, self.plan.micro_batches)
@@ -163,8 +170,19 @@ class SessionStage:
         return reply.model_copy(update={"ledger": self.audit.end()}) if self.audit else reply
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
+        await self._supersede()
         feed = self.feeds(self.plan.batches.validation_split, request.batches)
         return await self._run(self._pass("val", request.step, request.batches, range(request.batches), feed), deadline_s)
+
+    async def _supersede(self) -> None:
+        """A pass still in flight gives up, and ends, before the next starts: they share the compute
+        thread's state."""
+        while self.running is not None:  # again if another request started one meanwhile: the last wins
+            self.current = PassId("aborted", -1)
+            self.arrived.set()
+            self.outbox.clear()
+            self.replica_sum.abort()
+            await self.running.wait()
 
     def _pass(self, phase: str, step: int, micro_batches: int, micros: range, feed: BatchFeed) -> _Pass:
         backward = phase == "train"
@@ -195,6 +213,14 @@ class SessionStage:
                           update_sq_norms=updates, weight_sq_norms=weights)
 
     async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
+        self.running = ended = asyncio.Event()
+        try:
+            return await self._run_pass(p, deadline_s)
+        finally:
+            self.running = None
+            ended.set()
+
+    async def _run_pass(self, p: _Pass, deadline_s: float) -> PNodeReply:
         self.current = PassId(p.phase, p.step)
         for key in [k for k in self.inbox if k.phase == p.phase and k.step < p.step]:
             del self.inbox[key]
@@ -254,6 +280,7 @@ class SessionStage:
 
     async def _wait(self, p: _Pass, give_up: float, deadline_s: float) -> float:
         t0 = time.monotonic()
+        self._check_current(p)
         if t0 >= give_up:
             raise StepAborted(
                 f"{p.phase} step {p.step}: inputs of {p.schedule.waiting_for()} did not arrive within {deadline_s:.0f}s"
@@ -262,9 +289,12 @@ class SessionStage:
             await asyncio.wait_for(self.arrived.wait(), timeout=min(give_up - t0, 1.0))
         except asyncio.TimeoutError:
             pass
+        self._check_current(p)
+        return time.monotonic() - t0
+
+    def _check_current(self, p: _Pass) -> None:
         if self.current != PassId(p.phase, p.step):
             raise StepAborted(f"{p.phase} step {p.step} was superseded by {self.current}")
-        return time.monotonic() - t0
 
     # -- readiness ---------------------------------------------------------------
     def _ready(self, p: _Pass, item: WorkItem) -> bool:

@@ -177,7 +177,8 @@ def test_time_shares_links_and_measured_bandwidth(system, keys, sessions):
                                        ts=time.time(), throughput=slow)))
     wait_until(lambda: caught_up(system, keys["alice"], seq))
     query = ('{ topology(sessionId: "sa") { edges { src dst crosses linkBandwidthBytesPerS } '
-             'links { src dst bytesPerStep bandwidthBytesPerS latencyS } } '
+             'links { src dst bytesPerStep bandwidthBytesPerS latencyS } '
+             'pnodes { id timeShare { steps stepS compute send wait sentBytesPerStep } } } '
              'pnodes { id throughput { bandwidthBytesPerS rttS flopsPerS } '
              'timeShare(lastSteps: 5) { steps stepS compute send wait sentBytesPerStep } } }')
     # q2's timing is the last telemetry published: once it is in, so are q1's
@@ -190,6 +191,8 @@ def test_time_shares_links_and_measured_bandwidth(system, keys, sessions):
         {"steps": 2, "stepS": 1.0, "compute": 0.6, "send": 0.1, "wait": 0.3, "sentBytesPerStep": 2000.0})
     assert pnodes["q2"]["timeShare"]["wait"] == pytest.approx(0.6)
     topo = got["topology"]
+    # the topology reads its PNodes' time shares in one query: the same figures (over their last 20 steps)
+    assert {p["id"]: p["timeShare"] for p in topo["pnodes"]} == {i: pnodes[i]["timeShare"] for i in ("q1", "q2")}
     # a tensor from q1 to q2 goes up q1's link and down q2's: the slower one's bandwidth
     assert topo["edges"] == [{"src": "embed", "dst": "block0", "crosses": True, "linkBandwidthBytesPerS": 1.25e7}]
     assert topo["links"] == [

@@ -42,9 +42,12 @@ def test_counts_a_quarantine_and_discarded_steps(db):
         {"pnode": "p1", "passed": 2, "failed": 0, "abandoned": 0},
         {"pnode": "p2", "passed": 1, "failed": 1, "abandoned": 1},
     ]
-    assert reads.pnode_checks(cur, "p2", "alice") == {"passed": 1, "failed": 1, "abandoned": 1}, "only alice's sessions"
-    assert reads.pnode_checks(cur, "p2", "bob") == {"passed": 1, "failed": 0, "abandoned": 0}
-    (p2,) = [p for p in reads.pnodes(cur, 5.0) if p["id"] == "p2"]
+    assert reads.pnode_checks(cur, "alice")["p2"] == {"passed": 1, "failed": 1, "abandoned": 1}, "only alice's sessions"
+    assert reads.pnode_checks(cur, "bob") == {"p2": {"passed": 1, "failed": 0, "abandoned": 0}}
+    (p2,) = [p for p in reads.pnodes(cur, 5.0, "alice") if p["id"] == "p2"]
     assert p2["state"] == "quarantined" and p2["quarantine_reason"] == quarantined.reason and p2["quarantined_at"]
+    assert p2["checks"] == {"passed": 1, "failed": 1, "abandoned": 1}
+    assert [p["checks"] for p in reads.pnodes(cur, 5.0, "carol") if p["id"] == "p2"] == [
+        {"passed": 0, "failed": 0, "abandoned": 0}], "no sessions, no checks"
     steps = db.con.execute("SELECT step, loss FROM steps WHERE session_id = 's' ORDER BY step").fetchall()
     assert steps == [(0, 3.0), (1, 2.9), (2, 2.75)], "steps from 2 on were discarded, then step 2 re-run"

@@ -61,6 +61,9 @@ export const PNODES = `query PNodes($since: Float, $ids: [ID!]) {
     requests(limit: 8) { sessionId request step state ts durationS } }
 }`;
 
+// every PNode, as the live subscription has them: the PNodes page's first load (its overview)
+export const PNODE_LIST = `query PNodeList { pnodes { ${PNODE_SUMMARY} } }`;
+
 export const PNODES_LIVE = `subscription PNodesLive { pnodes { ${PNODE_SUMMARY} } }`;
 
 export const SESSION_COMMAND = {
