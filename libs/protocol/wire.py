@@ -184,6 +184,7 @@ class Tensor:
     data: bytearray
     meta: dict[str, str | int | float | bool]
     encoding: Encoding = "raw"
+    digest: str | None = None  # the frame digest of `data`, verified by the reassembler that made it
 
 
 class Reassembler:
@@ -225,7 +226,7 @@ class Reassembler:
         del self._pending[header.key]
         if partial.received != header.total_bytes or frame_digest(partial.buffer) != header.digest:
             raise WireError(f"digest mismatch for {header.key!r}; tensor dropped")
-        return Tensor(header.key, header.dtype, header.shape, partial.buffer, header.meta, header.encoding)
+        return Tensor(header.key, header.dtype, header.shape, partial.buffer, header.meta, header.encoding, header.digest)
 
     def _expire(self) -> None:
         now = time.monotonic()

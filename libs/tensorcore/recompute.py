@@ -35,8 +35,7 @@ class Recomputed:
 
 
 class Recomputer:
-    """Recomputes VNodes of one session; the last few VNodes' modules are kept to be loaded again
-    (building one costs about a third of recomputing it)."""
+    """Recomputes VNodes of one session; the last few VNodes' modules are kept to be loaded again."""
 
     def __init__(self, graph: Graph, session_seed: int, device: torch.device, keep: int = 8) -> None:
         self.graph = graph
@@ -69,7 +68,8 @@ class Recomputer:
         runtime = self._runtimes.pop(vid, None)
         if runtime is None:
             tie = self.graph.vnodes[vid].tie
-            runtime = VNodeRuntime(self.graph, [vid, *([tie] if tie else [])], self.session_seed, self.device)
+            # not initialised: `run` overwrites every parameter with the host's (initialising was most of a build)
+            runtime = VNodeRuntime(self.graph, [vid, *([tie] if tie else [])], self.session_seed, self.device, init=False)
         self._runtimes[vid] = runtime
         while len(self._runtimes) > self.keep:
             del self._runtimes[next(iter(self._runtimes))]

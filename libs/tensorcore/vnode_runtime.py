@@ -55,7 +55,9 @@ class RuntimeObserver(Protocol):
 class VNodeRuntime:
     """The VNodes one PNode hosts, for one session."""
 
-    def __init__(self, graph: Graph, vnode_ids: list[str], session_seed: int, device: torch.device) -> None:
+    def __init__(self, graph: Graph, vnode_ids: list[str], session_seed: int, device: torch.device,
+                 init: bool = True) -> None:
+        """`init=False`: the parameters are not initialised, for a caller that loads every one (`build_vnode`)."""
         self.graph = graph
         self.device = device
         self.order = [v for v in graph.order if v in set(vnode_ids)]
@@ -63,7 +65,7 @@ class VNodeRuntime:
         self.modules: dict[str, nn.Module] = {}
         # tied VNodes point at their partner, so build the partners (embeddings) first
         for vid in sorted(self.order, key=lambda v: graph.vnodes[v].tie is not None):
-            self.modules[vid] = build_vnode(graph.vnodes[vid], session_seed, device, tied=self.modules)
+            self.modules[vid] = build_vnode(graph.vnodes[vid], session_seed, device, tied=self.modules, init=init)
         self._saved: dict[tuple[int, str], _Saved] = {}
         params = self.parameters()
         self._param_names = {id(p): name for name, p in params.items()}

@@ -44,9 +44,8 @@ class Material:
     inputs: dict[int, torch.Tensor]  # input slot -> the tensor the VNode read (dataset inputs: fetched by the checker)
     grads: dict[str, torch.Tensor] = field(default_factory=dict)  # consumer -> the gradient it handed back
 
-    def nbytes(self) -> int:
-        tensors = [*self.params.values(), *self.inputs.values(), *self.grads.values()]
-        return sum(t.numel() * t.element_size() for t in tensors)
+    def tensors(self) -> list[torch.Tensor]:
+        return [*self.params.values(), *self.inputs.values(), *self.grads.values()]
 
 
 class StepAudit:
@@ -121,13 +120,15 @@ class StepAudit:
 
     def keep(self, items: list[KeepMaterial]) -> None:
         """Before the update: keep the material of the items picked for a check; forget the rest."""
+        copies: dict[str, dict[str, torch.Tensor]] = {}  # one copy of a VNode's parameters for all its items
         for item in items:
             key = (item.micro, item.vnode)
             if key not in self._inputs:
                 continue  # not hosted here, or not run: the check will say the material is missing
-            params = {n: p.detach().clone() for n, p in check_parameters(self.runtime.modules[item.vnode]).items()}
+            if item.vnode not in copies:
+                copies[item.vnode] = {n: p.detach().clone() for n, p in check_parameters(self.runtime.modules[item.vnode]).items()}
             grads = self._grads.get(key, {}) if item.backward else {}
-            self.kept[item.check_id] = Material(params, self._inputs[key], grads)
+            self.kept[item.check_id] = Material(copies[item.vnode], self._inputs[key], grads)
         self.forget_step()
 
     def release(self, check_ids: list[str]) -> None:
@@ -141,4 +142,6 @@ class StepAudit:
         self.kept.clear()
 
     def nbytes(self) -> int:
-        return sum(m.nbytes() for m in self.kept.values())
+        """Bytes held for checks, each tensor once (items of a VNode share its parameters, and inputs can be shared)."""
+        held = {id(t): t for m in self.kept.values() for t in m.tensors()}
+        return sum(t.numel() * t.element_size() for t in held.values())

@@ -13,6 +13,7 @@ import asyncio
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterator
 
 import torch
@@ -36,6 +37,15 @@ SendPart = Callable[[str, torch.Tensor, CheckPartRoute], Awaitable[None]]
 MATERIAL_WAIT_S = 120.0  # the host sends at once when asked; longer means it is not coming
 
 
+@dataclass(frozen=True)
+class Part:
+    """A piece of a check's material as it arrived, with its `tensor_digest`, taken from the digest the
+    wire verified of these very bytes (the checker reports it without hashing them again)."""
+
+    tensor: torch.Tensor
+    digest: str
+
+
 class CheckInbox:
     """Material arriving for the checks this PNode runs, and what recomputes them. Bounded: at most
     `max_checks` at once, and material nobody asked for within `ttl_s` is dropped."""
@@ -44,22 +54,22 @@ class CheckInbox:
         self.recomputer = recomputer
         self.max_checks = max_checks
         self.ttl_s = ttl_s
-        self._parts: dict[str, dict[str, torch.Tensor]] = {}
+        self._parts: dict[str, dict[str, Part]] = {}
         self._expected: dict[str, int] = {}
         self._started: dict[str, float] = {}
         self._complete: dict[str, asyncio.Event] = {}
 
-    def receive(self, route: CheckPartRoute, tensor: torch.Tensor) -> None:
+    def receive(self, route: CheckPartRoute, part: Part) -> None:
         self._expire()
         if route.check not in self._parts and len(self._parts) >= self.max_checks:
             raise WireError(f"material for {self.max_checks} checks is pending already; dropped {route.check}")
-        self._parts.setdefault(route.check, {})[route.part] = tensor
+        self._parts.setdefault(route.check, {})[route.part] = part
         self._expected[route.check] = route.parts
         self._started.setdefault(route.check, time.monotonic())
         if len(self._parts[route.check]) >= route.parts:
             self._event(route.check).set()
 
-    async def take(self, check_id: str, timeout_s: float) -> dict[str, torch.Tensor]:
+    async def take(self, check_id: str, timeout_s: float) -> dict[str, Part]:
         """Every part of the check's material, once it has all arrived."""
         try:
             await asyncio.wait_for(self._event(check_id).wait(), timeout_s)
@@ -143,11 +153,14 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float, 
         elif name == "data.targets":
             inputs.append(batch[:, 1:])
         elif f"input.{slot}" in material:
-            inputs.append(material[f"input.{slot}"])
+            inputs.append(material[f"input.{slot}"].tensor)
         else:
             raise ValueError(f"the material for check {item.check_id} lacks input {slot} ({name})")
-    params = {k.removeprefix("param."): t for k, t in material.items() if k.startswith("param.")}
-    grads = {k.removeprefix("grad."): t for k, t in material.items() if k.startswith("grad.")}
+    # what it received, as the producers' and consumers' ledgers have it
+    received = {name: material[f"input.{slot}"].digest for slot, name in enumerate(spec.inputs) if name not in DATA_INPUTS}
+    params = {k.removeprefix("param."): p.tensor for k, p in material.items() if k.startswith("param.")}
+    grads = {k.removeprefix("grad."): p.tensor for k, p in material.items() if k.startswith("grad.")}
+    grad_digests = {k.removeprefix("grad."): p.digest for k, p in material.items() if k.startswith("grad.")}
     grad_output = None
     if item.backward:
         if OPS[spec.op].is_loss:
@@ -174,8 +187,7 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float, 
                 "input_grads": {name: tensor_digest(as_read(stage._wire, stage.graph, name, g)) for name, g in handed_back.items()},
                 "param_grads": tensors_digest(done.param_grads),
             })
-        received = {name: tensor_digest(inputs[slot]) for slot, name in enumerate(spec.inputs) if name not in DATA_INPUTS}
-        return CheckReport(inputs=received, grads={c: tensor_digest(g) for c, g in grads.items()}, result=result)
+        return CheckReport(inputs=received, grads=grad_digests, result=result)
 
     check = await asyncio.get_running_loop().run_in_executor(executor, work)
     return PNodeReply(ok=True, pnode=stage.pnode, step=item.step, check=check)

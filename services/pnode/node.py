@@ -32,6 +32,7 @@ from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, Memor
 from computeall.protocol.wire import Reassembler, WireError
 from computeall.tensorcore.backend import device_memory
 from computeall.tensorcore.checkpoint import CheckpointError
+from computeall.tensorcore.digest import received_digest
 from computeall.protocol.faults import FaultSpec
 from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 
@@ -180,17 +181,20 @@ class PNode(BusMember):
             received = await asyncio.get_running_loop().run_in_executor(self.wire, self._reassemble, msg.data)
             if received is None:
                 return
-            stage, route, tensor = received
+            stage, route, payload = received
             if isinstance(route, CheckPartRoute):
-                stage.check_inbox.receive(route, tensor)
+                stage.check_inbox.receive(route, payload)
             else:
-                stage.receive(route, tensor)
+                stage.receive(route, payload)
         except WireError as exc:
             self.rejected_frames += 1
             log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
 
-    def _reassemble(self, frame: bytes) -> tuple[SessionStage, TensorRoute | CheckPartRoute, torch.Tensor] | None:
-        """On the wire thread: one frame in; the decoded tensor, its stage and route once all its frames are."""
+    def _reassemble(
+        self, frame: bytes
+    ) -> tuple[SessionStage, TensorRoute, torch.Tensor] | tuple[SessionStage, CheckPartRoute, checks.Part] | None:
+        """On the wire thread: one frame in; the decoded tensor (check material: with its digest, which the
+        wire verified), its stage and route once all its frames are."""
         received = self.reassembler.feed(frame)
         if received is None:
             return None
@@ -201,7 +205,10 @@ class PNode(BusMember):
             return stage, TensorRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
         if stage.check_inbox is None:
             raise WireError(f"check material {received.key!r} for a session not verified here")
-        return stage, CheckPartRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
+        if received.encoding != "raw":  # as hosts send it: its digest is then the wire's
+            raise WireError(f"check material {received.key!r} came {received.encoding}, not raw")
+        part = checks.Part(tensor_from_wire(received, self.device), received_digest(received))
+        return stage, CheckPartRoute.from_wire(received.key, received.meta), part
 
     # -- telemetry --------------------------------------------------------------------
     async def memory_sample(self) -> MemorySample:

@@ -40,10 +40,13 @@ def build_vnode(
     session_seed: int,
     device: torch.device,
     tied: dict[str, torch.nn.Module] | None = None,
+    init: bool = True,
 ) -> torch.nn.Module:
     """Build a VNode's module with its parameters initialised from (session seed, VNode id) only.
 
     `tied` maps VNode ids to already built modules, for ops that share another VNode's weight.
+    `init=False` leaves the parameters as the module's constructor made them (maybe uninitialised), for
+    a caller that overwrites every one (a spot check loads the host's): seeded init is most of a build.
     """
     cls = module_class(spec.op)
     generator = torch.Generator().manual_seed(init_seed(session_seed, spec.id))
@@ -55,8 +58,8 @@ def build_vnode(
     else:
         module = cls(**spec.params)
         from_parts = getattr(module, "reset_parameters_from", None)
-        if from_parts is not None:  # fused from several VNodes: each part starts from its own VNode's seed
+        if init and from_parts is not None:  # fused from several VNodes: each part starts from its own VNode's seed
             from_parts(generator, lambda vid: torch.Generator().manual_seed(init_seed(session_seed, vid)))
-        else:
+        elif init:
             module.reset_parameters(generator)  # on the CPU, so every device starts from the same numbers
     return module.to(device=device, dtype=dtype)

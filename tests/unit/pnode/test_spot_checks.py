@@ -12,11 +12,14 @@ import torch
 from computeall.network import Graph, NetworkSpec
 from computeall.pnode import batches
 from computeall.pnode.node import PNode
+from computeall.pnode.routing import CheckPartRoute
 from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
 from computeall.protocol.pnode_api import ApplyStep, Recompute, RunStep, SendCheckMaterial
 from computeall.protocol.verification import CheckItem, KeepMaterial
 from computeall.protocol.subjects import Subjects
+from computeall.tensorcore.wire import encoded_frames
+from computeall.tensorcore.wire_formats import wire_format
 
 from .test_prefetch_forgotten import SESSION, plan
 
@@ -96,6 +99,8 @@ async def test_a_checker_recomputes_exactly_what_the_host_committed_to(pnodes, w
         assert report.inputs == {n: ledger[(m, n)].output for n in graph.vnodes[vid].inputs if not n.startswith("data.")}
         if backward and vid != "head":
             assert report.grads == {c: ledger[(m, c)].input_grads[vid] for c in graph.consumers(vid)}
+    kept = host.stages[SESSION].audit.kept
+    assert kept["0/0/b0.attn"].params is kept["0/1/b0.attn"].params, "one copy of a VNode's parameters per step"
     assert host.stages[SESSION].audit.nbytes() > 0, "material is kept until released"
     await host.dispatch(ApplyStep(session_id=SESSION, step=1, lr=0.0, skip=True, release=[f"0/{m}/{v}" for m, v, _ in ITEMS]))
     assert host.stages[SESSION].audit.nbytes() == 0
@@ -139,3 +144,13 @@ async def test_a_check_without_material_says_so(pnodes):
     checker.step_deadline_s = 0.2
     with pytest.raises(ValueError, match="did not arrive within"):
         await checker.dispatch(Recompute(session_id=SESSION, item=item))
+
+
+async def test_check_material_that_is_not_raw_is_rejected(pnodes):
+    checker = pnodes("q")
+    await checker.dispatch(verified_plan())
+    route = CheckPartRoute(session=SESSION, check="0/0/b0.attn", part="input.0", parts=1)
+    encoded = wire_format("int8").encode(torch.randn(2, 8, 32))
+    for frame in encoded_frames(route.wire_key, encoded, Bus.max_payload, route.wire_meta()):
+        await checker.on_tensor(SimpleNamespace(data=frame))
+    assert checker.rejected_frames == 1  # its digest would not be the tensor's: the checker reports digests of raw bytes
