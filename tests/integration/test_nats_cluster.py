@@ -127,12 +127,6 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
         assert got == await losses(client, clean), "the losses of a clean run"
         assert final_digests(events) == final_digests(clean_events)
         assert not [e.payload for _, e in events if isinstance(e.payload, PNodeLost)], "a reconnecting PNode is not lost"
-        pruned = {e.payload.step for _, e in events if isinstance(e.payload, CheckpointPruned)}
-        kept = [e.payload for _, e in events if isinstance(e.payload, CheckpointCommitted) and e.payload.step not in pruned]
-        assert kept
-        for checkpoint in kept:  # no committed checkpoint lost with the server
-            for obj in checkpoint.objects:
-                assert digest(await client.read_object(ReadObject(session_id=sid, object=obj.object))) == obj.digest
 
         done = next(e.ts for _, e in events if isinstance(e.payload, StepCompleted) and e.payload.step == KILL_IN)
         aborted = [(round(e.ts - killed_at, 2), e.payload.step, e.payload.reason) for _, e in events
@@ -152,5 +146,13 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
             return names == {"nats-0", "nats-1", "nats-2"}
 
         await wait_until_async(caught_up, 60, "the restarted server's replica current again", interval=0.5)
+        # read once every replica is current: a read served by the rejoined server's replica just after its
+        # restart can be behind the log (docs/operations.md)
+        pruned = {e.payload.step for _, e in events if isinstance(e.payload, CheckpointPruned)}
+        kept = [e.payload for _, e in events if isinstance(e.payload, CheckpointCommitted) and e.payload.step not in pruned]
+        assert kept
+        for checkpoint in kept:  # no committed checkpoint lost with the server
+            for obj in checkpoint.objects:
+                assert digest(await client.read_object(ReadObject(session_id=sid, object=obj.object))) == obj.digest
         await observer_nc.close()
         await watch_nc.close()
