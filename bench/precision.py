@@ -60,7 +60,7 @@ def train(network_text: str, precision: str, data: list[torch.Tensor]) -> dict:
     schedule = LrSchedule()
     losses, skipped, t0, memory = [], 0, time.perf_counter(), {}
     for step, batch in enumerate(data):
-        result = local_step(runtime, [batch], scaler.scale)
+        result = local_step(runtime, [batch], scaler.scale, keep_outputs=True)
         decision = scaler.update(not runtime.grads_finite())
         if step == 0:
             params = runtime.parameters().values()
@@ -71,8 +71,8 @@ def train(network_text: str, precision: str, data: list[torch.Tensor]) -> dict:
                 "weights_per_param": sum(p.numel() * p.element_size() for p in params) / n,
                 "master_per_param": state["master"] / n,
                 "optimizer_per_param": state["optimizer"] / n,
-                "gradients_per_param": (sum(p.grad.numel() * p.grad.element_size() for p in params
-                                            if p.grad is not None) + state["grad_buffer"]) / n,
+                "gradients_per_param": sum(p.grad.numel() * p.grad.element_size() for p in params
+                                           if p.grad is not None) / n,
                 "activation_bytes": result.activation_bytes,
                 "wire_bytes_b0.attn": sum(len(f) for f in tensor_frames("k", result.outputs["b0.attn"], 1 << 22)),
             }

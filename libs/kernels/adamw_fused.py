@@ -5,9 +5,11 @@ parameters are re-pointed into one flat buffer (p.data becomes a view), so one k
 update the master and write the low-precision copy back for every parameter of the bucket.
 Copying into a parameter (p.copy_) stays fine; re-assigning p.data afterwards detaches it.
 
-Per step: gather the gradients into the bucket's flat gradient buffer (one multi-tensor copy;
-a missing .grad counts as zero), detect overflow on the device, and run the update, which
-unscales by the loss scale and leaves everything untouched when found_inf is 1.
+Per step: detect overflow on the device, then bucket by bucket gather the gradients into a flat
+gradient buffer (one multi-tensor copy; a missing .grad counts as zero) and run the update, which
+unscales by the loss scale and leaves everything untouched when found_inf is 1. The flat buffer
+lives for its bucket's update only: between updates, backward has that memory (a PNode's peak is
+in backward, where a resident buffer would cost as much as the gradients themselves).
 
 Paths: "torch" is torch's fused AdamW kernel on the fp32 master plus one cast back (CPU and
 CUDA); "triton" does all of it in a single pass (CUDA). "auto" takes triton where usable.
@@ -32,7 +34,7 @@ class _Bucket:
     master: torch.Tensor  # (n,) fp32; the same tensor as flat_param for fp32 parameters
     exp_avg: torch.Tensor  # (n,) fp32
     exp_avg_sq: torch.Tensor  # (n,) fp32
-    flat_grad: torch.Tensor  # (n,) fp32 for the torch path, parameter dtype for triton
+    grad_dtype: torch.dtype  # of the flat gradient: fp32 for the torch path, the parameters' for triton
     step: torch.Tensor  # () fp32 on the device: the count of applied (non-skipped) steps
     impl: str
 
@@ -92,7 +94,7 @@ class FusedAdamW:
         grad_dtype = torch.float32 if impl == "torch" else dtype
         return _Bucket(
             names, params, flat_param, master, torch.zeros_like(master), torch.zeros_like(master),
-            torch.zeros(master.numel(), dtype=grad_dtype, device=device), torch.zeros((), device=device), impl,
+            grad_dtype, torch.zeros((), device=device), impl,
         )
 
     def zero_grad(self) -> None:
@@ -101,9 +103,12 @@ class FusedAdamW:
                 p.grad = None
 
     @torch.no_grad()
-    def _gather_grads(self, bucket: _Bucket) -> None:
+    def _gathered_grads(self, bucket: _Bucket) -> torch.Tensor:
+        """(n,) the bucket's gradients in one flat tensor, in `grad_dtype`."""
+        flat = torch.empty(bucket.master.numel(), dtype=bucket.grad_dtype, device=bucket.master.device)
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket.params]
-        torch._foreach_copy_(bucket.views(bucket.flat_grad), grads)  # upcasts on the torch path
+        torch._foreach_copy_(bucket.views(flat), grads)  # upcasts on the torch path
+        return flat
 
     @torch.no_grad()
     def step(self, grad_scale: float | torch.Tensor = 1.0, found_inf: torch.Tensor | None = None) -> torch.Tensor:
@@ -113,11 +118,10 @@ class FusedAdamW:
         found_inf: a 0-dim fp32 overflow flag decided elsewhere (e.g. agreed across nodes);
         when None it is computed here from the gradients. Returns the flag used, on the device.
         """
-        for bucket in self._buckets:
-            self._gather_grads(bucket)
         if found_inf is None:
-            found_inf = found_nonfinite([b.flat_grad for b in self._buckets])
+            found_inf = found_nonfinite([p.grad for b in self._buckets for p in b.params if p.grad is not None])
         for bucket in self._buckets:
+            flat_grad = self._gathered_grads(bucket)
             device = bucket.master.device
             flag = found_inf.to(device=device, dtype=torch.float32, non_blocking=True)
             scale = torch.as_tensor(grad_scale, dtype=torch.float32).to(device, non_blocking=True)
@@ -126,12 +130,12 @@ class FusedAdamW:
                 from .adamw_triton import adamw_triton_  # Triton is an optional extra
 
                 adamw_triton_(
-                    bucket.flat_grad, bucket.master, bucket.exp_avg, bucket.exp_avg_sq, bucket.flat_param,
+                    flat_grad, bucket.master, bucket.exp_avg, bucket.exp_avg_sq, bucket.flat_param,
                     bucket.step, scale, flag, self.lr, self.betas, self.eps, self.weight_decay,
                 )
             else:
                 torch._fused_adamw_(
-                    [bucket.master], [bucket.flat_grad], [bucket.exp_avg], [bucket.exp_avg_sq], [], [bucket.step],
+                    [bucket.master], [flat_grad], [bucket.exp_avg], [bucket.exp_avg_sq], [], [bucket.step],
                     lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=self.weight_decay,
                     eps=self.eps, amsgrad=False, maximize=False, grad_scale=scale, found_inf=flag,
                 )

@@ -46,7 +46,8 @@ def map_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     that a step's temporaries leave between kept activations stay resident and the heaps grow from
     step to step. Measured on the seed network, a PNode's peak RSS stood 450-500 MiB above its live
     tensor bytes, and recompute saved a quarter of what it frees (docs/decisions.md). Fixing the
-    threshold keeps tensors in mappings of their own; the cost is page faults on each new tensor.
+    threshold keeps tensors in mappings of their own; the cost is page faults on each new tensor,
+    about 15% of a seed-network step: a PNode sets it when a plan asks (`computeall.pnode.lean_memory`).
     """
     if not sys.platform.startswith("linux"):
         return False

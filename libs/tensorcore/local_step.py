@@ -32,7 +32,7 @@ def _call(fn: Callable, *args: Any) -> Any:
 class LocalStep:
     loss_sum: float = 0.0  # summed over every target token of the step
     tokens: int = 0  # target tokens of the step
-    outputs: dict[str, torch.Tensor] = field(default_factory=dict)  # the last micro-batch's VNode outputs
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)  # the last micro-batch's VNode outputs, when kept
     activation_bytes: int = 0  # the most held for backward at once (after a micro-batch's forward)
     calls: int = 0  # VNode forward and backward work items
     handoffs: int = 0  # tensors handed from VNode to VNode: activations forward, gradients back
@@ -49,10 +49,15 @@ def local_step(
     loss_scale: float = 1.0,
     run: RunItem = _call,
     block: range | None = None,
+    keep_outputs: bool = False,
 ) -> LocalStep:
     """Forward and backward of one step; `micro_batches` are token ids (B, T+1) each. The runtimes
     together host the whole graph (one, or several standing for PNodes that split it). `block`: the
-    micro-batches they run, when they stand for one replica of several (default: all)."""
+    micro-batches they run, when they stand for one replica of several (default: all).
+
+    Memory follows the stage's: a VNode's output is let go once its consumers' backwards no longer
+    need it, and the gradients handed back to it once its own backward has read them, unless
+    `keep_outputs` keeps the last micro-batch's outputs for the caller."""
     runtimes = [runtimes] if isinstance(runtimes, VNodeRuntime) else list(runtimes)
     host = {v: r for r in runtimes for v in r.order}
     graph = runtimes[0].graph
@@ -82,7 +87,11 @@ def local_step(
             if OPS[spec.op].is_loss:
                 grad_out = loss_gradient(loss_scale, result.tokens, host[vid].device)
             else:
-                grad_out = summed_in_order([grads[vid][c] for c in graph.consumers(vid)], host[vid].dtypes[vid])
+                parts = grads.pop(vid)
+                grad_out = summed_in_order([parts[c] for c in graph.consumers(vid)], host[vid].dtypes[vid])
+                del parts
+                if not keep_outputs:
+                    values.pop(vid)  # its consumers' backwards are done
                 if grad_out is None:  # an output nothing reads: nothing flows back
                     host[vid].drop_one(m, vid)
                     continue
@@ -91,7 +100,8 @@ def local_step(
             for name, g in gradients_by_input(spec.inputs, input_grads).items():
                 grads[name][vid] = wires[name].encode(g).decode()  # back on the producer's edge
             result.handoffs += sum(1 for g in input_grads if g is not None)
-        result.outputs = {k: v for k, v in values.items() if k not in DATA_INPUTS}
+        if keep_outputs:
+            result.outputs = {k: v for k, v in values.items() if k not in DATA_INPUTS}
     for r in runtimes:
         r.finish_backward()
     return result

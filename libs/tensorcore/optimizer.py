@@ -63,10 +63,6 @@ class VNodeOptimizer:
             opt.lr = lr
             opt.step(grad_scale=loss_scale / clip_factor, found_inf=torch.zeros(()))
 
-    def masters(self) -> dict[str, torch.Tensor]:
-        """Every parameter's fp32 master, by name: views into the optimizer's buffers (read, never write)."""
-        return {name: view for b in self._buckets() for name, view in zip(b.names, b.views(b.master))}
-
     def zero_grad(self) -> None:
         for p in self.params.values():
             p.grad = None
@@ -129,13 +125,11 @@ class VNodeOptimizer:
 
     # -- memory ------------------------------------------------------------------------
     def state_bytes(self) -> dict[str, int]:
-        """Bytes the optimizer holds, by category: fp32 masters of low-precision parameters (fp32
-        parameters are their own master: 0), Adam moments and step counters, and its flat
-        gradient buffer (fp32 on the torch path)."""
-        master = optimizer = grad_buffer = 0
+        """Bytes the optimizer holds between updates, by category: fp32 masters of low-precision
+        parameters (fp32 parameters are their own master: 0), Adam moments and step counters."""
+        master = optimizer = 0
         for b in self._buckets():
             if b.master is not b.flat_param:
                 master += b.master.numel() * b.master.element_size()
             optimizer += sum(t.numel() * t.element_size() for t in (b.exp_avg, b.exp_avg_sq, b.step))
-            grad_buffer += b.flat_grad.numel() * b.flat_grad.element_size()
-        return {"master": master, "optimizer": optimizer, "grad_buffer": grad_buffer}
+        return {"master": master, "optimizer": optimizer}

@@ -26,11 +26,7 @@ from itertools import accumulate
 import numpy as np
 
 from computeall.network import Graph
-from computeall.network.graph import BYTES_PER_ELEMENT
-
-ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32
-MASTER_BYTES = 4  # fp32 master copy of a bf16/fp16 weight
-GRAD_BUFFER_BYTES = 4  # the fused optimizer's flat fp32 gradient buffer
+from computeall.network.memory_model import vnode_memory_bytes
 
 # What a PNode that has not measured itself is taken to have: a CPU core's training throughput,
 # a 1 Gbit/s LAN link with a 1 ms round trip.
@@ -56,26 +52,6 @@ class PNodeCapacity:
 def vnode_flops_per_token(graph: Graph, vid: str) -> float:
     """Forward+backward FLOPs per token, from the op's model in the registry."""
     return graph.flops_per_token(vid)
-
-
-def activation_elements(graph: Graph, vid: str) -> int:
-    """Elements per token a VNode keeps for its backward: the op's model in the registry, or, when
-    it recomputes, only its inputs (a token id counts as one element), if that is less."""
-    kept = graph.op(vid).activation_elements(graph.params(vid), graph.site(vid))
-    if graph.vnodes[vid].recompute:
-        inputs = sum(graph.out_features[name] or 1 for name in graph.vnodes[vid].inputs)
-        kept = min(kept, inputs)
-    return kept
-
-
-def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
-    """Weights, gradient, fp32 master (low precision only), Adam state, the optimizer's gradient buffer,
-    and a micro-batch's activations (`activation_elements`)."""
-    v = graph.vnodes[vid]
-    element = BYTES_PER_ELEMENT[v.precision]
-    master = MASTER_BYTES if v.precision != "fp32" else 0
-    params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
-    return params + micro_batch_size * graph.spec.context * activation_elements(graph, vid) * element
 
 
 class StageCosts:

@@ -57,11 +57,10 @@ def members(args: argparse.Namespace, credentials: list[Credential], memory: int
         from .simulated import SimulatedPNode
 
         return [SimulatedPNode(c, memory, subjects, args.flops, args.full_tensors, args.step_deadline) for c in credentials]
-    from computeall.tensorcore.backend import map_large_allocations, select_device, set_cpu_threads
+    from computeall.tensorcore.backend import select_device, set_cpu_threads
 
     from .node import PNode
 
-    map_large_allocations()
     set_cpu_threads(max(1, args.processes_on_machine))
     if args.fault:
         logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode returns wrong results", args.fault)

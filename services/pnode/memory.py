@@ -3,7 +3,7 @@
 - weights: the parameters as the VNodes compute with them, each in its VNode's precision
 - master: fp32 master copies of low-precision parameters (fp32 parameters are their own: 0)
 - optimizer: Adam moments (fp32) and step counters
-- gradients: the parameters' gradients (their precision) plus the optimizer's flat fp32 buffer
+- gradients: the parameters' gradients (their precision)
 - activations: VNode outputs kept for backward (their precision)
 - checks: what is kept for spot checks until they are settled (parameter copies, inputs, gradients)
 - params: the number of parameters, so a reader can turn any category into bytes per parameter
@@ -21,13 +21,11 @@ def bytes_by_category(stage: "SessionStage") -> dict[str, int]:
     params = list(stage.runtime.parameters().values())
     weights = sum(p.numel() * p.element_size() for p in params)
     grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
-    optimizer = dict(stage.optimizer.state_bytes())
-    grads += optimizer.pop("grad_buffer", 0)
+    optimizer = stage.optimizer.state_bytes()
     return {
         "weights": weights,
-        "master": optimizer.pop("master", 0),
-        "optimizer": optimizer.pop("optimizer", 0),
-        **optimizer,
+        "master": optimizer["master"],
+        "optimizer": optimizer["optimizer"],
         "gradients": grads,
         "activations": stage.runtime.activation_bytes(),
         "checks": stage.audit.nbytes() if stage.audit else 0,

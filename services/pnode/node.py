@@ -30,7 +30,7 @@ from computeall.protocol.pnode_api import (
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample
 from computeall.protocol.wire import Reassembler, WireError
-from computeall.tensorcore.backend import device_memory
+from computeall.tensorcore.backend import device_memory, map_large_allocations
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.digest import received_digest
 from computeall.protocol.faults import FaultSpec
@@ -39,6 +39,7 @@ from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
 from . import checkpoints, checks, sampling, throughput
 from .batches import BatchFeed
 from .faults import Faults
+from .lean_memory import wants_lean_memory
 from .member import BusMember
 from .memory import bytes_by_category
 from .outbox import Link
@@ -78,6 +79,7 @@ class PNode(BusMember):
         self.process = psutil.Process()
         self.faults = Faults(fault, self.name) if fault else None  # a testing option: wrong results on purpose
         self.check_executor = checks.check_executor(self.name)
+        self.lean_memory = False  # `lean_memory`: set for good once a plan asks for it
 
     # -- what it measures of itself ---------------------------------------------
     async def started(self) -> None:
@@ -131,6 +133,10 @@ class PNode(BusMember):
                 old.abort()
             self.stages[request.session_id] = stage
             log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
+            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, request.batches.micro_batch_size,
+                                                          self.memory_bytes):
+                self.lean_memory = map_large_allocations()
+                log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)", request.session_id)
             return PNodeReply(ok=True, pnode=self.name)
         if isinstance(request, GenerateSamples):  # reads a checkpoint, not the stage: off the compute executor
             samples = await sampling.generate(self.js, request, self.sampling_executor)

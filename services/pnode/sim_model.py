@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from computeall.network import Graph
 from computeall.network.graph import BYTES_PER_ELEMENT, init_seed
+from computeall.network.memory_model import ADAM_STATE_BYTES
 from computeall.protocol.pnode_api import LoadPlan
 
 # what a simulated PNode reports of its link (it measures nothing): a 1 Gbit/s LAN, 1 ms away
 BANDWIDTH_BYTES_PER_S = 125e6
 RTT_S = 1e-3
 FORWARD_SHARE = 1 / 3  # of a VNode's forward+backward FLOPs (backward is about twice the forward)
-ADAM_STATE_BYTES = 8  # what a real PNode's optimizer keeps per parameter (two fp32 moments)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import pytest
 
 from computeall.network import Graph, NetworkError, load_network
 from computeall.network.ops import OPS, OpParams, OpSpec, Problem, Site, n_inputs
-from computeall.orchestrator.step_time import vnode_flops_per_token, vnode_memory_bytes
+from computeall.network.memory_model import vnode_memory_bytes
+from computeall.orchestrator.step_time import vnode_flops_per_token
 
 ROOT = Path(__file__).resolve().parents[3]
 

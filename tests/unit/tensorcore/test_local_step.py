@@ -16,7 +16,7 @@ def test_micro_batches_accumulate_to_the_gradient_of_the_whole_batch():
     graph = tiny_graph()
     micro = [batch(graph, n=2, seed=s) for s in range(3)]
     runtime = VNodeRuntime(graph, graph.order, 5, CPU)
-    result = local_step(runtime, micro, loss_scale=4.0)
+    result = local_step(runtime, micro, loss_scale=4.0, keep_outputs=True)
 
     model = ReferenceModel(graph, 5)
     whole = torch.cat(micro)

@@ -89,4 +89,4 @@ def test_state_bytes_by_category_per_parameter():
         got = optimizer.state_bytes()
         assert got["master"] == master * n
         assert got["optimizer"] // n == 8  # fp32 exp_avg + exp_avg_sq (+ a few step counters)
-        assert got["grad_buffer"] == 4 * n
+        assert set(got) == {"master", "optimizer"}  # the flat gradient exists only during an update

@@ -1,0 +1,31 @@
+"""A PNode returns freed tensors to the OS at once only where memory matters (`lean_memory`)."""
+
+from pathlib import Path
+
+from computeall.network import Graph, load_network
+from computeall.network.memory_model import vnode_memory_bytes
+from computeall.pnode.lean_memory import TIGHT_SHARE, wants_lean_memory
+
+TINY = (Path(__file__).parents[3] / "examples" / "networks" / "tiny-gpt.yaml").read_text()
+
+
+def graph(recompute: bool = False) -> Graph:
+    text = TINY.replace("\ndefaults:\n", "\ndefaults:\n  recompute: true\n", 1) if recompute else TINY
+    return Graph(load_network(text))
+
+
+def test_a_plan_with_room_to_spare_keeps_glibc_fast():
+    g = graph()
+    assert not wants_lean_memory(g, g.order, micro_batch_size=4, offered_bytes=8 << 30)
+
+
+def test_a_recomputing_vnode_asks_for_lean_memory_whatever_the_room():
+    g = graph(recompute=True)
+    assert wants_lean_memory(g, g.order[:1], micro_batch_size=4, offered_bytes=8 << 30)
+
+
+def test_a_plan_near_the_offered_memory_asks_for_it():
+    g = graph()
+    modelled = sum(vnode_memory_bytes(g, v, 4) for v in g.order)
+    assert wants_lean_memory(g, g.order, 4, offered_bytes=int(modelled / TIGHT_SHARE) - 1)
+    assert not wants_lean_memory(g, g.order, 4, offered_bytes=int(modelled / TIGHT_SHARE) + 1)
