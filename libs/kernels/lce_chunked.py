@@ -4,7 +4,7 @@ For each chunk of C tokens: logits (C, V) = x_c W^T in fp32, turned in place int
 dlogits = (softmax - onehot) * row_scale, then immediately consumed by dx_c = dlogits W and
 dW += dlogits^T x_c (accumulated in fp32). Peak extra memory is one (C, V) chunk plus the
 gradients themselves; the N x V logits never exist. backward() only scales the saved gradients
-by grad_output, so a tied embedding weight simply gets this gradient added by autograd.
+by grad_output (in place), so a tied embedding weight simply gets this gradient added by autograd.
 """
 
 from typing import Callable
@@ -82,10 +82,13 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
+        # The saved gradients are this graph's alone: scaled in place, as a copy would hold the
+        # weight's gradient twice at the head's peak. A second backward through the graph
+        # (retain_graph) is refused by autograd's version check when it unpacks them again.
         grad_x, grad_w = ctx.saved_tensors
         scale = grad_loss.float()
-        dx = (grad_x * scale).to(grad_x.dtype) if grad_x is not None else None
-        dw = (grad_w * scale).to(grad_w.dtype) if grad_w is not None else None
+        dx = grad_x.mul_(scale) if grad_x is not None else None
+        dw = grad_w.mul_(scale) if grad_w is not None else None
         return dx, dw, None, None, None, None
 
 

@@ -18,11 +18,13 @@ GRAD_BUFFER_BYTES = 4  # the update's flat fp32 copy of the gradients (it lives 
 
 def activation_elements(graph: Graph, vid: str) -> int:
     """Elements per token a VNode keeps for its backward: the op's model in the registry, or, when
-    it recomputes, only its inputs (a token id counts as one element), if that is less."""
-    kept = graph.op(vid).activation_elements(graph.params(vid), graph.site(vid))
+    it recomputes, only its inputs (a token id counts as one element), if that is less, and none
+    when its backward reads no input values."""
+    op = graph.op(vid)
+    kept = op.activation_elements(graph.params(vid), graph.site(vid))
     if graph.vnodes[vid].recompute:
         inputs = sum(graph.out_features[name] or 1 for name in graph.vnodes[vid].inputs)
-        kept = min(kept, inputs)
+        kept = min(kept, inputs if op.backward_reads_inputs else 0)
     return kept
 
 

@@ -22,8 +22,11 @@ class Heartbeat(BaseModel):
     host: str
     os_pid: int
     device: str
-    memory_bytes: int
+    memory_bytes: int  # what it offers to train in
     ts: float
+    # resident before it hosts anything (torch itself, on a CPU PNode): the allocator plans within
+    # memory_bytes less this, since the memory model counts only what training adds
+    process_bytes: int = Field(default=0, ge=0)
     sessions: list[str] = Field(default_factory=list)
     leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
     incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state

@@ -105,6 +105,10 @@ class VNodeRuntime:
         # with grad even when recomputing: the very code path of the backward's second run, so the two
         # outputs are the same bits (a kernel may take another path without grad)
         out = self._run(vid, args)
+        if spec.recompute and not self.graph.op(vid).backward_reads_inputs:
+            # its gradients do not depend on the input values: run again on zeros of their shape
+            leaves = [None if leaf is None else _stand_in(leaf) for leaf in leaves]
+            args = [a if leaf is None else leaf for a, leaf in zip(args, leaves)]
         self._saved[(micro, vid)] = _Saved(args, leaves, None if spec.recompute else out)
         out = out.detach()
         return out if self.observer is None else self.observer.forward_done(vid, micro, inputs, out)
@@ -174,8 +178,14 @@ class VNodeRuntime:
         kept = {}
         for s in list(self._saved.values()):  # telemetry reads this while the compute thread works
             for t in [s.output] if s.output is not None else s.args:
-                kept[t.data_ptr()] = t.numel() * t.element_size()  # a leaf shares its producer's data
+                storage = t.untyped_storage()  # a leaf shares its producer's; a stand-in has one element
+                kept[storage.data_ptr()] = storage.nbytes()
         return sum(kept.values())
+
+
+def _stand_in(leaf: torch.Tensor) -> torch.Tensor:
+    """A leaf of `leaf`'s shape and dtype that holds one element (zero, broadcast)."""
+    return torch.zeros((), dtype=leaf.dtype, device=leaf.device).expand(leaf.shape).requires_grad_(True)
 
 
 # -- how gradients meet at VNode boundaries (the PNode stage and `local_step` both follow these) --

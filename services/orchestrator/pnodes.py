@@ -102,8 +102,10 @@ class PNodeRegistry:
 
 
 def capacity(hb: Heartbeat) -> PNodeCapacity:
-    """A PNode as the allocator sees it; nominal speeds until it has measured its own."""
+    """A PNode as the allocator sees it: the memory it offered less what its process took before
+    hosting anything; nominal speeds until it has measured its own."""
+    memory = max(0, hb.memory_bytes - hb.process_bytes)
     t = hb.throughput
     if t is None:
-        return PNodeCapacity(hb.pnode, hb.memory_bytes)
-    return PNodeCapacity(hb.pnode, hb.memory_bytes, t.flops_per_s, t.bandwidth_bytes_per_s, t.rtt_s)
+        return PNodeCapacity(hb.pnode, memory)
+    return PNodeCapacity(hb.pnode, memory, t.flops_per_s, t.bandwidth_bytes_per_s, t.rtt_s)

@@ -80,11 +80,14 @@ class PNode(BusMember):
         self.faults = Faults(fault, self.name) if fault else None  # a testing option: wrong results on purpose
         self.check_executor = checks.check_executor(self.name)
         self.lean_memory = False  # `lean_memory`: set for good once a plan asks for it
+        self.process_bytes = 0  # resident once started, before hosting anything (`Heartbeat.process_bytes`)
 
     # -- what it measures of itself ---------------------------------------------
     async def started(self) -> None:
         self.flops_per_s = await asyncio.get_running_loop().run_in_executor(
             self.executor, throughput.compute_flops_per_s, self.device)
+        if self.device.type == "cpu":  # the offer is host memory: torch and this process live in it too
+            self.process_bytes = self.process.memory_info().rss
         await self._measure()  # before the first heartbeat: the one the orchestrator records as PNodeJoined
 
     def background(self) -> list:
@@ -110,7 +113,7 @@ class PNode(BusMember):
         self.check_executor.shutdown(wait=False, cancel_futures=True)
 
     def beat(self, left: bool = False) -> Heartbeat:
-        return super().beat(left).model_copy(update={"threads": torch.get_num_threads()})
+        return super().beat(left).model_copy(update={"threads": torch.get_num_threads(), "process_bytes": self.process_bytes})
 
     # -- control requests ---------------------------------------------------------
     async def dispatch(self, request) -> PNodeReply:

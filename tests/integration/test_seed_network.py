@@ -32,9 +32,9 @@ def test_the_seed_network_has_the_production_shape():
 @pytest.mark.slow
 async def test_two_steps_on_three_pnodes_within_their_memory(tmp_path):
     # micro-batches, as a pipeline over 3 PNodes is run: with one, the step-time allocator rightly
-    # packs nearly the whole network on one PNode (splitting would only add link time), and the
-    # memory model, which counts neither the process's own footprint nor backward's working memory
-    # (the logits' gradient), lets that PNode's real peak pass what it offered
+    # packs nearly the whole network on one PNode (splitting would only add link time); the memory
+    # model takes each PNode's own footprint off its offer (`Heartbeat.process_bytes`) but does not
+    # count backward's working memory
     config = SessionConfig(network_yaml=SEED.read_text(), data=DataConfig(files=stdlib_corpus()), steps=2,
                            batch_size=8, micro_batches=4, seed=1, min_pnodes=3, update_ratio_every=1)
     async with running_cluster(tmp_path, pnodes=3, pnode_memory="1.5GiB") as (client, supervisor):

@@ -73,6 +73,9 @@ class OpSpec:
     # what its parameters are to weight decay: a layer's ("weights": its vectors are biases), a norm's,
     # or an embedding's (OptimizerConfig.no_decay names the groups that do not decay)
     param_group: Literal["weights", "norm", "embedding"] = "weights"
+    # False for an op whose backward reads no input values (a sum): when it recomputes, it keeps
+    # nothing of its inputs and runs again on stand-ins of their shape
+    backward_reads_inputs: bool = True
 
     def decay_group(self, ndim: int) -> DecayGroup:
         """The weight-decay group of one of this op's parameters, from its number of dimensions."""

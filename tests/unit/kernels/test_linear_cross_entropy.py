@@ -71,3 +71,18 @@ def test_rejects_bad_arguments():
         linear_cross_entropy(x, w, t, reduction="none")
     with pytest.raises(ValueError):
         linear_cross_entropy(x, w[:, :4], t)
+
+
+def test_backward_scales_by_the_loss_gradient_once():
+    """backward scales the gradients saved in forward in place: right for any grad_output, and a
+    second backward through the same graph is refused rather than scaled twice."""
+    x = torch.randn(12, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    t = torch.randint(0, 50, (12,))
+    expected = torch.autograd.grad(linear_cross_entropy_reference(x, w, t) * 3.0, (x, w))
+    loss = linear_cross_entropy_chunked(x, w, t)
+    got = torch.autograd.grad(loss, (x, w), grad_outputs=torch.tensor(3.0), retain_graph=True)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4)
+    with pytest.raises(RuntimeError, match="inplace"):
+        torch.autograd.grad(loss, (x, w), grad_outputs=torch.tensor(3.0))

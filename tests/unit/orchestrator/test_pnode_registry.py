@@ -1,7 +1,7 @@
 """The PNode registry: live from heartbeats, and dead at once when a request finds nobody listening."""
 
 from computeall.orchestrator import pnodes as registry_module
-from computeall.orchestrator.pnodes import PNodeRegistry
+from computeall.orchestrator.pnodes import PNodeRegistry, capacity
 from computeall.protocol.telemetry import Heartbeat
 
 
@@ -28,3 +28,10 @@ def test_a_pnode_not_listening_is_not_live_until_it_restarts_or_keeps_beating(mo
     now[0] += 3.0
     registry.beat(beat("q", "x"))
     assert registry.is_live("q")
+
+
+def test_the_allocator_plans_within_the_offer_less_the_process():
+    """A PNode's torch and runtime live in the memory it offers; the memory model counts only training."""
+    offered = beat("p", "i").model_copy(update={"memory_bytes": 1536 << 20, "process_bytes": 300 << 20})
+    assert capacity(offered).memory_bytes == 1236 << 20
+    assert capacity(offered.model_copy(update={"process_bytes": 2 << 30})).memory_bytes == 0
