@@ -5,7 +5,10 @@ from pathlib import Path
 import pytest
 
 from computeall.network import Graph, load_network, load_network_file
+from computeall.network.head_fusion import fuse_heads
 from computeall.orchestrator.allocator import AllocationError, PNodeCapacity, allocate, bytes_across
+from computeall.orchestrator.pnodes import capacity
+from computeall.protocol.telemetry import Heartbeat
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "networks"
 GiB = 1 << 30
@@ -62,6 +65,19 @@ def test_score_is_bytes_crossing_the_network(graph):
 def test_no_pnodes_is_a_clear_error(graph):
     with pytest.raises(AllocationError, match="no PNodes"):
         allocate(graph, [], 8, 8)
+
+
+def test_the_seed_network_fits_one_pnode_of_1_5_gib_only_with_recompute():
+    """The offer less the PNode's own process (torch: about 250 MiB) is what training may use: the seed
+    network as written peaks near 1.75 GiB on one PNode and is refused, with recompute about 1.05 GiB."""
+    offered = Heartbeat(pnode="p", host="h", os_pid=1, device="cpu", memory_bytes=1536 << 20, ts=0.0,
+                        process_bytes=250 << 20)
+    text = (EXAMPLES / "seed-64heads.yaml").read_text()
+    plain = Graph(fuse_heads(load_network(text))[0])
+    recomputing = Graph(fuse_heads(load_network(text.replace("\ndefaults:\n", "\ndefaults:\n  recompute: true\n")))[0])
+    with pytest.raises(AllocationError, match="cannot be split to fit"):
+        allocate(plain, [capacity(offered)], 8, 8)
+    assert allocate(recomputing, [capacity(offered)], 8, 8).stages[0].memory_bytes < capacity(offered).memory_bytes
 
 
 def test_recompute_lets_a_network_fit_where_it_did_not():
