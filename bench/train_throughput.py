@@ -10,7 +10,8 @@ machine is shared and noisy) and its median over all of them is the reference.
 
 The system runs the same YAML on an embedded cluster (`computeall.cli.embedded`):
 - 1 PNode with every core: tokens/s vs the anchor (target >= 0.9).
-- 1 and 3 PNodes, as written and with `recompute: true` on every VNode: every PNode's peak RSS
+- 1 and 3 PNodes, as written and with `recompute: true` on every VNode but the loss (every block,
+  the embedding, the final norm; `with_recompute`): every PNode's peak RSS
   (Linux's VmHWM of each process); the largest with recompute / without (target <= 0.6). A PNode
   that hosts a recomputing VNode also returns freed tensors to the OS at once, which one without
   does only when its plan is tight (`computeall.pnode.lean_memory`). The 3 PNodes run 4
@@ -29,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -48,6 +50,7 @@ from computeall.cli.nats_server import free_port  # noqa: E402
 from computeall.cli.follow import follow_session, start_session  # noqa: E402
 from computeall.network import Graph, load_network  # noqa: E402
 from computeall.network.head_fusion import fuse_heads  # noqa: E402
+from computeall.network.ops import OPS  # noqa: E402
 from computeall.kernels.timing import peak_bytes  # noqa: E402
 from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, SessionConfig  # noqa: E402
 from computeall.tensorcore.local_step import local_step  # noqa: E402
@@ -126,7 +129,16 @@ async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes
 
 
 def with_recompute(network_yaml: str) -> str:
-    return network_yaml.replace("\ndefaults:\n", "\ndefaults:\n  recompute: true\n", 1)
+    """`recompute: true` on every VNode but the loss: the fused head computes its gradients in its
+    forward, so recomputing it would run the costliest VNode twice to free what its backward, right
+    after, hands on anyway."""
+    losses = [v.id for v in load_network(network_yaml).vnodes if OPS[v.op].is_loss]
+    text = network_yaml.replace("\ndefaults:\n", "\ndefaults:\n  recompute: true\n", 1)
+    for vid in losses:
+        text, found = re.subn(rf"\{{id: {re.escape(vid)},", f"{{id: {vid}, recompute: false,", text)
+        if found != 1:
+            raise SystemExit(f"cannot find VNode {vid} written as {{id: {vid}, ...}} to keep it from recomputing")
+    return text
 
 
 @dataclass
