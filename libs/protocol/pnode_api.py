@@ -199,6 +199,9 @@ class PNodeReply(BaseModel):
     ok: bool
     error: str | None = None
     pnode: str
+    # it holds no plan for the session: it restarted (or was reset) since the plan was loaded, and
+    # what it held is gone; the orchestrator treats it as a lost PNode, not a broken session
+    state_lost: bool = False
     step: int | None = None
     loss_sum: float | None = None  # summed over the tokens of the loss VNodes this PNode hosts
     micro_losses: dict[int, float] = Field(default_factory=dict)  # loss_sum by micro-batch: summed in order
@@ -218,3 +221,8 @@ class PNodeReply(BaseModel):
     ledger: list[ItemDigests] | None = None  # RunStep in a verified session: what this PNode committed to
     check: CheckReport | None = None  # Recompute
     samples: list[list[int]] | None = None  # GenerateSamples: the new token ids of each prompt
+
+    @classmethod
+    def no_plan(cls, pnode: str, session_id: str) -> "PNodeReply":
+        """The reply of a PNode asked about a session it holds no plan for."""
+        return cls(ok=False, pnode=pnode, state_lost=True, error=f"no plan loaded for session {session_id}")

@@ -46,6 +46,8 @@ class PNodeCalls:
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 raise PNodeFailure([pnode], f"pnode {pnode} did not answer {request.type} in time") from None
         reply = PNodeReply.model_validate_json(msg.data)
+        if reply.state_lost:  # it restarted before its new heartbeat reached us: lost, as if silent
+            raise PNodeFailure([pnode], f"lost {pnode} (restarted, its state is gone: {reply.error})")
         if not reply.ok:
             raise SessionError(f"pnode {pnode} failed {request.type}: {reply.error}")
         return reply

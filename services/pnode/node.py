@@ -146,7 +146,7 @@ class PNode(BusMember):
             return PNodeReply(ok=True, pnode=self.name, step=request.step, samples=samples)
         stage = self.stages.get(request.session_id)
         if stage is None:
-            return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
+            return PNodeReply.no_plan(self.name, request.session_id)
         if isinstance(request, RunStep):
             return await stage.run_step(request, self.step_deadline_s)
         if isinstance(request, ApplyStep):

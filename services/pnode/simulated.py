@@ -95,7 +95,7 @@ class SimulatedPNode(BusMember):
                               error="a simulated PNode generates no samples; leave sample_every unset")
         stage = self.stages.get(request.session_id)
         if stage is None:
-            return PNodeReply(ok=False, pnode=self.name, error=f"no plan loaded for session {request.session_id}")
+            return PNodeReply.no_plan(self.name, request.session_id)
         if isinstance(request, RunStep):
             return await stage.run_step(request, self.step_deadline_s)
         if isinstance(request, ApplyStep):

@@ -6,7 +6,7 @@ import asyncio
 import nats.errors
 import pytest
 
-from computeall.orchestrator.errors import StepStalled
+from computeall.orchestrator.errors import PNodeFailure, StepStalled
 from computeall.orchestrator.pnode_calls import PNodeCalls
 from computeall.orchestrator.pnodes import PNodeRegistry
 from computeall.orchestrator.stalls import STALL_FACTOR, STALL_FLOOR_S, StallDeadlines
@@ -22,11 +22,13 @@ def beat(name: str, incarnation: str = "i", reconnects: int = 0) -> Heartbeat:
 
 class Bus:
     """Answers a request to `answers` PNodes at once; the others' replies are lost (never come).
-    `not_listening` requests first find nobody listening (a PNode reconnecting)."""
+    `not_listening` requests first find nobody listening (a PNode reconnecting); `restarted` PNodes
+    answer from a new process that holds no plan."""
 
-    def __init__(self, answers: set[str], not_listening: int = 0) -> None:
+    def __init__(self, answers: set[str], not_listening: int = 0, restarted: frozenset[str] = frozenset()) -> None:
         self.answers = answers
         self.not_listening = not_listening
+        self.restarted = restarted
         self.asked = 0
 
     async def request(self, subject: str, data: bytes, timeout: float):
@@ -35,6 +37,8 @@ class Bus:
             self.not_listening -= 1
             raise nats.errors.NoRespondersError
         pnode = subject.split(".")[-2]  # ca.pn.<pnode>.ctl
+        if pnode in self.restarted:
+            return type("Msg", (), {"data": PNodeReply.no_plan(pnode, "s").model_dump_json().encode()})
         if pnode not in self.answers:
             await asyncio.sleep(timeout)
             raise nats.errors.TimeoutError
@@ -62,6 +66,15 @@ async def test_a_request_stalls_only_after_a_reconnect():
     with pytest.raises(StepStalled, match="p1 did not answer"):
         await c.all(["p0", "p1"], run_step, stall_s=0.3)
     assert 0.3 <= loop.time() - t0 < 1.0
+
+
+async def test_a_pnode_that_answers_from_a_new_process_is_lost_not_a_broken_session():
+    """It restarted and answered before its new heartbeat came: its state is gone, so the session
+    recovers without it (a `SessionError` would end the session)."""
+    c = calls(Bus(answers={"p0"}, restarted=frozenset({"p1"})))
+    with pytest.raises(PNodeFailure, match="restarted") as failure:
+        await c.all(["p0", "p1"], run_step)
+    assert failure.value.pnodes == ["p1"]
 
 
 def test_a_restarted_pnode_is_no_reconnect():
