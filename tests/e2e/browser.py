@@ -14,6 +14,9 @@ from computeall.cli.supervisor import Supervisor
 REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "web"
 ARTIFACTS = REPO / "test-artifacts" / "e2e"
+# how long a page may take to show what a test waits for: a cold Chromium on this shared machine
+# once took over 20 s to draw a session page
+UI_TIMEOUT_MS = 30_000
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--no-first-run",

@@ -22,7 +22,7 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, Ve
 from computeall.protocol.sampling import SamplingConfig
 
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
-from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, chromium_path, default_key, ensure_dashboard_built
+from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, UI_TIMEOUT_MS, chromium_path, default_key, ensure_dashboard_built
 
 playwright_api = pytest.importorskip(
     "playwright.async_api", reason="the e2e tests drive Chromium with Playwright: pip install -e '.[dev]'"
@@ -34,7 +34,6 @@ NETWORK = REPO / "examples" / "networks" / "micro-gpt.yaml"
 PNODES = ["pnode-0", "pnode-1"]
 # long enough to still be training when the test pauses it; the cluster is torn down after
 STEPS = 20_000
-UI_TIMEOUT_MS = 30_000
 SAMPLE_PROMPT = "def "
 REPLICATED_STEPS = 6
 

@@ -11,7 +11,7 @@ from integration.monitor_harness import MonitorProcess, event_items, publish, se
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.events import EventEnvelope, StepCompleted
 
-from .browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path, ensure_dashboard_built
+from .browser import ARTIFACTS, CHROMIUM_ARGS, UI_TIMEOUT_MS, chromium_path, ensure_dashboard_built
 
 playwright_api = pytest.importorskip(
     "playwright.async_api", reason="the e2e tests drive Chromium with Playwright: pip install -e '.[dev]'"
@@ -50,7 +50,7 @@ async def test_empty_state_and_recovery_after_a_monitor_restart(tmp_path):
             async with playwright_api.async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
                 page = await browser.new_page(viewport={"width": 1400, "height": 900})
-                page.set_default_timeout(20_000)
+                page.set_default_timeout(UI_TIMEOUT_MS)
                 await page.add_init_script(f"localStorage.setItem('computeall.apiKey', '{key}')")
 
                 # no sessions yet: a message that says how to start one
