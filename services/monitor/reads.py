@@ -54,6 +54,12 @@ def owns(cur: duckdb.DuckDBPyConnection, owner: str, sid: str) -> bool:
     return cur.execute("SELECT 1 FROM sessions WHERE owner = ? AND id = ?", [owner, sid]).fetchone() is not None
 
 
+def owner(cur: duckdb.DuckDBPyConnection, sid: str) -> str | None:
+    """Whose session `sid` is; None while the monitor has not projected it (or never will)."""
+    row = cur.execute("SELECT owner FROM sessions WHERE id = ?", [sid]).fetchone()
+    return row[0] if row else None
+
+
 def validations(cur: duckdb.DuckDBPyConnection, sid: str) -> list[dict[str, Any]]:
     rows = _rows(cur, ("step", "ts", "loss", "detail"),
                  "SELECT step, ts, loss, detail FROM validations WHERE session_id = ? ORDER BY step", [sid])

@@ -14,28 +14,39 @@ from .resolvers import ctx
 subscription = SubscriptionType()
 
 PNODES_MIN_INTERVAL_S = 1.0
+# how often a subscription to a session the monitor has not projected yet looks for it again
+SESSION_LOOKUP_S = (0.25, 2.0)
 
 
 async def _owned(info: GraphQLResolveInfo, session_id: str) -> None:
+    """Return once the session is the user's; refuse it if it is someone else's. A session page
+    can open before the monitor has projected the session (the link `computeall train` prints, or
+    a page opened while the monitor catches up), so a session not seen yet is waited for: the
+    caller has already subscribed, and its notices queue up meanwhile."""
     c = ctx(info)
-    if not await c.services.db.read(reads.owns, c.user, session_id):
+    wait = SESSION_LOOKUP_S[0]
+    while (owner := await c.services.db.read(reads.owner, session_id)) is None:
+        await asyncio.sleep(wait)
+        wait = min(2 * wait, SESSION_LOOKUP_S[1])
+    if owner != c.user:
         raise GraphQLError(f"session {session_id} not found")
 
 
-@subscription.source("steps")
-async def steps_source(_: Any, info: GraphQLResolveInfo, session_id: str) -> AsyncIterator[dict]:
-    await _owned(info, session_id)
-    with ctx(info).services.pubsub.subscribe(f"steps:{session_id}") as queue:
+async def _session_feed(info: GraphQLResolveInfo, session_id: str, topic: str) -> AsyncIterator[dict]:
+    with ctx(info).services.pubsub.subscribe(f"{topic}:{session_id}") as queue:
+        await _owned(info, session_id)
         while True:
             yield await queue.get()
+
+
+@subscription.source("steps")
+def steps_source(_: Any, info: GraphQLResolveInfo, session_id: str) -> AsyncIterator[dict]:
+    return _session_feed(info, session_id, "steps")
 
 
 @subscription.source("sessionEvents")
-async def events_source(_: Any, info: GraphQLResolveInfo, session_id: str) -> AsyncIterator[dict]:
-    await _owned(info, session_id)
-    with ctx(info).services.pubsub.subscribe(f"events:{session_id}") as queue:
-        while True:
-            yield await queue.get()
+def events_source(_: Any, info: GraphQLResolveInfo, session_id: str) -> AsyncIterator[dict]:
+    return _session_feed(info, session_id, "events")
 
 
 @subscription.source("pnodes")

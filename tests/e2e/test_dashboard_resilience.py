@@ -58,8 +58,11 @@ async def test_empty_state_and_recovery_after_a_monitor_restart(tmp_path):
                 await page.get_by_text("No sessions yet").wait_for()
                 await page.screenshot(path=str(ARTIFACTS / "sessions-empty.png"))
 
-                await publish(server, event_items(session_events(SID, "local", 20)))
+                # a session page opened before the monitor has the session (the link `computeall
+                # train` prints) fills in once the session is projected
                 await page.goto(f"{monitor.url}/#/sessions/{SID}")
+                await page.get_by_text("Session not found").wait_for()
+                await publish(server, event_items(session_events(SID, "local", 20)))
                 await page.wait_for_function("() => Number(document.querySelector('[data-chart=\"Train loss\"]')?.dataset.points) >= 20")
 
                 # the monitor goes away: the page says so instead of going blank

@@ -16,7 +16,7 @@ from computeall.protocol.eventlog import EventLog
 from computeall.protocol.subjects import Subjects
 
 from ..identities import connect_as
-from ..monitor_harness import data, event_items, gql, publish
+from ..monitor_harness import data, event_items, gql, publish, session_events
 from ..waiting import wait_until, wait_until_async
 from .api import caught_up, cli, ws_connect
 
@@ -181,6 +181,29 @@ def test_websocket_subscriptions_deliver_steps_and_events(system, keys, sessions
     # bob's session: not found, as an error on that subscription only, with no data
     assert "session sb not found" in json.dumps(got["3"][0]["payload"])
     assert not (got["3"][0]["payload"].get("data") or {}).get("steps")
+
+
+def test_a_subscription_to_a_session_not_projected_yet_waits_for_it(system, keys):
+    """A session page opened before the monitor has the session (the link `computeall train`
+    prints) gets its steps once the session is projected, not an error that never clears."""
+    async def scenario():
+        ws = await ws_connect(system.url, {"apiKey": keys["alice"]})
+        assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {
+            "query": 'subscription { steps(sessionId: "later") { step } }'}}))
+        await wait_until_async(
+            lambda: asyncio.to_thread(
+                lambda: data(system.url, keys["alice"], "{ monitor { subscriptions } }")["monitor"]["subscriptions"] >= 1),
+            what="a live subscription")
+        with pytest.raises(asyncio.TimeoutError):  # nothing yet, and no error either
+            await asyncio.wait_for(ws.recv(), 1.0)
+        await publish(system.server, event_items(session_events("later", "alice", 3)))
+        got = [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(3)]
+        await ws.close()
+        return got
+
+    got = asyncio.run(scenario())
+    assert [m["payload"]["data"]["steps"]["step"] for m in got] == [0, 1, 2]
 
 
 def test_websocket_without_a_key_is_closed(system):
