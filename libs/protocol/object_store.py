@@ -10,6 +10,7 @@ from nats.js.errors import BucketNotFoundError
 from nats.js.object_store import ObjectStore
 from pydantic import BaseModel
 
+from .bus_failover import through_failover
 from .subjects import Subjects
 
 
@@ -52,5 +53,7 @@ async def open_bucket(js: JetStreamContext, bucket: str, replicas: int = 1) -> O
 
 
 async def existing_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
-    """A bucket its owning service created; `BucketNotFoundError` when it has not yet."""
-    return await js.object_store(bucket)
+    """A bucket its owning service created; `BucketNotFoundError` when it has not yet. Looking it
+    up is a JetStream call like any other: it rides out a failover of the bus (a checkpoint save
+    that began while one server of three died once failed its session on this lookup's timeout)."""
+    return await through_failover(lambda: js.object_store(bucket), f"opening bucket {bucket}")
