@@ -86,16 +86,30 @@ class ReplicaSum:
         for key in [k for k in self.inbox if k.step < step]:
             del self.inbox[key]
 
-    def vnode_done(self, vid: str) -> None:
-        """`vid` may have its block's gradient now: start summing it over the replicas."""
+    def summand(self, vid: str) -> torch.Tensor | None:
+        """On the compute thread, right after a backward of `vid`: its block's gradient as one flat
+        tensor once it is complete, else None. Taken there, between two work items, so its first
+        send leaves while the rest of the backward pass computes (the pass holds the compute thread
+        until it ends: a flatten queued behind it would start every sum after the whole pass)."""
+        if not self._ready_to_sum(vid):
+            return None
+        params = self.runtime.gradients.params
+        grads = [params[n].grad for n in self.runtime.gradients.owned[vid] if params[n].grad is not None]
+        return flatten(grads) if grads else None
+
+    def start(self, step: int, vid: str, flat: torch.Tensor | None = None) -> None:
+        """Start summing `vid`'s gradient over the replicas (from `summand`, or flattened here)."""
+        if step == self.step and vid not in self.tasks and self._ready_to_sum(vid):
+            self.tasks[vid] = asyncio.ensure_future(self._sum(step, vid, flat))
+
+    def _ready_to_sum(self, vid: str) -> bool:
         gradients = self.runtime.gradients
-        if self.sums_gradients and vid not in self.tasks and gradients.owned.get(vid) and gradients.complete(vid):
-            self.tasks[vid] = asyncio.ensure_future(self._sum(self.step, vid))
+        return self.sums_gradients and bool(gradients.owned.get(vid)) and gradients.complete(vid)
 
     async def finish(self) -> int:
         """Every VNode's gradient summed over the replicas; the bytes this PNode sent for it."""
-        for vid in self.runtime.order:
-            self.vnode_done(vid)
+        for vid in self.runtime.order:  # those whose gradient completed only at the pass's end
+            self.start(self.step, vid)
         for outcome in await asyncio.gather(*self.tasks.values(), return_exceptions=True):
             if isinstance(outcome, asyncio.CancelledError):
                 raise SumAborted(f"step {self.step}: the sum over the replicas was abandoned")
@@ -144,12 +158,14 @@ class ReplicaSum:
             total = await self.compute(exchange.combine, total, theirs, add_parts)
         return total
 
-    async def _sum(self, step: int, vid: str) -> None:
+    async def _sum(self, step: int, vid: str, flat: torch.Tensor | None) -> None:
         params = self.runtime.gradients.params
         names = [n for n in self.runtime.gradients.owned[vid] if params[n].grad is not None]
         if not names:
             return  # no gradient anywhere (the same on every replica: it is the graph's doing)
-        total = await self._all_reduce(step, vid, await self.compute(flatten, [params[n].grad for n in names]))
+        if flat is None:
+            flat = await self.compute(flatten, [params[n].grad for n in names])
+        total = await self._all_reduce(step, vid, flat)
         offset = 0
         for n in names:
             p = params[n]

@@ -58,7 +58,7 @@ log = logging.getLogger("computeall.pnode.stage")
 
 # hand a tensor in its wire form to the outbox, for a PNode: safe to call from the compute thread
 Send = Callable[[str, Encoded, TensorRoute], object]
-Done = Callable[[str], object]  # a VNode ran a backward: safe to call from the compute thread
+Summand = Callable[[str, torch.Tensor], object]  # a VNode's flat gradient is final: safe to call from the compute thread
 
 
 class StepAborted(RuntimeError):
@@ -229,15 +229,16 @@ class SessionStage:
         fetches = [asyncio.ensure_future(self._fetch(p, m)) for m in p.micros] if self.reads_data else []
         loop = asyncio.get_running_loop()
         send: Send = lambda pnode, encoded, route: loop.call_soon_threadsafe(self.outbox.put, pnode, encoded, route)
-        # a VNode that ran a backward may hold its block's gradient: its sum over the replicas can start
-        done: Done = lambda vid: loop.call_soon_threadsafe(self.replica_sum.vnode_done, vid)
+        # a VNode whose block's gradient is final starts its sum over the replicas
+        summed = self.replica_sum.start
+        summand: Summand = lambda vid, flat: loop.call_soon_threadsafe(summed, p.step, vid, flat)
         wait_s = 0.0
         give_up = time.monotonic() + deadline_s
         try:
             while not p.schedule.finished:
                 # cleared before the run, so that what arrives while it checks readiness is not missed
                 self.arrived.clear()
-                if not await self._compute(self._run_ready_items, p, send, done):
+                if not await self._compute(self._run_ready_items, p, send, summand):
                     wait_s += await self._wait(p, give_up, deadline_s)
             traffic = await self.outbox.flush()
         finally:
@@ -258,7 +259,7 @@ class SessionStage:
             send_s=traffic.send_s, sent_bytes=traffic.sent_bytes, reduce_bytes=reduce_bytes,
         )
 
-    def _run_ready_items(self, p: _Pass, send: Send, done: Done) -> int:
+    def _run_ready_items(self, p: _Pass, send: Send, summand: Summand) -> int:
         """On the compute thread: run work items, in the schedule's order, for as long as one is ready
         (on one PNode, a whole pass), so the event loop is not asked between items. How many ran."""
         ran = 0
@@ -271,8 +272,8 @@ class SessionStage:
                 self._forward(p, item.micro, item.vnode, send)
             else:
                 self._backward(p, item.micro, item.vnode, send)
-                if self.replica_sum.sums_gradients:
-                    done(item.vnode)
+                if (flat := self.replica_sum.summand(item.vnode)) is not None:
+                    summand(item.vnode, flat)
             p.schedule.done(item)
             p.compute_s += time.monotonic() - t0
             ran += 1

@@ -83,6 +83,33 @@ def test_two_and_four_replicas_sum_to_the_bits_of_one():
         assert len(set(sent)) == 1 and gradient_bytes * rounds < sent[0] < gradient_bytes * rounds * 1.05, sent
 
 
+def test_a_sum_started_from_the_compute_threads_summand_has_the_same_bits():
+    """The stage hands each VNode's flat gradient over as soon as it is final, so its sum starts
+    while the rest of the backward computes: nothing before the block is done, the same bits after."""
+    graph = tiny_graph()
+    micro = [batch(graph, n=2, seed=s) for s in range(MICRO)]
+    one = VNodeRuntime(graph, graph.order, 5, CPU)
+    local_step(one, micro)
+    wired = Wired(graph, 2)
+
+    async def step():
+        for r, (runtime, sums) in enumerate(zip(wired.runtimes, wired.sums)):
+            sums.begin(0, deadline_s=30)
+            runtime.start_step(range(2 * r, 2 * r + 2), MICRO)
+            assert all(sums.summand(v) is None for v in graph.order), "no gradient is final before its backward"
+            local_step(runtime, micro, block=range(2 * r, 2 * r + 2))
+            for vid in reversed(graph.order):  # as the backward pass finishes them
+                if (flat := sums.summand(vid)) is not None:
+                    sums.start(0, vid, flat)
+            assert sums.tasks, "the sums started from the summands, before finish"
+        return await asyncio.gather(*(s.finish() for s in wired.sums))
+
+    asyncio.run(step())
+    for name, p in one.parameters().items():
+        for runtime in wired.runtimes:
+            assert torch.equal(runtime.parameters()[name].grad, p.grad), name
+
+
 def test_a_partner_that_never_answers_fails_the_step_in_time_and_a_wrong_shape_says_so():
     graph = tiny_graph()
     micro = [batch(graph, n=2, seed=s) for s in range(MICRO)]
