@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError
 
 from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
@@ -38,6 +39,7 @@ log = logging.getLogger("computeall.bus_migration")
 MIGRATOR = "bus-migration"
 CHUNK_BYTES = 256 * 1024
 MOVED = "jetstream.moved-to-cluster"
+INTEREST_WAIT_S = 10.0
 
 
 class MigrationError(RuntimeError):
@@ -119,8 +121,22 @@ async def _copy(src: NATS, dst: NATS, stream: str, replicas: int) -> None:
     restore = {"config": config, "state": snapshot["state"]}
     started = _answer(await dst.request(f"$JS.API.STREAM.RESTORE.{stream}", json.dumps(restore).encode(), timeout=30))
     for chunk in chunks:
-        await dst.request(started["deliver_subject"], chunk, timeout=30)
-    _answer(await dst.request(started["deliver_subject"], b"", timeout=120))
+        await _send_chunk(dst, started["deliver_subject"], chunk, timeout=30)
+    _answer(await _send_chunk(dst, started["deliver_subject"], b"", timeout=120))
+
+
+async def _send_chunk(dst: NATS, subject: str, chunk: bytes, timeout: float):
+    """One restore chunk. The server that answered the restore request may not be the one `dst`
+    is connected to, and its interest in the chunks' subject reaches the others a moment later:
+    until then a chunk finds no responder (and nobody received it, so sending it again is safe)."""
+    deadline = time.monotonic() + INTEREST_WAIT_S
+    while True:
+        try:
+            return await dst.request(subject, chunk, timeout=timeout)
+        except NoRespondersError:
+            if time.monotonic() > deadline:
+                raise MigrationError(f"the cluster never listened for the restore's chunks on {subject} (waited {INTEREST_WAIT_S:.0f} s)") from None
+            await asyncio.sleep(0.05)
 
 
 def _answer(msg) -> dict:
