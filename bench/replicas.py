@@ -7,7 +7,13 @@ diloco against summed gradients (bytes per step and tokens/s). Then the same ove
 in the WAN lab when this machine can run it (root: `bench/wanlab/replica_runs.py`): the scaling
 at the `lan` profile, and diloco against summed gradients at `home`.
 
-    python bench/replicas.py [--quick] [--json PATH] [--no-lab]
+A step's batch is dealt in micro-batches of 4 sequences of 256 tokens; R=2 runs half of them on
+each replica. The summed gradients' bytes per step are fixed by the parameters (32 MiB for
+tiny-gpt) while the compute grows with the batch, so the scaling is quoted per batch: `--batch 8`
+(2 micro-batches, one per replica) is the smallest step that feeds both replicas; a data-parallel
+run accumulates more before each sum, as any trainer's global batch does.
+
+    python bench/replicas.py [--quick] [--batch 8,32] [--json PATH] [--no-lab]
 """
 
 from __future__ import annotations
@@ -63,13 +69,16 @@ async def add_pnode(client, supervisor, name: str, core: int) -> None:
     pin(supervisor.services[name].process.pid, core % cores)
 
 
-def base_config(steps: int) -> SessionConfig:
+MICRO_BATCH = 4  # sequences per micro-batch
+
+
+def base_config(steps: int, batch: int) -> SessionConfig:
     return SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=corpus()), steps=steps,
-                         batch_size=8, micro_batches=2, seed=1)
+                         batch_size=batch, micro_batches=batch // MICRO_BATCH, seed=1)
 
 
-async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaSync) -> dict:
-    config = base_config(steps + warmup).model_copy(update={"replicas": replicas, "sync": sync})
+async def measure(client, steps: int, warmup: int, batch: int, replicas: int, sync: ReplicaSync) -> dict:
+    config = base_config(steps + warmup, batch).model_copy(update={"replicas": replicas, "sync": sync})
     config = await with_sent_data(client.nc, client.subjects, config, progress=False)  # uploaded once, then found
     sid, command_id = await start_session(client, config)
     outcome = await follow_session(client, sid, config.steps, None, False, command_id)
@@ -78,7 +87,7 @@ async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaS
     done = [e.payload for _, e in await session_events(client, sid) if isinstance(e.payload, StepCompleted)]
     measured = done[warmup:]
     step_s = statistics.median(p.step_time_s for p in measured)
-    return {"replicas": replicas, "sync": sync.mode, "inner_steps": sync.inner_steps if sync.mode == "diloco" else None,
+    return {"batch": batch, "replicas": replicas, "sync": sync.mode, "inner_steps": sync.inner_steps if sync.mode == "diloco" else None,
             "step_times_s": [p.step_time_s for p in measured], "median_step_s": step_s,
             "tokens_per_s": measured[0].tokens / step_s,
             "median_compute_s_per_pnode": statistics.median(p.compute_s for p in measured) / replicas,
@@ -86,7 +95,7 @@ async def measure(client, steps: int, warmup: int, replicas: int, sync: ReplicaS
             "final_loss": done[-1].loss}
 
 
-async def bench(steps: int, warmup: int, inner_steps: int, rounds: int) -> list[dict]:
+async def bench(steps: int, warmup: int, batch: int, inner_steps: int, rounds: int) -> list[dict]:
     """`rounds` of: R=1 on pnode-0 alone; pnode-1 joins; R=2 summed gradients; R=2 diloco; pnode-1 leaves.
     The machine is shared and noisy: interleaving the runs exposes each to the same drift."""
     runs: dict[str, list[dict]] = {"one": [], "two": [], "diloco": []}
@@ -95,19 +104,19 @@ async def bench(steps: int, warmup: int, inner_steps: int, rounds: int) -> list[
         async with running_cluster(Path(tmp), pnodes=0) as (client, supervisor):
             await add_pnode(client, supervisor, "pnode-0", core=0)
             for r in range(rounds):
-                runs["one"].append(await measure(client, steps, warmup, 1, ReplicaSync()))
+                runs["one"].append(await measure(client, steps, warmup, batch, 1, ReplicaSync()))
                 await add_pnode(client, supervisor, f"pnode-{r + 1}", core=1)
-                runs["two"].append(await measure(client, steps, warmup, 2, ReplicaSync()))
-                runs["diloco"].append(await measure(client, steps, warmup, 2, diloco))
+                runs["two"].append(await measure(client, steps, warmup, batch, 2, ReplicaSync()))
+                runs["diloco"].append(await measure(client, steps, warmup, batch, 2, diloco))
                 leaving = supervisor.services.pop(f"pnode-{r + 1}").process
                 leaving.send_signal(signal.SIGTERM)  # a graceful leave: it says so in its heartbeats, then exits
                 await asyncio.get_running_loop().run_in_executor(None, leaving.wait, 60)
     one, two, dl = (pooled(runs[k]) for k in ("one", "two", "diloco"))
     return [
-        {"name": "R=1, 1 PNode on 1 core (anchor)", **one, "ratio": 1.0},
-        {"name": "R=2, 1 PNode per replica, own core", **two,
+        {"name": f"batch {batch}: R=1, 1 PNode on 1 core (anchor)", **one, "ratio": 1.0},
+        {"name": f"batch {batch}: R=2, 1 PNode per replica", **two,
          "ratio": two["tokens_per_s"] / (2 * one["tokens_per_s"]), "ratio_is": "scaling: tokens/s / (2 x R=1)"},
-        {"name": f"R=2 diloco H={inner_steps}", **dl,
+        {"name": f"batch {batch}: R=2 diloco H={inner_steps}", **dl,
          "ratio": dl["tokens_per_s"] / two["tokens_per_s"], "ratio_is": "tokens/s / R=2 summed gradients",
          "bytes_ratio": dl["reduce_bytes_per_step"] / two["reduce_bytes_per_step"]},
     ]
@@ -129,32 +138,39 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "replicas.json")
     parser.add_argument("--no-lab", action="store_true", help="loopback only")
+    parser.add_argument("--batch", default="8,32", help=f"comma-separated batch sizes, multiples of {2 * MICRO_BATCH}")
     args = parser.parse_args()
+    batches = [int(b) for b in args.batch.split(",")]
+    if any(b % (2 * MICRO_BATCH) for b in batches):
+        parser.error(f"--batch {args.batch}: each batch must split into micro-batches of {MICRO_BATCH} for 2 replicas "
+                     f"(a multiple of {2 * MICRO_BATCH})")
     steps, warmup, inner, rounds = (8, 2, 4, 1) if args.quick else (16, 2, 8, 3)
-    rows = asyncio.run(bench(steps, warmup, inner, rounds))
-    print(f"{NETWORK.name}, batch 8 in 2 micro-batches, loopback, {os.cpu_count()} cores, "
-          f"medians of {rounds} x {steps} steps")
-    show(rows)
-    result: dict = {"loopback": rows}
-    if not args.no_lab:
+    result: dict = {"loopback": [], "lab": []}
+    for batch in batches:
+        rows = asyncio.run(bench(steps, warmup, batch, inner, rounds))
+        print(f"{NETWORK.name}, batch {batch} in {batch // MICRO_BATCH} micro-batches, loopback, "
+              f"{os.cpu_count()} cores, medians of {rounds} x {steps} steps")
+        show(rows)
+        result["loopback"] += rows
+    for batch in ([] if args.no_lab else batches):
         lab_steps, lab_warmup = (2 * inner, 1) if args.quick else (4 * inner, 2)
-        lab = lab_rows(base_config(lab_steps), lab_steps, lab_warmup, inner)
+        lab = lab_rows(base_config(lab_steps, batch), lab_steps, lab_warmup, inner)
         if isinstance(lab, str):
             print(f"WAN lab skipped: {lab}")
             result["lab_skipped"] = lab
-        else:
-            print(f"WAN lab, one PNode per node on its own core, means of {lab_steps} steps")
-            show(lab)
-            result["lab"] = lab
+            break
+        print(f"WAN lab, batch {batch}, one PNode per node on its own core, means of {lab_steps} steps")
+        show(lab)
+        result["lab"] += lab
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def show(rows: list[dict]) -> None:
-    print(f"{'run':<38}{'tokens/s':>10}{'step':>9}{'sent/step':>12}{'ratio':>8}")
+    print(f"{'run':<48}{'tokens/s':>10}{'step':>9}{'sent/step':>12}{'ratio':>8}")
     for r in rows:
         step_s = r.get("median_step_s", r.get("mean_step_s"))
-        print(f"{r['name']:<38}{r['tokens_per_s']:>10.0f}{step_s:>8.3f}s"
+        print(f"{r['name']:<48}{r['tokens_per_s']:>10.0f}{step_s:>8.3f}s"
               f"{r['reduce_bytes_per_step'] / 2**20:>9.2f} MiB{r['ratio']:>8.3f}  {r.get('ratio_is', '')}")
         if "bytes_ratio" in r:
             print(f"  diloco sends {r['bytes_ratio']:.3f} of summed gradients' bytes per step")
