@@ -3,8 +3,9 @@ also reads to decide how it allocates (`computeall.pnode.lean_memory`).
 
 Per parameter: the weight and its gradient in the VNode's precision, an fp32 master for low
 precision, Adam's two fp32 moments, and the update's flat fp32 copy of the gradients. Per token of
-a micro-batch: what the op keeps for its backward, or only its inputs when it recomputes. Neither
-the process (torch itself) nor backward's working memory is counted.
+a micro-batch: what the op keeps for its backward, or only its inputs when it recomputes.
+Backward's working memory is not counted; the process itself (torch) is taken off the offer
+(`hosting_bytes`).
 """
 
 from __future__ import annotations
@@ -36,3 +37,10 @@ def vnode_memory_bytes(graph: Graph, vid: str, micro_batch_size: int) -> int:
     master = MASTER_BYTES if v.precision != "fp32" else 0
     params = graph.param_count(vid) * (2 * element + master + ADAM_STATE_BYTES + GRAD_BUFFER_BYTES)
     return params + micro_batch_size * graph.spec.context * activation_elements(graph, vid) * element
+
+
+def hosting_bytes(offered_bytes: int, process_bytes: int) -> int:
+    """What a PNode's offer leaves for VNodes: the memory it offered less what its process held
+    before hosting anything (`Heartbeat.process_bytes`). The allocator packs within it and the
+    PNode judges a plan's tightness against it."""
+    return max(0, offered_bytes - process_bytes)

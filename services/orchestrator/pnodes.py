@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from computeall.network.memory_model import hosting_bytes
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat
 
 from .step_time import PNodeCapacity
@@ -104,7 +105,7 @@ class PNodeRegistry:
 def capacity(hb: Heartbeat) -> PNodeCapacity:
     """A PNode as the allocator sees it: the memory it offered less what its process took before
     hosting anything; nominal speeds until it has measured its own."""
-    memory = max(0, hb.memory_bytes - hb.process_bytes)
+    memory = hosting_bytes(hb.memory_bytes, hb.process_bytes)
     t = hb.throughput
     if t is None:
         return PNodeCapacity(hb.pnode, memory)

@@ -12,6 +12,7 @@ import nats.errors
 import psutil
 import torch
 
+from computeall.network.memory_model import hosting_bytes
 from computeall.protocol.credentials import Credential
 from computeall.protocol.pnode_api import (
     ApplyStep,
@@ -136,8 +137,8 @@ class PNode(BusMember):
                 old.abort()
             self.stages[request.session_id] = stage
             log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
-            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, request.batches.micro_batch_size,
-                                                          self.memory_bytes):
+            room = hosting_bytes(self.memory_bytes, self.process_bytes)
+            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, request.batches.micro_batch_size, room):
                 self.lean_memory = map_large_allocations()
                 log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)", request.session_id)
             return PNodeReply(ok=True, pnode=self.name)
