@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -132,13 +132,16 @@ def with_recompute(network_yaml: str) -> str:
     """`recompute: true` on every VNode but the loss: the fused head computes its gradients in its
     forward, so recomputing it would run the costliest VNode twice to free what its backward, right
     after, hands on anyway."""
-    losses = [v.id for v in load_network(network_yaml).vnodes if OPS[v.op].is_loss]
-    text = network_yaml.replace("\ndefaults:\n", "\ndefaults:\n  recompute: true\n", 1)
-    for vid in losses:
-        text, found = re.subn(rf"\{{id: {re.escape(vid)},", f"{{id: {vid}, recompute: false,", text)
-        if found != 1:
-            raise SystemExit(f"cannot find VNode {vid} written as {{id: {vid}, ...}} to keep it from recomputing")
-    return text
+    losses = {v.id for v in load_network(network_yaml).vnodes if OPS[v.op].is_loss}
+    document = yaml.safe_load(network_yaml)
+    document.setdefault("defaults", {})["recompute"] = True
+    kept = [entry for entry in document["vnodes"] if entry.get("id") in losses]
+    if len(kept) != len(losses):
+        raise SystemExit(f"cannot find the loss VNodes {sorted(losses)} among the network's top-level vnodes "
+                         "to keep them from recomputing")
+    for entry in kept:
+        entry["recompute"] = False
+    return yaml.safe_dump(document, sort_keys=False)
 
 
 @dataclass
