@@ -48,12 +48,13 @@ async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int,
         two = await _measure(cloud, "lan", 2, config.model_copy(update={"replicas": 2}), warmup)
         summed = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2}), warmup)
         averaged = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2, "sync": diloco}), warmup)
+    batch = f"batch {config.batch_size}"
     return [
-        {"name": f"batch {config.batch_size}: lan: R=1, 1 PNode (anchor)", **one, "ratio": 1.0},
-        {"name": f"batch {config.batch_size}: lan: R=2, 1 PNode per replica", **two, "ratio": two["tokens_per_s"] / (2 * one["tokens_per_s"]),
+        {"name": f"{batch}: lan: R=1, 1 PNode (anchor)", **one, "ratio": 1.0},
+        {"name": f"{batch}: lan: R=2, 1 PNode per replica", **two, "ratio": two["tokens_per_s"] / (2 * one["tokens_per_s"]),
          "ratio_is": "scaling: tokens/s / (2 x R=1)"},
-        {"name": f"batch {config.batch_size}: home: R=2 summed gradients", **summed, "ratio": 1.0},
-        {"name": f"batch {config.batch_size}: home: R=2 diloco H={inner_steps}", **averaged,
+        {"name": f"{batch}: home: R=2 summed gradients", **summed, "ratio": 1.0},
+        {"name": f"{batch}: home: R=2 diloco H={inner_steps}", **averaged,
          "ratio": averaged["tokens_per_s"] / summed["tokens_per_s"], "ratio_is": "tokens/s / home summed gradients",
          "bytes_ratio": averaged["reduce_bytes_per_step"] / summed["reduce_bytes_per_step"]},
     ]

@@ -137,8 +137,8 @@ class PNode(BusMember):
                 old.abort()
             self.stages[request.session_id] = stage
             log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
-            room = hosting_bytes(self.memory_bytes, self.process_bytes)
-            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, request.batches.micro_batch_size, room):
+            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, request.batches.micro_batch_size,
+                                                          hosting_bytes(self.memory_bytes, self.process_bytes)):
                 self.lean_memory = map_large_allocations()
                 log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)", request.session_id)
             return PNodeReply(ok=True, pnode=self.name)
