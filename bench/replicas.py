@@ -133,26 +133,35 @@ def pooled(runs: list[dict]) -> dict:
             "final_loss": [r["final_loss"] for r in runs]}
 
 
+def batch_sizes(text: str) -> list[int]:
+    """`--batch 8,32`: sizes that split into micro-batches of MICRO_BATCH for 2 replicas."""
+    try:
+        sizes = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+    if not sizes or any(b <= 0 or b % (2 * MICRO_BATCH) for b in sizes):
+        raise argparse.ArgumentTypeError(f"{text}: each batch must split into micro-batches of {MICRO_BATCH} "
+                                         f"for 2 replicas (a positive multiple of {2 * MICRO_BATCH})")
+    return sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "replicas.json")
     parser.add_argument("--no-lab", action="store_true", help="loopback only")
-    parser.add_argument("--batch", default="8,32", help=f"comma-separated batch sizes, multiples of {2 * MICRO_BATCH}")
+    parser.add_argument("--batch", type=batch_sizes, default="8,32",
+                        help=f"comma-separated batch sizes, multiples of {2 * MICRO_BATCH}")
     args = parser.parse_args()
-    batches = [int(b) for b in args.batch.split(",")]
-    if any(b % (2 * MICRO_BATCH) for b in batches):
-        parser.error(f"--batch {args.batch}: each batch must split into micro-batches of {MICRO_BATCH} for 2 replicas "
-                     f"(a multiple of {2 * MICRO_BATCH})")
     steps, warmup, inner, rounds = (8, 2, 4, 1) if args.quick else (16, 2, 8, 3)
     result: dict = {"loopback": [], "lab": []}
-    for batch in batches:
+    for batch in args.batch:
         rows = asyncio.run(bench(steps, warmup, batch, inner, rounds))
         print(f"{NETWORK.name}, batch {batch} in {batch // MICRO_BATCH} micro-batches, loopback, "
               f"{os.cpu_count()} cores, medians of {rounds} x {steps} steps")
         show(rows)
         result["loopback"] += rows
-    for batch in ([] if args.no_lab else batches):
+    for batch in ([] if args.no_lab else args.batch):
         lab_steps, lab_warmup = (2 * inner, 1) if args.quick else (4 * inner, 2)
         lab = lab_rows(base_config(lab_steps, batch), lab_steps, lab_warmup, inner)
         if isinstance(lab, str):
