@@ -10,10 +10,11 @@ at the `lan` profile, and diloco against summed gradients at `home`.
 A step's batch is dealt in micro-batches of 4 sequences of 256 tokens; R=2 runs half of them on
 each replica. The summed gradients' bytes per step are fixed by the parameters (32 MiB for
 tiny-gpt) while the compute grows with the batch, so the scaling is quoted per batch: `--batch 8`
-(2 micro-batches, one per replica) is the smallest step that feeds both replicas; a data-parallel
-run accumulates more before each sum, as any trainer's global batch does.
+(2 micro-batches, one per replica) is the smallest step that feeds both replicas, 32 a small
+global batch, 128 (32k tokens a step) one where a data-parallel run usually stands: a trainer
+accumulates more before each sum as it adds replicas (docs/decisions.md).
 
-    python bench/replicas.py [--quick] [--batch 8,32] [--json PATH] [--no-lab]
+    python bench/replicas.py [--quick] [--batch 8,32,128] [--json PATH] [--no-lab]
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from computeall.cli.supervisor import ServiceSpec  # noqa: E402
 from computeall.protocol.config import DataConfig, SessionConfig  # noqa: E402
 from computeall.protocol.events import StepCompleted  # noqa: E402
 from computeall.protocol.replica_sync import ReplicaSync  # noqa: E402
-from bench.wanlab.replica_runs import lab_rows  # noqa: E402
+from bench.wanlab.replica_runs import lab_rows, pooled  # noqa: E402
 from integration.cluster import running_cluster, wait_for_pnodes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -122,19 +123,8 @@ async def bench(steps: int, warmup: int, batch: int, inner_steps: int, rounds: i
     ]
 
 
-def pooled(runs: list[dict]) -> dict:
-    """Several runs of one setting as one: medians over all their steps."""
-    times = [t for r in runs for t in r["step_times_s"]]
-    step_s = statistics.median(times)
-    return {**runs[0], "runs": len(runs), "step_times_s": times, "median_step_s": step_s,
-            "tokens_per_s": runs[0]["tokens_per_s"] * runs[0]["median_step_s"] / step_s,
-            "median_compute_s_per_pnode": statistics.median(r["median_compute_s_per_pnode"] for r in runs),
-            "reduce_bytes_per_step": statistics.mean(r["reduce_bytes_per_step"] for r in runs),
-            "final_loss": [r["final_loss"] for r in runs]}
-
-
 def batch_sizes(text: str) -> list[int]:
-    """`--batch 8,32`: sizes that split into micro-batches of MICRO_BATCH for 2 replicas."""
+    """`--batch 8,32,128`: sizes that split into micro-batches of MICRO_BATCH for 2 replicas."""
     try:
         sizes = [int(b) for b in text.split(",")]
     except ValueError:
@@ -150,7 +140,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "replicas.json")
     parser.add_argument("--no-lab", action="store_true", help="loopback only")
-    parser.add_argument("--batch", type=batch_sizes, default="8,32",
+    parser.add_argument("--batch", type=batch_sizes, default="8,32,128",
                         help=f"comma-separated batch sizes, multiples of {2 * MICRO_BATCH}")
     args = parser.parse_args()
     steps, warmup, inner, rounds = (8, 2, 4, 1) if args.quick else (16, 2, 8, 3)
@@ -162,13 +152,14 @@ def main() -> None:
         show(rows)
         result["loopback"] += rows
     for batch in ([] if args.no_lab else args.batch):
-        lab_steps, lab_warmup = (2 * inner, 1) if args.quick else (4 * inner, 2)
-        lab = lab_rows(base_config(lab_steps, batch), lab_steps, lab_warmup, inner)
+        lab_steps, lab_warmup = 2 * inner, (1 if args.quick else 2)
+        lab = lab_rows(base_config(lab_steps, batch), lab_steps, lab_warmup, inner, rounds)
         if isinstance(lab, str):
             print(f"WAN lab skipped: {lab}")
             result["lab_skipped"] = lab
             break
-        print(f"WAN lab, batch {batch}, one PNode per node on its own core, means of {lab_steps} steps")
+        print(f"WAN lab, batch {batch}, one PNode per node on its own core, means of {lab_steps} steps "
+              f"({rounds} x for lan)")
         show(lab)
         result["lab"] += lab
     args.json.parent.mkdir(parents=True, exist_ok=True)

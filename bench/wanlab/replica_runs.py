@@ -8,7 +8,9 @@
 Every session runs whole: NATS and the services in the root namespace, one PNode per lab node
 (`computeall_run.run_session`). A step's time is the interval between two recorded steps, every
 overhead included; the figures are means over the measured steps (a diloco outer step comes once
-per round, a median would hide it).
+per round, a median would hide it). The `lan` pair runs `rounds` times, R = 1 and R = 2 in turn:
+this machine is shared, and its speed drifts by more than 10% within the hour, which one R = 1
+run followed by one R = 2 run would read as scaling.
 """
 
 from __future__ import annotations
@@ -28,24 +30,28 @@ from .lab import WanLab
 from .netns import LabUnavailable, check_available
 
 
-def lab_rows(config: SessionConfig, steps: int, warmup: int, inner_steps: int) -> list[dict] | str:
+def lab_rows(config: SessionConfig, steps: int, warmup: int, inner_steps: int, rounds: int) -> list[dict] | str:
     """The lab's rows, or why the lab cannot run here."""
     try:
         check_available()
     except LabUnavailable as exc:
         return str(exc)
     with tempfile.TemporaryDirectory(prefix="bench-replicas-lab-") as directory:
-        return asyncio.run(_rows(Path(directory), config, steps, warmup, inner_steps))
+        return asyncio.run(_rows(Path(directory), config, steps, warmup, inner_steps, rounds))
 
 
-async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int, inner_steps: int) -> list[dict]:
+async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int, inner_steps: int,
+                rounds: int) -> list[dict]:
     diloco = ReplicaSync(mode="diloco", inner_steps=inner_steps)
     async with running_cluster(directory, pnodes=0) as cloud:  # NATS and the services, no PNodes
         client, _ = cloud
         config = await with_sent_data(client.nc, client.subjects, config.model_copy(update={"steps": steps + warmup + 1}),
                                       progress=False)
-        one = await _measure(cloud, "lan", 1, config, warmup)
-        two = await _measure(cloud, "lan", 2, config.model_copy(update={"replicas": 2}), warmup)
+        ones, twos = [], []
+        for _ in range(rounds):
+            ones.append(await _measure(cloud, "lan", 1, config, warmup))
+            twos.append(await _measure(cloud, "lan", 2, config.model_copy(update={"replicas": 2}), warmup))
+        one, two = pooled(ones, statistics.mean), pooled(twos, statistics.mean)
         summed = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2}), warmup)
         averaged = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2, "sync": diloco}), warmup)
     batch = f"batch {config.batch_size}"
@@ -58,6 +64,19 @@ async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int,
          "ratio": averaged["tokens_per_s"] / summed["tokens_per_s"], "ratio_is": "tokens/s / home summed gradients",
          "bytes_ratio": averaged["reduce_bytes_per_step"] / summed["reduce_bytes_per_step"]},
     ]
+
+
+def pooled(runs: list[dict], average=statistics.median) -> dict:
+    """Several runs of one setting as one row: `average` (median or mean) over all their steps."""
+    key = f"{average.__name__}_step_s"
+    times = [t for r in runs for t in r["step_times_s"]]
+    step_s = average(times)
+    compute = [r["median_compute_s_per_pnode"] for r in runs if "median_compute_s_per_pnode" in r]
+    return {**runs[0], "runs": len(runs), "step_times_s": times, key: step_s,
+            "tokens_per_s": runs[0]["tokens_per_s"] * runs[0][key] / step_s,
+            "reduce_bytes_per_step": statistics.mean(r["reduce_bytes_per_step"] for r in runs),
+            "final_loss": [r["final_loss"] for r in runs],
+            **({"median_compute_s_per_pnode": statistics.median(compute)} if compute else {})}
 
 
 async def _measure(cloud: Cloud, profile: str, nodes: int, config: SessionConfig, warmup: int) -> dict:
