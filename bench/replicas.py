@@ -112,7 +112,8 @@ async def bench(steps: int, warmup: int, batch: int, inner_steps: int, rounds: i
                 leaving = supervisor.services.pop(f"pnode-{r + 1}").process
                 leaving.send_signal(signal.SIGTERM)  # a graceful leave: it says so in its heartbeats, then exits
                 await asyncio.get_running_loop().run_in_executor(None, leaving.wait, 60)
-    one, two, dl = (pooled(runs[k]) for k in ("one", "two", "diloco"))
+    one, two, dl = ({**pooled(runs[k]), "median_compute_s_per_pnode": statistics.median(
+        r["median_compute_s_per_pnode"] for r in runs[k])} for k in ("one", "two", "diloco"))
     return [
         {"name": f"batch {batch}: R=1, 1 PNode on 1 core (anchor)", **one, "ratio": 1.0},
         {"name": f"batch {batch}: R=2, 1 PNode per replica", **two,

@@ -71,12 +71,10 @@ def pooled(runs: list[dict], average=statistics.median) -> dict:
     key = f"{average.__name__}_step_s"
     times = [t for r in runs for t in r["step_times_s"]]
     step_s = average(times)
-    compute = [r["median_compute_s_per_pnode"] for r in runs if "median_compute_s_per_pnode" in r]
     return {**runs[0], "runs": len(runs), "step_times_s": times, key: step_s,
             "tokens_per_s": runs[0]["tokens_per_s"] * runs[0][key] / step_s,
             "reduce_bytes_per_step": statistics.mean(r["reduce_bytes_per_step"] for r in runs),
-            "final_loss": [r["final_loss"] for r in runs],
-            **({"median_compute_s_per_pnode": statistics.median(compute)} if compute else {})}
+            "final_loss": [r["final_loss"] for r in runs]}
 
 
 async def _measure(cloud: Cloud, profile: str, nodes: int, config: SessionConfig, warmup: int) -> dict:
