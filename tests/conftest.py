@@ -34,5 +34,5 @@ def nats_url(nats_server: EmbeddedNats) -> str:
 @pytest.fixture
 def shakespeare() -> Path:
     if not SHAKESPEARE.exists():
-        pytest.skip(f"{SHAKESPEARE} is not present")
+        pytest.fail(f"{SHAKESPEARE} is not present: the tests train on the shared corpus beside the checkout", pytrace=False)
     return SHAKESPEARE

@@ -3,13 +3,12 @@ Playwright, the built dashboard, and the local user's API key."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from computeall.cli.supervisor import Supervisor
+
+import declared
 
 REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "web"
@@ -24,12 +23,9 @@ CHROMIUM_ARGS = [
 
 
 def chromium_path() -> str:
-    """The system Chromium, or a skip that says how to install it (Playwright's own download
-    is not used: machines without internet cannot fetch it)."""
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.skip("Chromium is not installed (`make browser`, or apt-get install chromium chromium-driver)")
-    return path
+    """The system Chromium (Playwright's own download is not used: machines without internet cannot
+    fetch it); missing, the run fails and says how to install it."""
+    return declared.program("chromium", "`make browser` (apt-get install chromium chromium-driver)", "chromium-browser")
 
 
 def ensure_dashboard_built() -> None:

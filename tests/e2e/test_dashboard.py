@@ -21,12 +21,11 @@ from computeall.cli.follow import start_session
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
 from computeall.protocol.sampling import SamplingConfig
 
+import declared
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
 from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, UI_TIMEOUT_MS, chromium_path, default_key, ensure_dashboard_built
 
-playwright_api = pytest.importorskip(
-    "playwright.async_api", reason="the e2e tests drive Chromium with Playwright: pip install -e '.[dev]'"
-)
+playwright_api = declared.module("playwright.async_api")
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -7,15 +7,14 @@ import socket
 
 import pytest
 
+import declared
 from integration.monitor_harness import MonitorProcess, event_items, publish, session_events
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.events import EventEnvelope, StepCompleted
 
 from .browser import ARTIFACTS, CHROMIUM_ARGS, UI_TIMEOUT_MS, chromium_path, ensure_dashboard_built
 
-playwright_api = pytest.importorskip(
-    "playwright.async_api", reason="the e2e tests drive Chromium with Playwright: pip install -e '.[dev]'"
-)
+playwright_api = declared.module("playwright.async_api")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,13 +9,12 @@ import pytest
 
 from computeall.cli.swarm import swarm_names, swarm_services
 
+import declared
 from integration.cluster import running_cluster, wait_for_pnodes
 from .browser import ARTIFACTS, CHROMIUM_ARGS, UI_TIMEOUT_MS, chromium_path, default_key, ensure_dashboard_built
 from .test_dashboard import wait_for_monitor
 
-playwright_api = pytest.importorskip(
-    "playwright.async_api", reason="the e2e tests drive Chromium with Playwright: pip install -e '.[dev]'"
-)
+playwright_api = declared.module("playwright.async_api")
 
 pytestmark = pytest.mark.timeout(240)
 

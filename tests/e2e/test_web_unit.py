@@ -3,10 +3,11 @@ that `make test` covers them."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
+
+import declared
 
 from .browser import WEB
 
@@ -14,8 +15,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_vitest_suite_passes():
-    if shutil.which("npm") is None:
-        pytest.skip("Node.js/npm is not installed (the dashboard needs it to build)")
+    declared.program("npm", "Node.js 20 with npm (the dashboard is built with it)")
     if not (WEB / "node_modules").exists():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=WEB, check=True, capture_output=True, timeout=170)
     result = subprocess.run(["npx", "vitest", "run"], cwd=WEB, capture_output=True, text=True, timeout=170)

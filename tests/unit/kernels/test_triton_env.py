@@ -1,14 +1,12 @@
 """The Triton interpreter flag of the CPU kernel tests does not leak into later subprocesses."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 
-import pytest
+import declared
 
-if importlib.util.find_spec("triton") is None:  # found, not imported: Triton must first load under the flag
-    pytest.skip("triton not installed (optional extra `kernels`)", allow_module_level=True)
+declared.present("triton")  # found, not imported: Triton must first load under the flag
 
 from .triton_interpreter import KERNEL_MODULES, interpreted, triton_interpreter  # noqa: E402
 

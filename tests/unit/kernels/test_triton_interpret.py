@@ -4,15 +4,14 @@ On a machine with CUDA the same kernels are compiled and tested for real in test
 and this module stays out of the way (the interpreter flag is process-wide).
 """
 
-import importlib.util
-
 import pytest
 import torch
 
+import declared
+
 if torch.cuda.is_available():
     pytest.skip("CUDA present: Triton kernels are tested compiled in test_cuda.py", allow_module_level=True)
-if importlib.util.find_spec("triton") is None:  # found, not imported: Triton must first load under the flag
-    pytest.skip("triton not installed (optional extra `kernels`)", allow_module_level=True)
+declared.present("triton")  # found, not imported: Triton must first load under the flag
 
 from .helpers import check_attention, check_fused_adamw, check_linear_cross_entropy  # noqa: E402
 from .triton_interpreter import triton_interpreter  # noqa: E402

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+import declared
+
+transformers = declared.module("transformers")
 
 from computeall.protocol.dataset_api import EOT_TOKEN, PAD_TOKEN  # noqa: E402
 from computeall.tensorcore.generation import Generator, KVCache  # noqa: E402

@@ -5,7 +5,9 @@ import json
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+import declared
+
+declared.module("transformers")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
