@@ -6,6 +6,7 @@ one training run). Logs go to `<data dir>/logs/<service>.log`.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -92,6 +93,15 @@ def default_services(
     if with_monitor:
         services.append(ServiceSpec("monitor", "monitor", ["--port", str(monitor_port)]))
     return services
+
+
+def add_processes_on_machine(p: argparse.ArgumentParser) -> None:
+    """The option of the commands that start PNodes here (`up`, `run`): how many processes' share of the
+    cores each PNode takes, hence its thread count, on which the bits of a reduction depend."""
+    p.add_argument("--processes-on-machine", type=int, default=None, metavar="N",
+                   help="give each PNode the threads of one of N processes sharing this machine's cores (default: "
+                        "as many as the PNodes started here); the same N gives the same thread count, hence the "
+                        "same bits, for any --pnodes")
 
 
 def pnode_services(names: list[str], processes_on_machine: int | None = None, memory: str | None = None) -> list[ServiceSpec]:

@@ -24,6 +24,7 @@ from ..default_corpus import stdlib_files
 from ..embedded import running_cluster
 from ..errors import UserError
 from ..follow import follow_session, start_session
+from ..supervisor import add_processes_on_machine
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("network", help="network YAML, e.g. examples/networks/tiny-gpt.yaml")
     add_training_args(p)
     p.add_argument("--pnodes", type=int, default=1, help="PNode processes to start (default 1)")
+    add_processes_on_machine(p)
     p.add_argument("--metrics-out", type=Path, default=None, help="write one JSON object per step here")
     p.add_argument("--data-dir", default=None, help="where the embedded cluster keeps its files (default: a temp dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -167,7 +169,8 @@ async def run(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="computeall-run-"))
     ok = False
     try:
-        async with running_cluster(data_dir, args.pnodes, listen=args.listen, faults=faults) as (client, _):
+        async with running_cluster(data_dir, args.pnodes, listen=args.listen, faults=faults,
+                                   processes_on_machine=args.processes_on_machine) as (client, _):
             config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(

@@ -27,7 +27,7 @@ from ..nats_server import env_url, url_reachable
 from ..security.authority import Authority
 from ..security.deployment import LOCAL_USER
 from ..security.leafnodes import LEAF_PORT
-from ..supervisor import Supervisor, default_services, pid_alive, pnode_services
+from ..supervisor import Supervisor, add_processes_on_machine, default_services, pid_alive, pnode_services
 from .run import add_training_args, session_config
 
 PUBLIC_PORT = 4222
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="start the whole system on this machine and keep it running")
     p.add_argument("--pnodes", type=int, default=None,
                    help="PNode processes to start here (default 3; with --leaf, every PNode the invite names)")
+    add_processes_on_machine(p)
     p.add_argument("--data-dir", default=None, help="default: $COMPUTEALL_DATA_DIR or .computeall")
     p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
     reach = p.add_mutually_exclusive_group()
@@ -91,7 +92,8 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.public_urls = nats_server.public_urls()
         supervisor.public_leaf_urls = nats_server.public_leaf_urls()
         local_user = nats_server.credential("user")
-    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root))
+    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root,
+                                      processes_on_machine=args.processes_on_machine))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -145,7 +147,7 @@ async def _site(args: argparse.Namespace) -> int:
     supervisor = Supervisor(directory, server.url, server)
     try:
         server.start().wait_linked()
-        supervisor.start(pnode_services(names))
+        supervisor.start(pnode_services(names, args.processes_on_machine))
         supervisor.announce()
         print(f"site {invite.name} is up ({len(names)} PNodes: {', '.join(names)}); Ctrl-C stops it")
         print(f"  leaf server  {server.url}, linked to {', '.join(invite.servers)}")

@@ -60,7 +60,7 @@ def test_a_leaf_site_trains_with_the_hub(tmp_path):
     with WanLab("lan", nodes=1, cores=[[0, 1]]) as lab:  # before `up`: the hub's certificate names the link's address
         node = lab.nodes[0]
         up = subprocess.Popen([COMPUTEALL, "up", "--listen", f"0.0.0.0:{free_port()}", "--leaf-listen",
-                               f"0.0.0.0:{leaf_port}", "--pnodes", "1", "--data-dir", str(hub_dir)],
+                               f"0.0.0.0:{leaf_port}", "--pnodes", "1", "--processes-on-machine", "2", "--data-dir", str(hub_dir)],
                               stdout=open(tmp_path / "up.log", "wb"), stderr=subprocess.STDOUT)
         try:
             wait_until((hub_dir / "cluster.json").exists, 90, "computeall up writing cluster.json", interval=0.2)
@@ -78,8 +78,8 @@ def test_a_leaf_site_trains_with_the_hub(tmp_path):
                 with_site, placed = asyncio.run(train(hub_dir, config(min_pnodes=3)))
                 assert placed == {"pnode-0", "site-0", "site-1"}, "the session ran on the hub and the site"
                 assert len(with_site) == len(alone) == 3
-                for a, b in zip(alone, with_site):
-                    assert abs(a - b) <= 1e-5 * abs(a), (alone, with_site)
+                # the hub's PNode and the site's two each have the threads of one of two processes: the same bits
+                assert with_site == alone
 
                 connections = [c for c in site_monitoring(site_dir, node.netns, "connz")["connections"]
                                if c["kind"] == "Client"]

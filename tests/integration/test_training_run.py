@@ -1,4 +1,8 @@
-"""`computeall run`, as a user runs it: same losses on 1 and on 3 PNodes, and the loss falls."""
+"""`computeall run`, as a user runs it: the same bits on 1 and on 3 PNodes, and the loss falls.
+
+Both runs give every PNode the threads of one of three processes (`--processes-on-machine 3`): a
+reduction split over another number of threads sums in another order, so only equal thread counts
+promise equal bits."""
 
 import json
 import shutil
@@ -17,7 +21,7 @@ def run(tmp_path: Path, pnodes: int, data: list[str]) -> list[dict]:
     metrics = tmp_path / f"m{pnodes}.jsonl"
     result = subprocess.run(
         [str(COMPUTEALL), "run", str(NETWORK), "--data", *data, "--steps", "20", "--pnodes", str(pnodes),
-         "--seed", "1", "--grad-clip", "0.5", "--metrics-out", str(metrics), "--no-progress",
+         "--processes-on-machine", "3", "--seed", "1", "--grad-clip", "0.5", "--metrics-out", str(metrics), "--no-progress",
          "--data-dir", str(tmp_path / f"cluster{pnodes}")],
         capture_output=True, text=True, timeout=240,
     )
@@ -26,7 +30,7 @@ def run(tmp_path: Path, pnodes: int, data: list[str]) -> list[dict]:
     return [json.loads(line) for line in metrics.read_text().splitlines()]
 
 
-def test_same_losses_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
+def test_same_bits_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
     # the 3-PNode run reads a copy outside the dataset service's data roots: it is uploaded, with the same result
     copy = tmp_path / "corpus"
     copy.mkdir()
@@ -38,10 +42,10 @@ def test_same_losses_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
     assert uploaded == sorted(p.name for p in copy.iterdir())
     assert [r["step"] for r in one] == list(range(20)) == [r["step"] for r in three]
     for a, b in zip(one, three):
-        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a, b)
+        assert a["loss"] == b["loss"], (a, b)
         assert a["tokens"] == b["tokens"] == 8 * 64
         assert {"step_time_s", "lr", "grad_norm", "clipped", "compute_s_by_pnode"} <= set(a)
-        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-4 * a["grad_norm"] and a["clipped"] == b["clipped"]
+        assert a["grad_norm"] == b["grad_norm"] and a["clipped"] == b["clipped"]
         assert len(a["compute_s_by_pnode"]) == 1 and len(b["compute_s_by_pnode"]) == 3
     assert any(r["clipped"] for r in one), "--grad-clip 0.5 acts on some steps"
     first, last = one[0]["loss"], sum(r["loss"] for r in one[-5:]) / 5

@@ -78,7 +78,8 @@ async def train(data_dir: Path, cfg) -> tuple[list[float], set[str]]:
 
 async def test_a_pnode_joins_from_another_machine_with_an_invite(far_namespace, tmp_path):
     data_dir, port = tmp_path / "here", free_port()
-    up = subprocess.Popen([COMPUTEALL, "up", "--listen", f"0.0.0.0:{port}", "--pnodes", "1", "--data-dir", str(data_dir)],
+    up = subprocess.Popen([COMPUTEALL, "up", "--listen", f"0.0.0.0:{port}", "--pnodes", "1", "--processes-on-machine", "2",
+                           "--data-dir", str(data_dir)],
                           stdout=open(tmp_path / "up.log", "wb"), stderr=subprocess.STDOUT)
     joined = None
     try:
@@ -97,8 +98,8 @@ async def test_a_pnode_joins_from_another_machine_with_an_invite(far_namespace, 
         two_machines, placed = await train(data_dir, config(steps=6, checkpoint_every=0, min_pnodes=2))
         assert placed == {"pnode-0", "far"}, "the session ran across both machines"
         assert len(two_machines) == len(one_machine) == 6
-        for a, b in zip(one_machine, two_machines):
-            assert abs(a - b) <= 1e-5 * abs(a), (one_machine, two_machines)
+        # every PNode has the threads of one of two processes on its machine: the same bits
+        assert two_machines == one_machine
 
         revoked = cli("invite", "revoke", invite["id"], "--data-dir", str(data_dir))
         assert revoked.returncode == 0, revoked.stderr
