@@ -239,8 +239,23 @@ def tokenizer_config(spec: NetworkSpec, eos_token: str, pad_token: str | None) -
         "pad_token": pad_token,
         "model_max_length": spec.context,
         "clean_up_tokenization_spaces": False,
-        "add_bos_token": False,
+        "add_bos_token": True,
     }
+
+
+def starting_documents(tokenizer_json: bytes, eos_token: str, eos_id: int) -> bytes:
+    """The tokenizer with a post-processor that starts every text with `eos_token`, as our prompts do
+    (`computeall.protocol.prompts`: every document in training follows it): `transformers` then encodes
+    a prompt to the ids `computeall generate` continues. A post-processor the tokenizer had runs first."""
+    tokenizer = json.loads(tokenizer_json)
+    start = {"type": "TemplateProcessing",
+             "single": [{"SpecialToken": {"id": eos_token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+             "pair": [{"SpecialToken": {"id": eos_token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                      {"SpecialToken": {"id": eos_token, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+             "special_tokens": {eos_token: {"id": eos_token, "ids": [eos_id], "tokens": [eos_token]}}}
+    had = tokenizer.get("post_processor")
+    tokenizer["post_processor"] = start if had is None else {"type": "Sequence", "processors": [had, start]}
+    return json.dumps(tokenizer, ensure_ascii=False).encode()
 
 
 def export_llama(model: TrainedModel, tokenizer_json: bytes, out: Path, eos_token: str, pad_token: str | None) -> list[Path]:
@@ -259,6 +274,6 @@ def export_llama(model: TrainedModel, tokenizer_json: bytes, out: Path, eos_toke
     }
     for name, text in files.items():
         (out / name).write_text(text + "\n")
-    (out / "tokenizer.json").write_bytes(tokenizer_json)
+    (out / "tokenizer.json").write_bytes(starting_documents(tokenizer_json, eos_token, ids[eos_token]))
     save_file(llama_state(model, layout), str(out / "model.safetensors"), metadata={"format": "pt"})
     return [out / name for name in (*files, "tokenizer.json", "model.safetensors")]

@@ -49,6 +49,8 @@ async def test_generate_and_export_a_trained_session(tmp_path):
             result = await _cli(here, *args)
             assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
 
+        ours = await _cli(here, "generate", sid, "--prompt", "def main(", "--temperature", "0", "--max-new-tokens", "24")
+        assert ours.returncode == 0, ours.stderr[-2000:]
         out = tmp_path / "hf"
         exported = await _cli(here, "export", sid, "--format", "hf", str(out))
         assert exported.returncode == 0, exported.stderr[-2000:]
@@ -57,7 +59,8 @@ async def test_generate_and_export_a_trained_session(tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out).eval()
-    ids = tokenizer("def main(args):\n    return", return_tensors="pt")["input_ids"]
+    ids = tokenizer("def main(", return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        greedy = model.generate(ids, max_new_tokens=8, do_sample=False)
-    assert greedy.shape[1] == ids.shape[1] + 8 or tokenizer.eos_token_id in greedy[0].tolist()
+        greedy = model.generate(ids, max_new_tokens=24, do_sample=False, attention_mask=torch.ones_like(ids))
+    # the whole greedy continuation, in transformers as in `computeall generate --temperature 0`
+    assert tokenizer.decode(greedy[0], skip_special_tokens=True) == ours.stdout.rstrip("\n")

@@ -8,6 +8,7 @@ import declared
 transformers = declared.module("transformers")
 
 from computeall.protocol.dataset_api import EOT_TOKEN, PAD_TOKEN  # noqa: E402
+from computeall.protocol.prompts import PromptCodec  # noqa: E402
 from computeall.tensorcore.generation import Generator, KVCache  # noqa: E402
 from computeall.tensorcore.hf_export import ExportError, export_llama, llama_layout  # noqa: E402
 from computeall.tensorcore.trained_model import TrainedModel, inference_network  # noqa: E402
@@ -48,9 +49,12 @@ def test_the_tokenizer_loads_as_a_fast_tokenizer_with_our_ids(tmp_path):
     ours = Tokenizer.from_str(tokenizer_json())
     text = "def generate(tokens):\n    return the model"
     assert isinstance(hf, transformers.PreTrainedTokenizerFast)
-    assert hf(text)["input_ids"] == ours.encode(text, add_special_tokens=False).ids
+    # a prompt starts a document, in transformers as in `computeall generate`
+    assert hf(text)["input_ids"] == PromptCodec(ours).prompt(text)
+    assert hf(text)["input_ids"] == [ours.token_to_id(EOT_TOKEN), *ours.encode(text, add_special_tokens=False).ids]
+    assert hf(text, add_special_tokens=False)["input_ids"] == ours.encode(text, add_special_tokens=False).ids
     assert hf.eos_token == EOT_TOKEN and hf.eos_token_id == ours.token_to_id(EOT_TOKEN)
-    assert hf.decode(hf(text)["input_ids"]) == text
+    assert hf.decode(hf(text)["input_ids"], skip_special_tokens=True) == text
 
 
 def _variant(old: str, new: str, name: str = "micro-gpt") -> str:
