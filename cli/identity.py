@@ -18,7 +18,7 @@ from computeall.protocol.bus import CREDENTIAL_ENV
 API_KEY_ENV = "COMPUTEALL_API_KEY"
 from computeall.protocol.credentials import Credential, CredentialError, Role
 
-from .cluster_file import data_dir, resolve_nats_url
+from .cluster_file import deployment_dir, resolve_nats_url
 from .errors import UserError
 from .security.deployment import LOCAL_USER, OPERATOR, Security
 
@@ -44,8 +44,9 @@ def admin_credential(args: argparse.Namespace) -> Credential:
 
 
 def deployment_security(directory: str | None) -> Security:
-    """The security material of the deployment whose data dir is `directory` (default `.computeall`)."""
-    return Security(data_dir(directory) / "security")
+    """The security material of the deployment whose data dir is `directory` (default: the running one,
+    `deployment_dir`)."""
+    return Security(deployment_dir(directory) / "security")
 
 
 def _credential(args: argparse.Namespace, role: Role, local_name: str) -> Credential:

@@ -17,6 +17,7 @@ from computeall.protocol.session_reads import ReadObject
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.wire import digest
 
+from .cluster_file import add_data_dir_argument
 from .client import Client, connect
 from .errors import UserError
 from .identity import add_user_arguments, user_credential
@@ -35,7 +36,7 @@ def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session_id")
     p.add_argument("--step", type=int, default=None, help="the checkpoint after this many steps (default: the newest)")
     p.add_argument("--nats", default=None, help="NATS URL (default: NATS_URL, else the running cluster's)")
-    p.add_argument("--data-dir", default=None)
+    add_data_dir_argument(p)
     p.add_argument("--prefix", default=None)
     add_user_arguments(p)
 

@@ -47,18 +47,6 @@ def log_tail(path: Path, lines: int = 60) -> str:
 STOP_ORDER = ("orchestrator", "pnode", "dataset", "monitor")
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, owned by someone else
-    return True
-
-
 @dataclass
 class ServiceSpec:
     name: str

@@ -20,6 +20,13 @@ SHAKESPEARE = next((p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.
                    REPO.parent / "shared" / "data" / "tinyshakespeare.txt")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def own_state_home(tmp_path_factory):
+    """`computeall up` records its data dir for the user's commands in other directories, under
+    $XDG_STATE_HOME: the tests' ups record theirs in a folder of the run's, never in the user's home."""
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+
+
 @pytest.fixture
 def nats_server(tmp_path: Path):
     with EmbeddedNats(tmp_path / "nats") as server:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..identity import deployment_security
+from ..cluster_file import data_dir
+from ..security.deployment import Security
 from ..security.compose import compose_env
 
 
@@ -24,5 +25,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(compose_env(deployment_security(args.data_dir), args.nats_cluster), end="")
+    print(compose_env(Security(data_dir(args.data_dir) / "security"), args.nats_cluster), end="")
     return 0

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import CreateDataset, DatasetProgress, SampleRequest, SplitSpec, progress_subject
 
+from ..cluster_file import add_data_dir_argument
 from ..client import connect
 from ..data_upload import expand, send_files
 from ..errors import UserError
@@ -25,7 +26,7 @@ def register(subparsers) -> None:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--nats", help="NATS URL (default: $NATS_URL, else the running cluster)")
-        p.add_argument("--data-dir", help="where `computeall up` keeps cluster.json")
+        add_data_dir_argument(p)
         p.add_argument("--prefix", help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
         p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the service")
         p.add_argument("--json", action="store_true", help="print JSON")

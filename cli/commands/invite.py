@@ -14,7 +14,7 @@ import json
 
 from computeall.protocol.invites import Invite
 
-from ..cluster_file import data_dir, read
+from ..cluster_file import add_data_dir_argument, deployment_dir, read
 from ..errors import UserError
 from ..identity import deployment_security
 from ..security.invitations import InvitationError, invitations, invite, parse_duration, revoke, state, wait_applied
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     revoking.add_argument("id")
     revoking.set_defaults(func=_revoke)
     for v in (pnode, leaf, listing, revoking):
-        v.add_argument("--data-dir", default=None, help="the data dir of `computeall up` (default: $COMPUTEALL_DATA_DIR or .computeall)")
+        add_data_dir_argument(v)
         v.add_argument("--json", action="store_true")
 
 
@@ -71,7 +71,7 @@ def _leaf(args: argparse.Namespace) -> int:
 
 def _invite(args: argparse.Namespace, role: str, **options) -> Invite:
     """A new invitation, once the running server accepts it."""
-    directory = data_dir(args.data_dir)
+    directory = deployment_dir(args.data_dir)
     info = read(directory)
     servers = (info.public_leaf if role == "leaf" else info.public_nats) if info else []
     if not servers:
@@ -107,8 +107,8 @@ def _revoke(args: argparse.Namespace) -> int:
         member = revoke(deployment_security(args.data_dir), args.id)
     except InvitationError as exc:
         raise UserError(str(exc)) from None
-    if read(data_dir(args.data_dir)) is not None:  # a running server: wait until it refuses the PNode
-        wait_applied(data_dir(args.data_dir) / "nats" / "nats.conf", member.public_key, False)
+    if read(deployment_dir(args.data_dir)) is not None:  # a running server: wait until it refuses the PNode
+        wait_applied(deployment_dir(args.data_dir) / "nats" / "nats.conf", member.public_key, False)
     who = f"PNode {member.name}" if member.role == "pnode" else f"the site {member.name} (its leaf and PNodes)"
     print(json.dumps({"id": member.id, member.role: member.name, "state": "revoked"}) if args.json
           else f"invitation {member.id} revoked: {who} is refused and disconnected")

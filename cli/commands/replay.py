@@ -12,6 +12,7 @@ from computeall.protocol.config import ReplayOf
 from computeall.protocol.events import StepCompleted
 from computeall.protocol.session_state import fold
 
+from ..cluster_file import add_data_dir_argument
 from ..client import connect
 from ..identity import add_user_arguments, user_credential
 from ..errors import UserError
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for v, func in ((show, _show), (export, _export), (verify, _verify)):
         v.add_argument("session_id")
         v.add_argument("--nats", default=None)
-        v.add_argument("--data-dir", default=None)
+        add_data_dir_argument(v)
         v.add_argument("--prefix", default=None)
         add_user_arguments(v)
         v.set_defaults(func=lambda a, f=func: asyncio.run(f(a)))

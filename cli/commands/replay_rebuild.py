@@ -18,7 +18,7 @@ from computeall.protocol import monitor_api as api
 
 from computeall.protocol.credentials import Credential, CredentialError
 
-from ..cluster_file import data_dir
+from ..cluster_file import add_data_dir_argument, deployment_dir
 from ..errors import UserError
 from ..identity import add_credential_argument, admin_credential, deployment_security
 from .user import ask_monitor
@@ -29,7 +29,7 @@ REBUILD_TIMEOUT_S = 3600.0
 def register_rebuild(replay_subparsers: argparse._SubParsersAction) -> None:
     parser = replay_subparsers.add_parser("rebuild", help="rebuild the monitor's database from the event log")
     parser.add_argument("--nats", default=None, help="NATS URL (default: $NATS_URL or the running cluster)")
-    parser.add_argument("--data-dir", default=None, help="where monitor.duckdb lives (default: .computeall)")
+    add_data_dir_argument(parser)
     parser.add_argument("--prefix", default=None)
     parser.add_argument("--json", action="store_true")
     add_credential_argument(parser)
@@ -46,7 +46,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     except UserError as exc:
         if "no monitor is running" not in str(exc):
             raise
-        reply = _offline(_monitor_credential(args, operator), data_dir(args.data_dir), args.prefix)
+        reply = _offline(_monitor_credential(args, operator), deployment_dir(args.data_dir), args.prefix)
         where = "offline"
     if args.json:
         print(json.dumps({"events": reply.events, "positions": reply.positions, "where": where}))

@@ -34,6 +34,7 @@ from computeall.protocol.events import (
 from computeall.protocol.session_state import fold
 from computeall.protocol.session_status import SessionStatus
 
+from ..cluster_file import add_data_dir_argument
 from ..client import Client, connect
 from ..data_upload import with_sent_data
 from ..errors import UserError
@@ -93,7 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--nats", default=None)
-    p.add_argument("--data-dir", default=None)
+    add_data_dir_argument(p)
     p.add_argument("--prefix", default=None)
     add_user_arguments(p)
 

@@ -5,20 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cluster_file import data_dir, read
+from ..cluster_file import add_data_dir_argument, deployment_dir, pid_alive, read
 from ..errors import UserError
-from ..supervisor import pid_alive
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="show the running system")
-    p.add_argument("--data-dir", default=None)
+    add_data_dir_argument(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    directory = data_dir(args.data_dir)
+    directory = deployment_dir(args.data_dir)
     info = read(directory)
     if info is None:
         raise UserError(f"nothing is running from {directory}: start it with `computeall up`")

@@ -17,7 +17,7 @@ from computeall.protocol.invites import Invite, InviteError
 
 from ..client import Client, connect
 from ..data_upload import with_sent_data
-from ..cluster_file import data_dir, read
+from ..cluster_file import data_dir, forget_running, read, record_running, running
 from ..embedded import wait_for_event_log
 from ..errors import UserError
 from ..follow import follow_session, start_session
@@ -27,7 +27,7 @@ from ..nats_server import env_url, url_reachable
 from ..security.authority import Authority
 from ..security.deployment import LOCAL_USER
 from ..security.leafnodes import LEAF_PORT
-from ..supervisor import Supervisor, add_processes_on_machine, default_services, pid_alive, pnode_services
+from ..supervisor import Supervisor, add_processes_on_machine, default_services, pnode_services
 from .run import add_training_args, session_config
 
 PUBLIC_PORT = 4222
@@ -67,7 +67,7 @@ async def up(args: argparse.Namespace) -> int:
     args.pnodes = 3 if args.pnodes is None else args.pnodes
     directory = data_dir(args.data_dir)
     existing = read(directory)
-    if existing and any(s.state == "running" and s.kind != "nats" and pid_alive(s.pid) for s in existing.services):
+    if running(existing):
         raise UserError(f"computeall is already running from {directory} (NATS {existing.nats}); stop it first")
     config = None
     if args.train:
@@ -106,6 +106,7 @@ async def up(args: argparse.Namespace) -> int:
         async with connect(local_user) as client:
             await wait_for_event_log(client)
             supervisor.announce()
+            record_running(directory)  # commands in other directories find this deployment
             key = nats_server.security.local_api_key() if nats_server else None
             await _wait_for_monitor(supervisor, stop)
             print(f"computeall is up ({args.pnodes} PNodes); Ctrl-C stops it")
@@ -126,6 +127,7 @@ async def up(args: argparse.Namespace) -> int:
         for task in tasks:
             task.cancel()
         print("stopping...", file=sys.stderr)
+        forget_running(directory)
         supervisor.stop()
         if nats_server:
             nats_server.stop()
@@ -163,6 +165,7 @@ async def _site(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     finally:
         print("stopping...", file=sys.stderr)
+        forget_running(directory)
         supervisor.stop()
         server.stop()
     return 0

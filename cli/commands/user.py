@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from computeall.protocol import monitor_api as api
 from computeall.protocol.credentials import Credential
 
+from ..cluster_file import add_data_dir_argument
 from ..client import connect
 from ..errors import UserError
 from ..identity import API_KEY_ENV, add_credential_argument, admin_credential, user_credential
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nats", default=None, help="NATS URL (default: $NATS_URL or the running cluster)")
-    parser.add_argument("--data-dir", default=None)
+    add_data_dir_argument(parser)
     parser.add_argument("--prefix", default=None, help="subject prefix (default: $COMPUTEALL_PREFIX or ca)")
     add_credential_argument(parser)
 
