@@ -85,8 +85,10 @@ async def connect(credential: Credential, prefix: str | None = None) -> AsyncIte
     try:
         nc = await bus.connect(credential, name=f"computeall-cli-{credential.name}", connect_timeout=3,
                                max_reconnect_attempts=2, allow_reconnect=False)
-    except (bus.BusConnectError, CredentialError) as exc:
-        raise UserError(f"{exc}; is `computeall up` running?") from None
+    except bus.BusConnectError as exc:  # refused: the server runs and said no; else it may not run at all
+        raise UserError(str(exc) if exc.refused else f"{exc}; is `computeall up` running?") from None
+    except CredentialError as exc:
+        raise UserError(str(exc)) from None
     try:
         yield Client(nc, Subjects(prefix), credential)
     finally:

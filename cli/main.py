@@ -15,7 +15,7 @@ COMMANDS = ["up", "run", "status", "pnode", "session", "dataset", "user", "repla
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="computeall", description="Train transformer LMs on a network of machines.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    _add_verbose(parser, default=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
@@ -25,7 +25,22 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # a command not built yet
             raise
         module.register(sub)
+    _verbose_everywhere(parser)
     return parser
+
+
+def _add_verbose(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help="log debug output")
+
+
+def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
+    """`-v` anywhere on the line (`computeall session list -v` as well as `computeall -v session list`):
+    every subcommand takes it too, without a default of its own that would undo the one before it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _add_verbose(subparser, default=argparse.SUPPRESS)
+                _verbose_everywhere(subparser)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,14 +41,38 @@ def find_session(sid: str, events: list[tuple[int, EventEnvelope]]) -> SessionSt
 
 
 def summary(state: SessionState) -> dict[str, Any]:
+    replay = state.config.replay_of if state.config else None
     return {
         "session_id": state.id,
         "status": state.status,
         "owner": state.owner,
         "step": state.next_step,
-        "steps": state.config.steps if state.config else None,
+        "steps": (replay.to_step if replay else state.config.steps) if state.config else None,
         "last_loss": state.last_loss,
+        "verifies": replay.session_id if replay else None,  # a `replay verify` run re-executes that session
     }
+
+
+def loss_text(loss: float | None) -> str:
+    return f"{loss:.4f}" if loss is not None else "-"
+
+
+def kind_text(row: dict[str, Any]) -> str:
+    """What a session is, for people: a training run, or the verification of another one."""
+    return f"verify of {row['verifies']}" if row["verifies"] else "training"
+
+
+def session_table(rows: list[dict[str, Any]]) -> str:
+    """`session list`: a header and a row per session (`summary`), or how to make the first one."""
+    if not rows:
+        return "no sessions yet: `computeall session create --network NETWORK.yaml` makes one (or `computeall up --train NETWORK.yaml`)"
+    width = max(len(r["session_id"]) for r in rows)
+    lines = [f"{'SESSION':<{width}}  {'STATUS':<10} {'STEP':>11}  {'LOSS':>7}  {'OWNER':<12} KIND"]
+    for r in rows:
+        step = f"{r['step']}/{r['steps']}"
+        lines.append(f"{r['session_id']:<{width}}  {r['status']:<10} {step:>11}  {loss_text(r['last_loss']):>7}  "
+                     f"{r['owner'] or '-':<12} {kind_text(r)}")
+    return "\n".join(lines)
 
 
 def report(state: SessionState, events: list[tuple[int, EventEnvelope]]) -> dict[str, Any]:

@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise UserError("; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors())) from None
     checkpoint = asyncio.run(checkpoint_from_args(args))
+    # on stderr: stdout stays the text alone, for pipes
+    print(f"(session {checkpoint.session_id}, checkpoint at step {checkpoint.step})", file=sys.stderr)
     codec = PromptCodec.from_json(checkpoint.tokenizer_json)
     prompt = codec.prompt(args.prompt)
     try:

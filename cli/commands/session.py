@@ -41,7 +41,7 @@ from ..errors import UserError
 from ..follow import new_session_id, start_session
 from ..identity import add_user_arguments, user_credential
 from ..init_from import init_from
-from ..session_view import find_session, report, session_events, summary
+from ..session_view import find_session, kind_text, loss_text, report, session_events, session_table, summary
 from .run import add_training_args, session_config
 
 # command -> the event types that show it took effect
@@ -156,9 +156,7 @@ async def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        for r in rows:
-            loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
-            print(f"{r['session_id']}  {r['status']:<10} step {r['step']}/{r['steps']}  loss {loss}  owner {r['owner']}")
+        print(session_table(rows))
     return 0
 
 
@@ -170,8 +168,8 @@ async def _show(args: argparse.Namespace) -> int:
         json.dump(data, sys.stdout, indent=2)
         print()
     else:
-        print(f"session {data['session_id']}: {data['status']}, step {data['step']}/{data['steps']}, "
-              f"last loss {data['last_loss']}, owner {data['owner']}")
+        print(f"session {data['session_id']} ({kind_text(data)}): {data['status']}, step {data['step']}/{data['steps']}, "
+              f"last loss {loss_text(data['last_loss'])}, owner {data['owner']}")
         if data["initialized_from"]:
             print(f"  started from {data['initialized_from']}")
         for v in data["validations"]:

@@ -43,7 +43,7 @@ def load_network(text: str, source: str = "<network>") -> NetworkSpec:
     try:
         raw = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
-        raise NetworkError([f"{source} is not valid YAML: {exc}"]) from None
+        raise NetworkError([_yaml_problem(source, exc)]) from None
     if not isinstance(raw, dict):
         raise NetworkError([f"{source} must be a YAML mapping with name, vocab_size, context and vnodes"])
     try:
@@ -64,6 +64,16 @@ def load_network(text: str, source: str = "<network>") -> NetworkSpec:
     if problems:
         raise NetworkError(problems)
     return spec
+
+
+def _yaml_problem(source: str, exc: yaml.YAMLError) -> str:
+    """Where the YAML broke, named by the file (PyYAML names the text it parsed `<unicode string>`)."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return f"{source} is not valid YAML: {exc}"
+    context = getattr(exc, "context", None)
+    what = "; ".join(str(part) for part in (context, getattr(exc, "problem", None)) if part)
+    return f"{source}, line {mark.line + 1}, column {mark.column + 1}: not valid YAML ({what})"
 
 
 def vnode_count(file: NetworkFile) -> int:

@@ -40,6 +40,10 @@ logging.getLogger("asyncio").addFilter(_TlsEofNotice())
 class BusConnectError(ConnectionError):
     """The bus refused or could not be reached; the message says which server, as whom and why."""
 
+    def __init__(self, message: str, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused  # the server answered and refused the credential (it is running)
+
 
 async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
     """A connection as `credential`'s identity; `options` are nats-py's (reconnects, callbacks).
@@ -48,22 +52,31 @@ async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
     nats-py's own retries: those retry a refused credential forever, and after a failed TLS
     handshake nats-py 2.16 stalls instead. A refused credential or an unreachable server is a
     `BusConnectError`; reconnects as asked apply once connected."""
-    options.setdefault("error_cb", _log_error)
+    report = options.pop("error_cb", _log_error)
+    connected = False
+
+    async def error_cb(exc: Exception) -> None:
+        if connected:  # before, a failed try is reported once, by this function's own error
+            await report(exc)
+
     reconnect = options.pop("allow_reconnect", True)
     failure: BaseException | None = None
+    refused = False
     for attempt in range(INITIAL_ATTEMPTS if reconnect else 1):
         if attempt:
             await asyncio.sleep(RETRY_S)
         try:
-            nc = await nats.connect(name=name, allow_reconnect=False, **credential.nats_options(), **options)
+            nc = await nats.connect(name=name, allow_reconnect=False, error_cb=error_cb, **credential.nats_options(), **options)
         except (OSError, TimeoutError, nats.errors.Error) as exc:
             failure = exc
-            if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+            refused = isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower()
+            if refused:
                 break  # no retry helps a credential the server refuses
             continue
         nc.options["allow_reconnect"] = reconnect
+        connected = True
         return nc
-    raise BusConnectError(_why(credential, failure))
+    raise BusConnectError(_why(credential, failure), refused)
 
 
 def replicas(nc: NATS) -> int:
@@ -83,6 +96,9 @@ def _why(credential: Credential, exc: BaseException) -> str:
     reason = str(exc) or type(exc).__name__
     if "authorization" in reason.lower() and not credential.nkey_seed:
         reason += " (this server admits only known identities: pass --credential FILE, or an invite with --join)"
+    elif "authorization" in reason.lower() and credential.role == "user":
+        reason = ("the server knows no such API key: check it (`computeall user create NAME` makes one; the local "
+                  "user's is in the data dir's security/local-api-key), or it was revoked")
     elif "authorization" in reason.lower():
         reason += " (the server does not accept this credential: revoked, expired, or for another deployment)"
     return f"cannot connect to {', '.join(credential.servers)} as {credential.identity}: {reason}"

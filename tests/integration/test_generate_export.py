@@ -34,6 +34,7 @@ async def test_generate_and_export_a_trained_session(tmp_path):
         assert first.returncode == 0, first.stderr[-2000:]
         assert first.stdout.startswith("def main(") and len(first.stdout) > len("def main(\n")
         assert first.stdout == again.stdout
+        assert f"(session {sid}, checkpoint at step 6)" in first.stderr, "it says which checkpoint it used"
         assert other.stdout != first.stdout
         streamed = await _cli(here, *gen, "--seed", "1", "--stream", "--step", "6")
         assert streamed.stdout == first.stdout
