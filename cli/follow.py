@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from .client import Client
 from .errors import UserError
+from .tensorboard_log import TensorBoardRun
 
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import SessionConfig
@@ -49,14 +50,19 @@ async def follow_session(
     metrics_out: Path | None = None,
     progress: bool = True,
     command_id: str | None = None,
+    tensorboard: Path | None = None,
 ) -> Outcome:
-    """Block until the session completes or fails, or the command `command_id` is rejected."""
+    """Block until the session completes or fails, or the command `command_id` is rejected. Its steps go
+    to `metrics_out` as JSON lines and to `tensorboard` as a TensorBoard run, as they are recorded."""
     out = open(metrics_out, "w") if metrics_out else None
+    board = TensorBoardRun(tensorboard, session_id) if tensorboard else None
     bar = tqdm(total=total_steps, desc=f"session {session_id}", unit="step", disable=not progress, file=sys.stderr)
     try:
         events = client.follow(session_id)
         async with aclosing(events):
             async for _, event in events:
+                if board:
+                    board.record(event)
                 p = event.payload
                 if isinstance(p, StepCompleted):
                     if out:  # every field of the event: loss, timings, loss scale, grad norm, clipped, ...
@@ -78,4 +84,6 @@ async def follow_session(
         bar.close()
         if out:
             out.close()
+        if board:
+            board.close()
     return Outcome(False, "the event stream ended")

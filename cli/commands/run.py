@@ -25,6 +25,7 @@ from ..embedded import running_cluster
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..supervisor import add_processes_on_machine
+from ..tensorboard_log import add_tensorboard_argument
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pnodes", type=int, default=1, help="PNode processes to start (default 1)")
     add_processes_on_machine(p)
     p.add_argument("--metrics-out", type=Path, default=None, help="write one JSON object per step here")
+    add_tensorboard_argument(p)
     p.add_argument("--data-dir", default=None, help="where the embedded cluster keeps its files (default: a temp dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--listen", metavar="HOST:PORT", default=None,
@@ -174,7 +176,7 @@ async def run(args: argparse.Namespace) -> int:
             config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
-                client, sid, config.steps, args.metrics_out, not args.no_progress, command_id
+                client, sid, config.steps, args.metrics_out, not args.no_progress, command_id, args.tensorboard
             )
         ok = outcome.ok
         print(outcome.message, file=sys.stdout if ok else sys.stderr)

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from pathlib import Path
 
 from computeall.protocol.credentials import Credential
 from computeall.protocol.invites import Invite, InviteError
@@ -28,6 +29,7 @@ from ..security.authority import Authority
 from ..security.deployment import LOCAL_USER
 from ..security.leafnodes import LEAF_PORT
 from ..supervisor import Supervisor, add_processes_on_machine, default_services, pnode_services
+from ..tensorboard_log import add_tensorboard_argument
 from .run import add_training_args, session_config
 
 PUBLIC_PORT = 4222
@@ -55,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(3: any one server may die); a data dir started with 1 moves to 3 (docs/operations.md)")
     p.add_argument("--monitor-port", type=int, default=0, help="dashboard/GraphQL port (default: a free one)")
     p.add_argument("--train", metavar="NETWORK", default=None, help="also create a session for this network YAML")
+    add_tensorboard_argument(p)
     p.add_argument("--data-root", action="append", default=[], metavar="DIR",
                    help="let the dataset service read files under DIR as they are (repeatable; others are uploaded)")
     add_training_args(p)
@@ -121,7 +124,7 @@ async def up(args: argparse.Namespace) -> int:
             print(f"  logs       {directory / 'logs'}")
             sys.stdout.flush()
             if config:
-                await _train(client, config, stop)
+                await _train(client, config, stop, args.tensorboard)
             await stop.wait()
     finally:
         for task in tasks:
@@ -171,10 +174,10 @@ async def _site(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _train(client: Client, config, stop: asyncio.Event) -> None:
+async def _train(client: Client, config, stop: asyncio.Event, tensorboard: Path | None) -> None:
     config = await with_sent_data(client.nc, client.subjects, config)
     sid, command_id = await start_session(client, config)
-    follow = asyncio.create_task(follow_session(client, sid, config.steps, command_id=command_id))
+    follow = asyncio.create_task(follow_session(client, sid, config.steps, command_id=command_id, tensorboard=tensorboard))
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({follow, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if follow in done:

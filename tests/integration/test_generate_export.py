@@ -5,12 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from computeall.cli.follow import start_session
 
 from .cluster import running_cluster
-from .sessions import config, run_to_end
+from .sessions import config, losses, run_to_end
+from .test_training_run import scalars
 
 COMPUTEALL = Path(sys.executable).parent / "computeall"
 
@@ -55,6 +57,16 @@ async def test_generate_and_export_a_trained_session(tmp_path):
         out = tmp_path / "hf"
         exported = await _cli(here, "export", sid, "--format", "hf", str(out))
         assert exported.returncode == 0, exported.stderr[-2000:]
+        board = await _cli(here, "export", sid, "--format", "tensorboard", str(tmp_path / "board"))
+        assert board.returncode == 0, board.stderr[-2000:]
+        again = await _cli(here, "export", sid, "--format", "tensorboard", str(tmp_path / "board"))
+        assert again.returncode == 2 and "already holds a run" in again.stderr
+        recorded = await losses(client, sid)
+
+    exported_scalars = scalars(tmp_path / "board" / sid)
+    assert [(s.step, s.value) for s in exported_scalars["train/loss"]] == [
+        (step + 1, float(np.float32(loss))) for step, loss in recorded]
+    assert {"train/lr", "train/grad_norm", "train/step_time_s", "train/tokens_per_s"} <= exported_scalars.keys()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
 from .cluster import stdlib_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,12 +25,19 @@ def run(tmp_path: Path, pnodes: int, data: list[str]) -> list[dict]:
     result = subprocess.run(
         [str(COMPUTEALL), "run", str(NETWORK), "--data", *data, "--steps", "20", "--pnodes", str(pnodes),
          "--processes-on-machine", "3", "--seed", "1", "--grad-clip", "0.5", "--metrics-out", str(metrics), "--no-progress",
-         "--data-dir", str(tmp_path / f"cluster{pnodes}")],
+         "--tensorboard", str(tmp_path / f"board{pnodes}"), "--data-dir", str(tmp_path / f"cluster{pnodes}")],
         capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "completed 20 steps" in result.stdout
     return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def scalars(run_folder: Path) -> dict:
+    """A TensorBoard run's scalars by tag, read back by TensorBoard's own reader."""
+    accumulator = EventAccumulator(str(run_folder))
+    accumulator.Reload()
+    return {tag: accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
 
 
 def test_same_bits_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
@@ -48,5 +58,9 @@ def test_same_bits_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
         assert a["grad_norm"] == b["grad_norm"] and a["clipped"] == b["clipped"]
         assert len(a["compute_s_by_pnode"]) == 1 and len(b["compute_s_by_pnode"]) == 3
     assert any(r["clipped"] for r in one), "--grad-clip 0.5 acts on some steps"
+    board = scalars(next((tmp_path / "board1").iterdir()))  # written live, one run folder per session
+    assert [s.step for s in board["train/loss"]] == list(range(1, 21)), "x: steps completed"
+    assert [s.value for s in board["train/loss"]] == [float(np.float32(r["loss"])) for r in one]
+    assert [s.value for s in board["train/lr"]] == [float(np.float32(r["lr"])) for r in one]
     first, last = one[0]["loss"], sum(r["loss"] for r in one[-5:]) / 5
     assert last < first - 0.3, (first, last)
