@@ -21,7 +21,7 @@ from .security.roles import Permissions
 from .security.server_config import MAX_PAYLOAD, ConfigSection, ServerSettings, member_users, server_config
 from .security.tls import DeploymentTls
 
-__all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "nats_binary", "url_reachable", "env_url"]
+__all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "port_free", "nats_binary", "url_reachable", "env_url"]
 RELOADED = b"Reloaded server configuration"
 
 
@@ -29,6 +29,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def nats_binary() -> str:

@@ -45,6 +45,9 @@ def log_tail(path: Path, lines: int = 60) -> str:
 # Stop order: the orchestrator first, so a PNode going away during shutdown is never taken for a
 # failure of the session; the monitor last, so it records everything that happened.
 STOP_ORDER = ("orchestrator", "pnode", "dataset", "monitor")
+# how long a service may take to stop before it is killed: the orchestrator first checkpoints the sessions
+# it drives (computeall.orchestrator.service.SHUTDOWN_S, a step and a save), the others only close
+STOP_GRACE_S = {"orchestrator": 75.0}
 
 
 @dataclass
@@ -218,14 +221,15 @@ class Supervisor:
         return True
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM each kind of service in `STOP_ORDER`, waiting for it; SIGKILL stragglers."""
+        """SIGTERM each kind of service in `STOP_ORDER`, waiting for it (`timeout_s`, or its `STOP_GRACE_S`);
+        SIGKILL stragglers."""
         self._stopping = True
         for kind in STOP_ORDER:
             group = [r for r in self.services.values() if r.spec.kind == kind and r.process is not None]
             for running in group:
                 if running.process.poll() is None:
                     running.process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s
+            deadline = time.monotonic() + STOP_GRACE_S.get(kind, timeout_s)
             for running in group:
                 try:
                     running.process.wait(max(0.1, deadline - time.monotonic()))

@@ -12,19 +12,23 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from computeall.protocol.credentials import Credential
 from computeall.protocol.invites import Invite, InviteError
+from computeall.protocol.session_state import SessionState, fold
+from computeall.protocol.session_status import SessionStatus
 
 from ..client import Client, connect
 from ..data_upload import with_sent_data
-from ..cluster_file import data_dir, forget_running, read, record_running, running
+from ..cluster_file import ClusterInfo, data_dir, forget_running, read, record_running, running
 from ..embedded import wait_for_event_log
 from ..errors import UserError
 from ..follow import follow_session, start_session
+from ..session_view import session_events
 from ..leaf_site import LeafServer, site_pnodes
 from ..nats_cluster import NatsCluster
-from ..nats_server import env_url, url_reachable
+from ..nats_server import env_url, port_free, url_reachable
 from ..security.authority import Authority
 from ..security.deployment import LOCAL_USER
 from ..security.leafnodes import LEAF_PORT
@@ -55,7 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                    help="run N nats-servers clustered over routes, the event log and buckets at min(N, 3) replicas "
                         "(3: any one server may die); a data dir started with 1 moves to 3 (docs/operations.md)")
-    p.add_argument("--monitor-port", type=int, default=0, help="dashboard/GraphQL port (default: a free one)")
+    p.add_argument("--monitor-port", type=int, default=0,
+                   help="dashboard/GraphQL port (default: the one of the last run from this data dir when it is free, "
+                        "else a free one)")
     p.add_argument("--train", metavar="NETWORK", default=None, help="also create a session for this network YAML")
     add_tensorboard_argument(p)
     p.add_argument("--data-root", action="append", default=[], metavar="DIR",
@@ -95,7 +101,7 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.public_urls = nats_server.public_urls()
         supervisor.public_leaf_urls = nats_server.public_leaf_urls()
         local_user = nats_server.credential("user")
-    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root,
+    supervisor.start(default_services(args.pnodes, monitor_port=_dashboard_port(args.monitor_port, existing), data_roots=args.data_root,
                                       processes_on_machine=args.processes_on_machine))
 
     stop = asyncio.Event()
@@ -122,14 +128,18 @@ async def up(args: argparse.Namespace) -> int:
             if key:
                 print(f"  API key    {key}   (user 'local'; paste it into the dashboard)")
             print(f"  logs       {directory / 'logs'}")
+            resumed = await _running_sessions(client)
+            for state in resumed:
+                print(f"  resumes    session {state.id} at step {state.checkpoint_step}/{state.config.steps} "
+                      f"(its newest checkpoint; {state.next_step} steps were recorded)")
             sys.stdout.flush()
             if config:
-                await _train(client, config, stop, args.tensorboard)
+                await _train(client, config, stop, args.tensorboard, resumed)
             await stop.wait()
     finally:
         for task in tasks:
             task.cancel()
-        print("stopping...", file=sys.stderr)
+        print("stopping: running sessions checkpoint first (at most about a minute)...", file=sys.stderr)
         forget_running(directory)
         supervisor.stop()
         if nats_server:
@@ -167,16 +177,31 @@ async def _site(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         raise UserError(str(exc)) from None
     finally:
-        print("stopping...", file=sys.stderr)
+        print("stopping: running sessions checkpoint first (at most about a minute)...", file=sys.stderr)
         forget_running(directory)
         supervisor.stop()
         server.stop()
     return 0
 
 
-async def _train(client: Client, config, stop: asyncio.Event, tensorboard: Path | None) -> None:
-    config = await with_sent_data(client.nc, client.subjects, config)
-    sid, command_id = await start_session(client, config)
+async def _running_sessions(client: Client) -> list[SessionState]:
+    """The local user's sessions that run (after a restart: those the orchestrator resumes)."""
+    states = [fold(sid, await session_events(client, sid)) for sid in await client.session_ids()]
+    return [s for s in states if s.status == SessionStatus.RUNNING]
+
+
+async def _train(client: Client, config, stop: asyncio.Event, tensorboard: Path | None,
+                 running: list[SessionState]) -> None:
+    """`--train`: a session of the network, unless one of it already runs (a second `make demo` goes on
+    with the first one's session instead of starting another beside it)."""
+    same = next((s for s in running if s.config.network_yaml == config.network_yaml and s.config.steps == config.steps), None)
+    if same is not None:
+        sid, command_id = same.id, None
+        print(f"  training   session {same.id} again (it runs this network already); "
+              f"`computeall session stop {same.id}` ends it, then `--train` starts a new one")
+    else:
+        config = await with_sent_data(client.nc, client.subjects, config)
+        sid, command_id = await start_session(client, config)
     follow = asyncio.create_task(follow_session(client, sid, config.steps, command_id=command_id, tensorboard=tensorboard))
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({follow, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -185,6 +210,15 @@ async def _train(client: Client, config, stop: asyncio.Event, tensorboard: Path 
         print("still running; Ctrl-C stops it")
     else:
         follow.cancel()
+
+
+def _dashboard_port(asked: int, before: ClusterInfo | None) -> int:
+    """The port asked for; else the dashboard's port of the last run from this data dir, so that an open
+    tab keeps working across a restart, when it is still free; else any free one (0)."""
+    if asked or before is None or before.monitor is None:
+        return asked
+    port = urlsplit(before.monitor).port
+    return port if port and port_free(port) else 0
 
 
 async def _wait_for_monitor(supervisor: Supervisor, stop: asyncio.Event, wait_s: float = 15.0) -> None:

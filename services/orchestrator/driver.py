@@ -57,10 +57,16 @@ class SessionDriver:
         self.pnode_wait_s = pnode_wait_s
         self.recorder = SessionRecorder(session, orchestrator_id, takeover_from)
         self.pnodes = SessionPNodes(calls, self.recorder)
+        self.shutdown = asyncio.Event()  # `shut_down`: the orchestrator stops
 
     @property
     def state(self):
         return self.recorder.state
+
+    def shut_down(self) -> None:
+        """The orchestrator stops: checkpoint at the next step boundary and end, the session still running
+        in the log, so the next orchestrator goes on from that checkpoint."""
+        self.shutdown.set()
 
     async def run(self) -> None:
         try:
@@ -96,6 +102,6 @@ class SessionDriver:
         await wait_for_pnodes(self.state, self.registry, self.pnode_wait_s)
         try:
             await Trainer(self.recorder, self.pnodes, placement, checkpoints, recovery, training_step, sampler,
-                          checks, quarantine).train()
+                          checks, quarantine, self.shutdown).train()
         finally:
             sampler.abandon()

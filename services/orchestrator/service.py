@@ -57,6 +57,10 @@ from .reads import SessionReads
 
 log = logging.getLogger("computeall.orchestrator")
 
+# how long a stopping orchestrator waits for its sessions to checkpoint (a step and a save); the
+# supervisor of `computeall up` gives it this long and a little more before it kills it
+SHUTDOWN_S = 60.0
+
 # each command is one method of the session aggregate, which returns the events to record
 DECIDE = {
     CreateSession: lambda state, c, actor: state.create(c.config, owner=actor, start=c.start),
@@ -78,6 +82,7 @@ class Orchestrator:
         self.peers: dict[str, float] = {}  # other orchestrators -> last heartbeat (monotonic)
         self.sessions: dict[str, SessionLog] = {}
         self.drivers: dict[str, asyncio.Task] = {}
+        self.driving: dict[str, SessionDriver] = {}  # the drivers of those tasks, to ask them to shut down
         self.jobs = NetworkJobs()  # network checks and allocation, in child processes
         self._capacity_checks: dict[str, tuple] = {}  # session -> the live PNodes it did not fit on
         self._stop = asyncio.Event()
@@ -127,6 +132,7 @@ class Orchestrator:
             for msg in msgs:
                 await lanes.submit(msg.subject, lambda msg=msg: self._handle_and_ack(msg))
         lanes.cancel()
+        await self._checkpoint_driven_sessions()
         for task in [*tasks, *self.drivers.values()]:
             task.cancel()
         # close, not drain: draining waits on the pull subscription's open fetch for up to 30 s
@@ -134,6 +140,16 @@ class Orchestrator:
 
     def stop(self) -> None:
         self._stop.set()
+
+    async def _checkpoint_driven_sessions(self) -> None:
+        """On the way out, each session this orchestrator drives checkpoints at its next step boundary
+        (the PNodes still run: `computeall up` stops the orchestrator first), so that a restart goes on
+        from there instead of from an older checkpoint. Bounded: past `SHUTDOWN_S` the older one stands."""
+        for driver in self.driving.values():
+            driver.shut_down()
+        if self.drivers:
+            log.info("checkpointing %d session(s) before stopping", len(self.drivers))
+            await asyncio.wait(list(self.drivers.values()), timeout=SHUTDOWN_S)
 
     # -- liveness -----------------------------------------------------------------------
     async def _reconnected(self) -> None:
@@ -247,10 +263,12 @@ class Orchestrator:
         driver = SessionDriver(self.calls, self.subjects, session, self.registry, self.id, self.jobs, takeover_from)
         task = asyncio.create_task(driver.run())
         self.drivers[session.state.id] = task
+        self.driving[session.state.id] = driver
         task.add_done_callback(lambda t: self._driver_done(session.state.id, t))
 
     def _driver_done(self, sid: str, task: asyncio.Task) -> None:
         self.drivers.pop(sid, None)
+        self.driving.pop(sid, None)
         if not task.cancelled() and task.exception():
             log.error("session %s: driver crashed", sid, exc_info=task.exception())
 

@@ -7,12 +7,13 @@ through recovery, which says which step to go on from.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from computeall.protocol.events import SessionCompleted
 
 from .checkpoints import Checkpoints
-from .errors import LostClaim, PNodeFailure, Quarantine, SessionError
+from .errors import DriverDone, LostClaim, PNodeFailure, Quarantine, SessionError
 from .placement import NoRoom, Placement
 from .recorder import SessionRecorder
 from .recovery import Recovery
@@ -29,7 +30,7 @@ log = logging.getLogger("computeall.orchestrator.training")
 class Trainer:
     def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, placement: Placement,
                  checkpoints: Checkpoints, recovery: Recovery, training_step: TrainingStep, sampler: Sampler,
-                 checks: SessionChecks, quarantine: QuarantineRecovery) -> None:
+                 checks: SessionChecks, quarantine: QuarantineRecovery, shutdown: asyncio.Event) -> None:
         self.recorder = recorder
         self.pnodes = pnodes
         self.placement = placement
@@ -39,6 +40,7 @@ class Trainer:
         self.sampler = sampler
         self.checks = checks
         self.quarantine = quarantine
+        self.shutdown = shutdown  # set when this orchestrator stops: checkpoint at the next boundary, then end
 
     async def train(self) -> None:
         config = self.recorder.state.config
@@ -81,6 +83,10 @@ class Trainer:
         if state.claimed_by != self.recorder.orchestrator_id:
             raise LostClaim(f"session {state.id} is driven by {state.claimed_by}")
         await self.sampler.record_ready()
+        if self.shutdown.is_set():  # the orchestrator stops (Ctrl-C on `computeall up`): keep every step done
+            await self.checks.settle(step, wait_all=True)
+            await self.checkpoints.save(step)
+            raise DriverDone(f"checkpointed at step {step} as the orchestrator stops; it goes on from there when one runs again")
         ending = state.at_boundary(step)  # a pending stop or pause
         if ending:
             await self.checks.settle(step, wait_all=True)

@@ -1,4 +1,5 @@
-"""Stop everything, NATS included, and run `computeall up` again: running sessions continue."""
+"""Stop everything, NATS included, with Ctrl-C, and run `computeall up` again: running sessions go on from
+the checkpoint written at Ctrl-C, `up` says so, and the dashboard keeps its port."""
 
 import json
 import signal
@@ -9,6 +10,8 @@ from pathlib import Path
 from computeall.cli.client import connect
 from computeall.cli.cluster_file import read
 from computeall.cli.identity import deployment_security
+from computeall.cli.session_view import session_events
+from computeall.protocol.session_state import fold
 from computeall.protocol.credentials import Credential
 
 from .cluster import stdlib_corpus
@@ -43,14 +46,15 @@ def stop(process: subprocess.Popen) -> None:
     assert process.wait(60) == 0
 
 
-async def test_full_restart_continues_running_sessions(tmp_path):
+async def test_ctrl_c_checkpoints_and_up_again_continues_from_there(tmp_path):
     data_dir, log = tmp_path / "run", tmp_path / "up.log"
     first = up(data_dir, log)
     try:
         url = wait_for_cluster(data_dir)
-        created = subprocess.run(
+        dashboard = read(data_dir).monitor
+        created = subprocess.run(  # no periodic checkpoint: only the one Ctrl-C writes
             [COMPUTEALL, "session", "create", "--network", str(NETWORK), "--data", *stdlib_corpus(), "--steps", "60",
-             "--seed", "3", "--checkpoint-every", "5", "--min-pnodes", "2", "--json", "--data-dir", str(data_dir)],
+             "--seed", "3", "--checkpoint-every", "1000", "--min-pnodes", "2", "--json", "--data-dir", str(data_dir)],
             capture_output=True, text=True, timeout=60,
         )
         assert created.returncode == 0, created.stderr
@@ -59,15 +63,21 @@ async def test_full_restart_continues_running_sessions(tmp_path):
             await wait_for(client, sid, lambda s: s.next_step >= 8)
     finally:
         stop(first)  # everything stops: PNodes, orchestrator, dataset, monitor and nats-server
+    said_before = log.read_text()
     second = up(data_dir, log)
     try:
         url = wait_for_cluster(data_dir, previous=url)
+        assert read(data_dir).monitor == dashboard, "an open dashboard tab keeps working"
         async with connect(local_user(data_dir)) as client:
+            at_stop = fold(sid, await session_events(client, sid))
             final = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
             resumed = await losses(client, sid)
             clean = await losses(client, await run_to_end(client, session_config(steps=60)))
     finally:
         stop(second)
+    assert at_stop.checkpoint_step >= 8 and at_stop.checkpoint_step == at_stop.next_step, "Ctrl-C checkpointed every step done"
+    said = log.read_text()[len(said_before):]
+    assert f"resumes    session {sid} at step {at_stop.checkpoint_step}/60" in said, said
     assert final.next_step == 60
     assert [s for s, _ in resumed] == list(range(60)), "each step recorded exactly once"
     assert resumed == clean
