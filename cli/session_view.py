@@ -48,6 +48,7 @@ def summary(state: SessionState) -> dict[str, Any]:
         "step": state.next_step,
         "steps": state.config.steps if state.config else None,
         "last_loss": state.last_loss,
+        "reason": state.queue_reason or state.pause_reason,  # why it waits: queued, or paused by the orchestrator
     }
 
 

@@ -25,6 +25,7 @@ from computeall.protocol.events import (
     PauseRequested,
     SessionCreated,
     SessionPaused,
+    SessionQueued,
     SessionResumed,
     SessionStarted,
     SessionStopped,
@@ -43,11 +44,11 @@ from ..init_from import init_from
 from ..session_view import find_session, report, session_events, summary
 from .run import add_training_args, session_config
 
-# command -> the event types that show it took effect
+# command -> the event types that show it took effect (one asked to run may be queued instead)
 EFFECTS = {
-    "start": (StartSession, (SessionStarted,)),
+    "start": (StartSession, (SessionStarted, SessionQueued)),
     "pause": (PauseSession, (PauseRequested, SessionPaused)),
-    "resume": (ResumeSession, (SessionResumed,)),
+    "resume": (ResumeSession, (SessionResumed, SessionQueued)),
     "stop": (StopSession, (StopRequested, SessionStopped)),
     "validate": (ValidateSession, (ValidationRequested,)),
 }
@@ -157,7 +158,8 @@ async def _list(args: argparse.Namespace) -> int:
     else:
         for r in rows:
             loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
-            print(f"{r['session_id']}  {r['status']:<10} step {r['step']}/{r['steps']}  loss {loss}  owner {r['owner']}")
+            reason = f"  ({r['reason']})" if r["reason"] else ""
+            print(f"{r['session_id']}  {r['status']:<10} step {r['step']}/{r['steps']}  loss {loss}  owner {r['owner']}{reason}")
     return 0
 
 
@@ -171,6 +173,8 @@ async def _show(args: argparse.Namespace) -> int:
     else:
         print(f"session {data['session_id']}: {data['status']}, step {data['step']}/{data['steps']}, "
               f"last loss {data['last_loss']}, owner {data['owner']}")
+        if data["reason"]:
+            print(f"  {data['status']}: {data['reason']}")
         if data["initialized_from"]:
             print(f"  started from {data['initialized_from']}")
         for v in data["validations"]:

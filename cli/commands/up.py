@@ -13,6 +13,7 @@ import signal
 import sys
 
 from computeall.protocol.credentials import Credential
+from computeall.protocol.fair_share import add_limit_arguments, limit_argv, limits_from_args
 from computeall.protocol.invites import Invite, InviteError
 
 from ..client import Client, connect
@@ -57,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-root", action="append", default=[], metavar="DIR",
                    help="let the dataset service read files under DIR as they are (repeatable; others are uploaded)")
     add_training_args(p)
+    add_limit_arguments(p, with_defaults=False)
     p.set_defaults(func=lambda args: asyncio.run(up(args)))
 
 
@@ -64,6 +66,7 @@ async def up(args: argparse.Namespace) -> int:
     if args.leaf:
         return await _site(args)
     args.pnodes = 3 if args.pnodes is None else args.pnodes
+    limits = limits_from_args(args)
     directory = data_dir(args.data_dir)
     existing = read(directory)
     if existing and any(s.state == "running" and s.kind != "nats" and pid_alive(s.pid) for s in existing.services):
@@ -91,7 +94,8 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.public_urls = nats_server.public_urls()
         supervisor.public_leaf_urls = nats_server.public_leaf_urls()
         local_user = nats_server.credential("user")
-    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root))
+    supervisor.start(default_services(args.pnodes, monitor_port=args.monitor_port, data_roots=args.data_root,
+                                      orchestrator_args=limit_argv(limits)))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
