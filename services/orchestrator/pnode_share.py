@@ -51,10 +51,6 @@ class PNodeShare:
         self.registry = registry
         self._part = part  # -> (the user's part, None: the pool is not split; what other users hold now)
 
-    @property
-    def timeout_s(self) -> float:
-        return self.registry.timeout_s
-
     def usable(self) -> set[str] | None:
         """The PNodes these sessions may take now (None: every live one): their part, less what
         another user's session has not moved off yet."""
@@ -73,18 +69,6 @@ class PNodeShare:
         mine, _ = self._part()
         return self.registry.is_leaving(pnode) or (mine is not None and pnode not in mine)
 
-    # the rest is the registry's
-    def heartbeat(self, pnode: str) -> Heartbeat | None:
-        return self.registry.heartbeat(pnode)
-
-    def is_live(self, pnode: str) -> bool:
-        return self.registry.is_live(pnode)
-
-    def silent_s(self, pnode: str) -> float:
-        return self.registry.silent_s(pnode)
-
-    def generation(self, pnode: str) -> int:
-        return self.registry.generation(pnode)
-
-    def quarantine(self, pnode: str) -> None:
-        self.registry.quarantine(pnode)
+    def __getattr__(self, name: str):
+        """Everything else (heartbeats, silence, quarantine, ...) is the registry's, unchanged."""
+        return getattr(self.registry, name)
