@@ -66,7 +66,10 @@ async def up(args: argparse.Namespace) -> int:
     if args.leaf:
         return await _site(args)
     args.pnodes = 3 if args.pnodes is None else args.pnodes
-    limits = limits_from_args(args)
+    try:
+        limits = limits_from_args(args)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     directory = data_dir(args.data_dir)
     existing = read(directory)
     if existing and any(s.state == "running" and s.kind != "nats" and pid_alive(s.pid) for s in existing.services):

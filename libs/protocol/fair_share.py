@@ -38,13 +38,12 @@ def add_limit_arguments(parser: argparse.ArgumentParser, with_defaults: bool = T
 
 
 def limits_from_args(args: argparse.Namespace) -> FairShareLimits:
-    """The limits the flags name; a bad value exits with what was wrong."""
+    """The limits the flags name; ValueError naming the flag and what is wrong with its value."""
     given = {name: getattr(args, name) for name in FairShareLimits.model_fields if getattr(args, name, None) is not None}
     try:
         return FairShareLimits(**given)
     except ValidationError as exc:
-        problems = "; ".join(f"{_flag(str(e['loc'][0]))}: {e['msg']}" for e in exc.errors())
-        raise SystemExit(f"computeall: {problems}") from None
+        raise ValueError("; ".join(f"{_flag(str(e['loc'][0]))}: {e['msg']}" for e in exc.errors())) from None
 
 
 def limit_argv(limits: FairShareLimits) -> list[str]:

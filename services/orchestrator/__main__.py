@@ -24,7 +24,10 @@ def main() -> None:
     p.add_argument("--data-dir", default=None, help="unused: the orchestrator's state is the event log")
     add_limit_arguments(p)
     args = p.parse_args()
-    limits = limits_from_args(args)
+    try:
+        limits = limits_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"computeall orchestrator: {exc}") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         credential = credential_from_args(args, "orchestrator", "orchestrator")
