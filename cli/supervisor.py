@@ -88,7 +88,8 @@ def default_services(
     `pnode_memory` each (default: their share of the RAM). `orchestrator_args`: its per-user limits
     (`protocol.fair_share.limit_argv`) where they are not its defaults."""
     roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
-    services = [ServiceSpec("orchestrator", "orchestrator", list(orchestrator_args)), ServiceSpec("dataset", "dataset", roots)]
+    services = [ServiceSpec("orchestrator", "orchestrator", list(orchestrator_args)),
+                ServiceSpec("dataset", "dataset", roots)]
     services += pnode_services([f"pnode-{i}" for i in range(pnodes)], processes_on_machine, pnode_memory)
     if with_monitor:
         services.append(ServiceSpec("monitor", "monitor", ["--port", str(monitor_port)]))

@@ -159,7 +159,8 @@ async def _list(args: argparse.Namespace) -> int:
         for r in rows:
             loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
             reason = f"  ({r['reason']})" if r["reason"] else ""
-            print(f"{r['session_id']}  {r['status']:<10} step {r['step']}/{r['steps']}  loss {loss}  owner {r['owner']}{reason}")
+            print(f"{r['session_id']}  {r['status']:<10} step {r['step']}/{r['steps']}  loss {loss}  owner {r['owner']}"
+                  f"{reason}")
     return 0
 
 

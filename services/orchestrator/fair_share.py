@@ -50,8 +50,8 @@ class FairShare:
         for session in self.sessions.values():
             if session.state.status == SessionStatus.QUEUED:
                 queued.setdefault(session.state.owner, []).append(session)
-        free = {owner: self.limits.max_running_sessions_per_user - running[owner] for owner in queued}
-        return [s for owner in sorted(queued, key=lambda u: (running[u], u)) for s in queued[owner][: max(0, free[owner])]]
+        free = {owner: max(0, self.limits.max_running_sessions_per_user - running[owner]) for owner in queued}
+        return [s for owner in sorted(queued, key=lambda u: (running[u], u)) for s in queued[owner][: free[owner]]]
 
     def pnodes_of(self, owner: str) -> PNodeShare:
         return PNodeShare(self.registry, lambda: self._part(owner))
