@@ -1,6 +1,7 @@
 """The per-user limits are flags of `computeall up`, handed to the orchestrator only where they are
 set; the orchestrator reads them back to the same limits, a bad value is refused with the flag's
-name, and docs/operations.md states every flag with its default."""
+name, and docs/operations.md states every flag with its default. `session list/show` say why a
+session is queued."""
 
 import argparse
 from pathlib import Path
@@ -10,8 +11,12 @@ import pytest
 from computeall.cli.errors import UserError
 from computeall.cli.commands.up import up
 from computeall.cli.main import build_parser
+from computeall.cli.session_view import summary
 from computeall.cli.supervisor import default_services
+from computeall.protocol.config import DataConfig, SessionConfig
+from computeall.protocol.events import EventEnvelope
 from computeall.protocol.fair_share import FairShareLimits, add_limit_arguments, limit_argv, limits_from_args
+from computeall.protocol.session_state import RunningSlots, SessionState
 
 OPERATIONS = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
 
@@ -43,3 +48,12 @@ def test_operations_states_every_limit_and_its_default():
     for name, field in FairShareLimits.model_fields.items():
         default = "no cap" if field.default is None else f"{field.default:g}"
         assert f"| `--{name.replace('_', '-')}` | {default} |" in OPERATIONS, name
+
+
+def test_session_list_and_show_say_why_a_session_is_queued():
+    state = SessionState(id="s1")
+    config = SessionConfig(network_yaml="name: t\n", data=DataConfig(files=["a"]), steps=9)
+    for seq, event in enumerate(state.create(config, owner="alice", slots=RunningSlots(running=2, limit=2)), 1):
+        state.apply(EventEnvelope(session_id="s1", payload=event), seq)
+    row = summary(state)
+    assert (row["status"], row["reason"]) == ("queued", "alice has 2 sessions running (limit 2)")
