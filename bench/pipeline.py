@@ -41,6 +41,7 @@ from computeall.cli.follow import follow_session, start_session  # noqa: E402
 from computeall.cli.session_view import session_events  # noqa: E402
 from computeall.protocol.config import DataConfig, LrSchedule, PipelineConfig, SessionConfig  # noqa: E402
 from computeall.protocol.events import StepCompleted  # noqa: E402
+from computeall.protocol.fair_share import FairShareLimits  # noqa: E402
 
 NETWORKS = REPO / "examples" / "networks"
 CORPUS = [p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.parents]  # beside the checkout or above
@@ -95,7 +96,9 @@ def peak_rss(supervisor, pnodes: int) -> list[int]:
 
 async def on_cluster(pnodes: int, configs: list[SessionConfig], processes_on_machine: int | None = None):
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
-        async with running_cluster(Path(tmp), pnodes, processes_on_machine=processes_on_machine) as (client, sup):
+        side_by_side = FairShareLimits(max_running_sessions_per_user=len(configs))  # none of them queued
+        async with running_cluster(Path(tmp), pnodes, processes_on_machine=processes_on_machine,
+                                   limits=side_by_side) as (client, sup):
             steps = await run_sessions(client, configs)
             return steps, peak_rss(sup, pnodes)
 

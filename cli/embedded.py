@@ -10,6 +10,7 @@ from typing import AsyncIterator
 
 import nats.errors
 
+from computeall.protocol.fair_share import FairShareLimits, limit_argv
 from computeall.protocol.faults import FaultSpec
 from computeall.protocol.session_reads import list_sessions
 
@@ -23,7 +24,7 @@ from .supervisor import Supervisor, default_services
 async def running_cluster(
     directory: Path, pnodes: int, with_monitor: bool = False, processes_on_machine: int | None = None,
     pnode_memory: str | None = None, listen: str | None = None, faults: dict[str, FaultSpec] | None = None,
-    nats_servers: int = 1,
+    nats_servers: int = 1, limits: FairShareLimits = FairShareLimits(),
 ) -> AsyncIterator[tuple[Client, Supervisor]]:
     """Everything started, a client connected as the local user once the services have set up the
     event log; stopped in order (and NATS last) on the way out. `processes_on_machine`: how many
@@ -31,11 +32,11 @@ async def running_cluster(
     "2GiB"): what each PNode offers (default: its share of the RAM). `listen` ("HOST:PORT") serves
     NATS there with TLS, as `up --listen` does, and every process connects over it. `faults`
     (PNode name -> fault) makes those PNodes return wrong results: a testing option. `nats_servers` 3:
-    a clustered bus (`NatsCluster`)."""
+    a clustered bus (`NatsCluster`). `limits`: the orchestrator's per-user limits."""
     server = NatsCluster(directory, nats_servers, listen=listen).start()
     supervisor = Supervisor(directory, server.url, server)
     services = default_services(pnodes, with_monitor=with_monitor, processes_on_machine=processes_on_machine,
-                                pnode_memory=pnode_memory)
+                                pnode_memory=pnode_memory, orchestrator_args=limit_argv(limits))
     faults = faults or {}
     supervisor.start([s.with_arg("--fault", str(faults[s.name])) if s.name in faults else s for s in services])
     tasks = [asyncio.create_task(supervisor.watch()), asyncio.create_task(Authority(server).run())]

@@ -17,7 +17,9 @@ from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.envelope import new_id
 from computeall.protocol.eventlog import CommandTooLarge
-from computeall.protocol.events import CommandRejected, SamplesGenerated, SessionCompleted, SessionFailed, StepCompleted
+from computeall.protocol.events import (
+    CommandRejected, SamplesGenerated, SessionCompleted, SessionFailed, SessionQueued, StepCompleted,
+)
 
 
 def new_session_id() -> str:
@@ -71,6 +73,8 @@ async def follow_session(
                     bar.n = p.step + 1
                     bar.set_postfix(loss=f"{p.loss:.4f}", refresh=False)
                     bar.refresh()
+                elif isinstance(p, SessionQueued):  # it starts once one of the user's sessions ends or pauses
+                    tqdm.write(f"session {session_id} is queued: {p.reason}", file=sys.stderr)
                 elif isinstance(p, SamplesGenerated):
                     for sample in p.samples:  # above the progress bar, which stays at the bottom
                         tqdm.write(f"[step {p.step}] {sample.prompt}{sample.text}", file=sys.stderr)

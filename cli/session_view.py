@@ -50,6 +50,7 @@ def summary(state: SessionState) -> dict[str, Any]:
         "steps": (replay.to_step if replay else state.config.steps) if state.config else None,
         "last_loss": state.last_loss,
         "verifies": replay.session_id if replay else None,  # a `replay verify` run re-executes that session
+        "reason": state.queue_reason or state.pause_reason,  # why it waits: queued, or paused by the orchestrator
     }
 
 
@@ -71,7 +72,7 @@ def session_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         step = f"{r['step']}/{r['steps']}"
         lines.append(f"{r['session_id']:<{width}}  {r['status']:<10} {step:>11}  {loss_text(r['last_loss']):>7}  "
-                     f"{r['owner'] or '-':<12} {kind_text(r)}")
+                     f"{r['owner'] or '-':<12} {kind_text(r)}" + (f"  ({r['reason']})" if r.get("reason") else ""))
     return "\n".join(lines)
 
 

@@ -72,14 +72,16 @@ class ServiceSpec:
 
 def default_services(
     pnodes: int, with_monitor: bool = True, monitor_port: int = 0, data_roots: list[str] = (),
-    processes_on_machine: int | None = None, pnode_memory: str | None = None,
+    processes_on_machine: int | None = None, pnode_memory: str | None = None, orchestrator_args: list[str] = (),
 ) -> list[ServiceSpec]:
     """What `computeall up` runs; docker-compose.yml mirrors this list. The dataset service reads files
     under `data_roots` besides the stdlib (and the uploads a request names). The PNodes share the cores
     as `processes_on_machine` processes would (default: as many as there are PNodes) and offer
-    `pnode_memory` each (default: their share of the RAM)."""
+    `pnode_memory` each (default: their share of the RAM). `orchestrator_args`: its per-user limits
+    (`protocol.fair_share.limit_argv`) where they are not its defaults."""
     roots = [arg for root in data_roots for arg in ("--data-root", str(Path(root).resolve()))]
-    services = [ServiceSpec("orchestrator", "orchestrator"), ServiceSpec("dataset", "dataset", roots)]
+    services = [ServiceSpec("orchestrator", "orchestrator", list(orchestrator_args)),
+                ServiceSpec("dataset", "dataset", roots)]
     services += pnode_services([f"pnode-{i}" for i in range(pnodes)], processes_on_machine, pnode_memory)
     if with_monitor:
         services.append(ServiceSpec("monitor", "monitor", ["--port", str(monitor_port)]))

@@ -25,6 +25,7 @@ from computeall.protocol.events import (
     PauseRequested,
     SessionCreated,
     SessionPaused,
+    SessionQueued,
     SessionResumed,
     SessionStarted,
     SessionStopped,
@@ -44,11 +45,11 @@ from ..init_from import init_from
 from ..session_view import find_session, kind_text, loss_text, report, session_events, session_table, summary
 from .run import add_training_args, session_config
 
-# command -> the event types that show it took effect
+# command -> the event types that show it took effect (one asked to run may be queued instead)
 EFFECTS = {
-    "start": (StartSession, (SessionStarted,)),
+    "start": (StartSession, (SessionStarted, SessionQueued)),
     "pause": (PauseSession, (PauseRequested, SessionPaused)),
-    "resume": (ResumeSession, (SessionResumed,)),
+    "resume": (ResumeSession, (SessionResumed, SessionQueued)),
     "stop": (StopSession, (StopRequested, SessionStopped)),
     "validate": (ValidateSession, (ValidationRequested,)),
 }
@@ -170,6 +171,8 @@ async def _show(args: argparse.Namespace) -> int:
     else:
         print(f"session {data['session_id']} ({kind_text(data)}): {data['status']}, step {data['step']}/{data['steps']}, "
               f"last loss {loss_text(data['last_loss'])}, owner {data['owner']}")
+        if data["reason"]:
+            print(f"  {data['status']}: {data['reason']}")
         if data["initialized_from"]:
             print(f"  started from {data['initialized_from']}")
         for v in data["validations"]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from computeall.protocol.credentials import Credential
+from computeall.protocol.fair_share import add_limit_arguments, limit_argv, limits_from_args
 from computeall.protocol.invites import Invite, InviteError
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.session_status import SessionStatus
@@ -67,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-root", action="append", default=[], metavar="DIR",
                    help="let the dataset service read files under DIR as they are (repeatable; others are uploaded)")
     add_training_args(p)
+    add_limit_arguments(p, with_defaults=False)
     p.set_defaults(func=lambda args: asyncio.run(up(args)))
 
 
@@ -74,6 +76,10 @@ async def up(args: argparse.Namespace) -> int:
     if args.leaf:
         return await _site(args)
     args.pnodes = 3 if args.pnodes is None else args.pnodes
+    try:
+        limits = limits_from_args(args)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     directory = data_dir(args.data_dir)
     existing = read(directory)
     if running(existing):
@@ -101,8 +107,9 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.public_urls = nats_server.public_urls()
         supervisor.public_leaf_urls = nats_server.public_leaf_urls()
         local_user = nats_server.credential("user")
-    supervisor.start(default_services(args.pnodes, monitor_port=_dashboard_port(args.monitor_port, existing), data_roots=args.data_root,
-                                      processes_on_machine=args.processes_on_machine))
+    supervisor.start(default_services(args.pnodes, monitor_port=_dashboard_port(args.monitor_port, existing),
+                                      data_roots=args.data_root, processes_on_machine=args.processes_on_machine,
+                                      orchestrator_args=limit_argv(limits)))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

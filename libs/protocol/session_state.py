@@ -10,6 +10,7 @@ The aggregate does no I/O: `session_log.SessionLog` keeps one current from CA_LO
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from pydantic import BaseModel
@@ -32,6 +33,7 @@ from .events import (
     SessionEvent,
     SessionFailed,
     SessionPaused,
+    SessionQueued,
     SessionResumed,
     SessionStarted,
     SessionStopped,
@@ -43,13 +45,33 @@ from .events import (
 )
 from .session_status import TERMINAL, SessionStatus
 
-__all__ = ["TERMINAL", "Rejected", "SessionState", "SessionStatus", "fold"]
+__all__ = ["TERMINAL", "Rejected", "RunningSlots", "SessionState", "SessionStatus", "fold"]
 
 NEW, CREATED, RUNNING, PAUSED = SessionStatus.NEW, SessionStatus.CREATED, SessionStatus.RUNNING, SessionStatus.PAUSED
+QUEUED = SessionStatus.QUEUED
 
 
 class Rejected(Exception):
     """A command not allowed in the session's state; the message is the reason the user sees."""
+
+
+@dataclass(frozen=True)
+class RunningSlots:
+    """What a command that makes a session run needs to know of its owner's other sessions: how many
+    run now, and how many a user may run at once (the orchestrator counts; the aggregate decides)."""
+
+    running: int = 0
+    limit: float = float("inf")
+
+    @property
+    def free(self) -> bool:
+        return self.running < self.limit
+
+    def reason(self, owner: str | None) -> str:
+        return f"{owner} has {self.running} sessions running (limit {self.limit:.0f})"
+
+
+UNLIMITED = RunningSlots()
 
 
 # event type -> what the fold does with it; events not named here (metrics, failover history,
@@ -83,6 +105,7 @@ class SessionState(BaseModel):
     pnodes: list[str] = []  # every PNode of the allocation, over all replicas
     failure: str | None = None
     pause_reason: str | None = None
+    queue_reason: str | None = None  # while queued: why it does not run yet
     auto_resume: bool = False  # paused by the orchestrator (capacity), resumes by itself
     fuse_heads: bool = True  # the config's setting, or the last resume's that changed it
     verify_seed: int | None = None  # the check stream's seed, drawn once
@@ -111,27 +134,30 @@ class SessionState(BaseModel):
         return self.status == PAUSED and self.auto_resume
 
     # -- commands from users: each returns the events to record, or raises Rejected ------
-    def create(self, config: SessionConfig, owner: str, start: bool = True) -> list[SessionEvent]:
+    # A command that makes the session run is given its owner's `RunningSlots`: with none free the
+    # session is queued instead, and the orchestrator starts it (`admit`) once one frees.
+    def create(self, config: SessionConfig, owner: str, start: bool = True,
+               slots: RunningSlots = UNLIMITED) -> list[SessionEvent]:
         if self.status != NEW:
             if self.config == config and self.owner == owner:
                 return []  # the same create again (a redelivery): already done
             raise Rejected(f"session {self.id} already exists")
-        return [SessionCreated(config=config, owner=owner), *([SessionStarted()] if start else [])]
+        return [SessionCreated(config=config, owner=owner), *(_run(owner, slots, SessionStarted()) if start else [])]
 
-    def start(self) -> list[SessionEvent]:
+    def start(self, slots: RunningSlots = UNLIMITED) -> list[SessionEvent]:
         self._require("start", {CREATED})
-        return [SessionStarted()]
+        return _run(self.owner, slots, SessionStarted())
 
     def pause(self) -> list[SessionEvent]:
         self._require("pause", {RUNNING})
         return [] if self.pause_requested else [PauseRequested()]  # the driver pauses at the next step boundary
 
-    def resume(self, fuse_heads: bool | None = None) -> list[SessionEvent]:
+    def resume(self, fuse_heads: bool | None = None, slots: RunningSlots = UNLIMITED) -> list[SessionEvent]:
         self._require("resume", {PAUSED})
-        return [SessionResumed(fuse_heads=fuse_heads)]
+        return _run(self.owner, slots, SessionResumed(fuse_heads=fuse_heads), fuse_heads)
 
     def stop(self) -> list[SessionEvent]:
-        self._require("stop", {CREATED, RUNNING, PAUSED})
+        self._require("stop", {CREATED, QUEUED, RUNNING, PAUSED})
         if self.status == RUNNING:
             return [] if self.stop_requested else [StopRequested()]  # the driver stops at the next step boundary
         return [SessionStopped(step=self.checkpoint_step)]  # nothing runs: the last checkpoint (if any) stands
@@ -171,6 +197,10 @@ class SessionState(BaseModel):
         """Capacity is back: the orchestrator resumes what it paused itself (nothing a user paused)."""
         return [SessionResumed()] if self.waits_for_capacity else []
 
+    def admit(self) -> list[SessionEvent]:
+        """A running slot of its owner freed: the orchestrator starts the queued session."""
+        return [SessionStarted()] if self.status == QUEUED else []
+
     # -- the fold ---------------------------------------------------------------------------
     def apply(self, event: EventEnvelope, seq: int) -> None:
         self.last_seq = max(self.last_seq, seq)
@@ -184,7 +214,13 @@ class SessionState(BaseModel):
 
     @applies(SessionStarted)
     def _on_started(self, e: SessionStarted) -> None:
-        self.status = RUNNING
+        self.status, self.queue_reason = RUNNING, None
+
+    @applies(SessionQueued)
+    def _on_queued(self, e: SessionQueued) -> None:
+        self.status, self.queue_reason, self.pause_reason, self.auto_resume = QUEUED, e.reason, None, False
+        if e.fuse_heads is not None:
+            self.fuse_heads = e.fuse_heads
 
     @applies(SessionClaimed)
     def _on_claimed(self, e: SessionClaimed) -> None:
@@ -264,7 +300,7 @@ class SessionState(BaseModel):
 
     @applies(SessionStopped)
     def _on_stopped(self, e: SessionStopped) -> None:
-        self.status, self.claimed_by = SessionStatus.STOPPED, None
+        self.status, self.claimed_by, self.queue_reason = SessionStatus.STOPPED, None, None
 
     @applies(SessionCompleted)
     def _on_completed(self, e: SessionCompleted) -> None:
@@ -273,6 +309,11 @@ class SessionState(BaseModel):
     @applies(SessionFailed)
     def _on_failed(self, e: SessionFailed) -> None:
         self.status, self.claimed_by, self.failure = SessionStatus.FAILED, None, e.reason
+
+
+def _run(owner: str | None, slots: RunningSlots, event: SessionEvent, fuse_heads: bool | None = None) -> list[SessionEvent]:
+    """`event` (started, resumed) when the owner has a running slot free, else the session queues."""
+    return [event] if slots.free else [SessionQueued(reason=slots.reason(owner), fuse_heads=fuse_heads)]
 
 
 def fold(session_id: str, events: list[tuple[int, EventEnvelope]]) -> SessionState:

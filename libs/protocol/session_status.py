@@ -10,6 +10,7 @@ class SessionStatus(StrEnum):
 
     NEW = "new"  # nothing recorded yet
     CREATED = "created"  # created with start=False: waits for a start
+    QUEUED = "queued"  # asked to run while its owner had every running slot taken: starts when one frees
     RUNNING = "running"  # a driver steps it (or will claim it)
     PAUSED = "paused"  # at a checkpoint; resumes by command, or by itself when paused for capacity
     STOPPED = "stopped"

@@ -13,7 +13,7 @@ from computeall.protocol.commands import CreateSession
 from computeall.protocol.events import (
     Allocated, CheckpointCommitted, ChecksCompleted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined,
     PNodeLeft, PNodeLost, PNodeQuarantined, Reallocated, ResultsDiscarded, SamplesGenerated, SessionCompleted,
-    SessionCreated, SessionFailed, SessionPaused, SplitCreated, StepCompleted, Tokenized, TokenizerTrained,
+    SessionCreated, SessionFailed, SessionPaused, SessionQueued, SplitCreated, StepCompleted, Tokenized, TokenizerTrained,
     UpdateRatios, ValidationCompleted,
 )
 
@@ -57,8 +57,8 @@ def command_rejected(batch: Batch, h: Header, p: CommandRejected, msg: Message) 
         )
 
 
-@projects(SessionPaused, SessionFailed)
-def session_reason(batch: Batch, h: Header, p: SessionPaused | SessionFailed, msg: Message) -> None:
+@projects(SessionPaused, SessionQueued, SessionFailed)
+def session_reason(batch: Batch, h: Header, p: SessionPaused | SessionQueued | SessionFailed, msg: Message) -> None:
     if p.reason:
         batch.ops.append(("UPDATE sessions SET reason = ? WHERE id = ?", [p.reason, h.session_id]))
 

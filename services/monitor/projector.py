@@ -98,8 +98,8 @@ def _log(batch: Batch, msg: Message) -> None:
 
 def _set_status(batch: Batch, h: Header, status: str) -> None:
     sets, args = ["status = ?"], [status]
-    if status == "running":  # the first time it ran, not the latest resume
-        sets.append("started_ts = coalesce(started_ts, ?)")
+    if status == "running":  # the first time it ran, not the latest resume; why it waited no longer holds
+        sets += ["started_ts = coalesce(started_ts, ?)", "reason = NULL"]
         args.append(h.ts)
     if status in ENDED:
         sets.append("ended_ts = ?")

@@ -9,6 +9,7 @@ import signal
 
 from computeall.protocol.bus import add_bus_arguments, credential_from_args
 from computeall.protocol.credentials import CredentialError
+from computeall.protocol.fair_share import add_limit_arguments, limits_from_args
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S
 
@@ -21,13 +22,18 @@ def main() -> None:
     p.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, help="seconds of silence before a PNode is lost")
     p.add_argument("--prefix", default=None)
     p.add_argument("--data-dir", default=None, help="unused: the orchestrator's state is the event log")
+    add_limit_arguments(p)
     args = p.parse_args()
+    try:
+        limits = limits_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"computeall orchestrator: {exc}") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         credential = credential_from_args(args, "orchestrator", "orchestrator")
     except CredentialError as exc:
         raise SystemExit(f"computeall orchestrator: {exc}") from None
-    orchestrator = Orchestrator(credential, Subjects(args.prefix), args.heartbeat_timeout)
+    orchestrator = Orchestrator(credential, Subjects(args.prefix), args.heartbeat_timeout, limits)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

@@ -35,7 +35,8 @@ from computeall.protocol.commands import (
 )
 from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
-from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost
+from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost, SessionCreated
+from computeall.protocol.fair_share import FairShareLimits
 from computeall.protocol.limits import COMMAND_BYTES
 from computeall.protocol.session_log import SessionLog
 from computeall.protocol.session_state import Rejected, SessionState
@@ -45,8 +46,10 @@ from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
-from .authorization import authorize
+from .authorization import authorize, claim_new_id
+from .command_rate import Take
 from .driver import SessionDriver
+from .fair_share import FairShare
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
 from .initial_weights import check_source
@@ -61,26 +64,30 @@ log = logging.getLogger("computeall.orchestrator")
 # supervisor of `computeall up` gives it this long and a little more before it kills it
 SHUTDOWN_S = 60.0
 
-# each command is one method of the session aggregate, which returns the events to record
+# each command is one method of the session aggregate, which returns the events to record; those
+# that make a session run are given its owner's running slots (`FairShare.slots`)
 DECIDE = {
-    CreateSession: lambda state, c, actor: state.create(c.config, owner=actor, start=c.start),
-    StartSession: lambda state, c, actor: state.start(),
-    PauseSession: lambda state, c, actor: state.pause(),
-    ResumeSession: lambda state, c, actor: state.resume(c.fuse_heads),
-    StopSession: lambda state, c, actor: state.stop(),
-    ValidateSession: lambda state, c, actor: state.validate(),
+    CreateSession: lambda state, c, actor, slots: state.create(c.config, owner=actor, start=c.start, slots=slots),
+    StartSession: lambda state, c, actor, slots: state.start(slots),
+    PauseSession: lambda state, c, actor, slots: state.pause(),
+    ResumeSession: lambda state, c, actor, slots: state.resume(c.fuse_heads, slots),
+    StopSession: lambda state, c, actor, slots: state.stop(),
+    ValidateSession: lambda state, c, actor, slots: state.validate(),
 }
 
 
 class Orchestrator:
-    def __init__(self, credential: Credential, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
+    def __init__(self, credential: Credential, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
+                 limits: FairShareLimits = FairShareLimits()) -> None:
         self.credential = credential
         self.subjects = subjects
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}".replace(".", "-")
         self.registry = PNodeRegistry(heartbeat_timeout_s)
         self.peers: dict[str, float] = {}  # other orchestrators -> last heartbeat (monotonic)
-        self.sessions: dict[str, SessionLog] = {}
+        self.sessions: dict[str, SessionLog] = {}  # every session seen created, in that order
+        self.fair = FairShare(limits, self.registry, self.sessions)
+        self._created_seq = 0  # the newest SessionCreated read from the log
         self.drivers: dict[str, asyncio.Task] = {}
         self.driving: dict[str, SessionDriver] = {}  # the drivers of those tasks, to ask them to shut down
         self.jobs = NetworkJobs()  # network checks and allocation, in child processes
@@ -101,8 +108,7 @@ class Orchestrator:
         await self.nc.subscribe(self.subjects.heartbeat_all(), cb=self._on_pnode_heartbeat)
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_peer_heartbeat)
         await self.nc.subscribe(self.subjects.session_created_all(), cb=self._on_session_created)
-        for record in await self.eventlog.read(self.subjects.session_created_all()):
-            self._know(record.subject.split(".")[-2])
+        await self._learn_sessions()
         # a PNode quarantined by any orchestrator, ever, gets no work from this one
         quarantined = self.subjects.pnode_evt_of_type("PNodeQuarantined")
         await self.nc.subscribe(quarantined, cb=self._on_quarantined)
@@ -130,6 +136,8 @@ class Orchestrator:
                 await asyncio.sleep(0.5)
                 continue
             for msg in msgs:
+                if await self._over_rate(msg, lanes):
+                    continue
                 await lanes.submit(msg.subject, lambda msg=msg: self._handle_and_ack(msg))
         lanes.cancel()
         await self._checkpoint_driven_sessions()
@@ -156,6 +164,7 @@ class Orchestrator:
         """Our nats-server went away: replies sent to us meanwhile are lost (the steps in flight stall)."""
         log.warning("reconnected to the bus at %s", self.nc.connected_url.netloc if self.nc.connected_url else "?")
         self.registry.bus_disturbed()
+        asyncio.ensure_future(self._learn_sessions())  # a SessionCreated published meanwhile did not reach us
 
     async def _on_pnode_heartbeat(self, msg) -> None:
         try:
@@ -216,13 +225,30 @@ class Orchestrator:
         return seen is not None and time.monotonic() - seen <= self.heartbeat_timeout_s
 
     # -- sessions -----------------------------------------------------------------------
-    def _know(self, sid: str) -> SessionLog:
+    def _know(self, sid: str, owner: str) -> SessionLog:
+        """A session seen created. Its owner is known at once (the fold sets the same when it reads
+        `SessionCreated`), so commands are authorized from memory."""
         if sid not in self.sessions:
             self.sessions[sid] = SessionLog(self.eventlog, sid)
+            self.sessions[sid].state.owner = owner
         return self.sessions[sid]
 
+    def _learn(self, data: bytes) -> None:
+        try:
+            event = EventEnvelope.model_validate_json(data)
+        except ValidationError:
+            return  # a type this build does not know
+        if isinstance(event.payload, SessionCreated) and event.session_id:
+            self._know(event.session_id, event.payload.owner)
+
+    async def _learn_sessions(self) -> None:
+        """Every session created since the last look (at start-up: all of them)."""
+        for record in await self.eventlog.read(self.subjects.session_created_all(), start_seq=self._created_seq + 1):
+            self._learn(record.data)
+            self._created_seq = max(self._created_seq, record.seq)
+
     async def _on_session_created(self, msg) -> None:
-        self._know(msg.subject.split(".")[-2])
+        self._learn(msg.data)
 
     async def _adopt_orphans(self) -> None:
         """Drive every running session whose claimant is gone (after a crash, or at start-up)."""
@@ -239,18 +265,31 @@ class Orchestrator:
                 if state.status == SessionStatus.RUNNING and not self._alive(state.claimed_by):
                     log.info("session %s is running without a live driver (was %s); taking it over", sid, state.claimed_by)
                     self._drive(session, takeover_from=state.claimed_by)
-                elif state.waits_for_capacity and await self._fits(state):
+                elif state.waits_for_capacity and self.fair.slots(state.owner).free and await self._fits(state):
                     log.info("session %s: capacity is back; resuming it", sid)
-                    try:
-                        await session.record("orchestrator", state.resume_for_capacity())
-                    except ConcurrencyError:
-                        continue  # someone else changed it first; look again next round
-                    self._drive(session)
+                    await self._run_again(session, state.resume_for_capacity)
+            for session in self.fair.next_to_start():
+                log.info("session %s: a running slot of %s is free; starting it", session.state.id, session.state.owner)
+                await self._run_again(session, lambda s=session: s.state.admit())
             await asyncio.sleep(1.0)
+
+    async def _run_again(self, session: SessionLog, decide) -> None:
+        """Record the orchestrator's own decision to run a session (`decide()` -> events) and drive it,
+        while its owner still has a running slot free."""
+        async with self.fair.deciding(session.state.owner):
+            try:
+                await session.refresh()
+                if self.fair.slots(session.state.owner).free:
+                    await session.record("orchestrator", decide())
+            except (ConcurrencyError, nats.errors.Error) as exc:
+                log.info("session %s changed meanwhile (%s); looking again next round", session.state.id, exc)
+                return
+        if session.state.status == SessionStatus.RUNNING and session.state.id not in self.drivers:
+            self._drive(session)
 
     async def _fits(self, state: SessionState) -> bool:
         """Whether the live PNodes can hold the session's network now (asked again only when they change)."""
-        capacities = self.registry.capacities()
+        capacities = self.fair.pnodes_of(state.owner).capacities()
         asked = (tuple(sorted(capacities, key=lambda c: c.pnode)), state.fuse_heads, state.config)
         if self._capacity_checks.get(state.id) == asked:
             return False
@@ -260,7 +299,8 @@ class Orchestrator:
         return fits
 
     def _drive(self, session: SessionLog, takeover_from: str | None = None) -> None:
-        driver = SessionDriver(self.calls, self.subjects, session, self.registry, self.id, self.jobs, takeover_from)
+        pnodes = self.fair.pnodes_of(session.state.owner)  # the owner's part of the pool
+        driver = SessionDriver(self.calls, self.subjects, session, pnodes, self.id, self.jobs, takeover_from)
         task = asyncio.create_task(driver.run())
         self.drivers[session.state.id] = task
         self.driving[session.state.id] = driver
@@ -309,11 +349,18 @@ class Orchestrator:
         if command.session_id != sid:
             await self._reject(sid, command.id, command.type, f"session_id {command.session_id!r} does not match the subject")
             return
-        session = self._know(sid)
+        try:
+            authorize(user, command, self._owner)  # from memory: refusing a forged or stray command reads nothing
+            if sid not in self.sessions:  # a create (authorize refused anything else) for an id never created
+                await claim_new_id(user, sid, self.reads.owner)
+        except Rejected as exc:
+            await self._reject(sid, command.id, command.type, str(exc))
+            return
+        session = self.sessions.get(sid) or SessionLog(self.eventlog, sid)
         for _ in range(5):  # optimistic concurrency: on a conflict, fold what others wrote and decide again
             try:
-                await session.refresh()
-                await authorize(user, command, session.state, self.reads.owner)
+                if session.state.status not in TERMINAL:  # an ended session never changes: decided on what is in memory
+                    await session.refresh()
                 await self._decide(session, command)
                 return
             except Rejected as exc:
@@ -323,17 +370,42 @@ class Orchestrator:
                 continue
         await self._reject(sid, command.id, command.type, "the session kept changing; try again")
 
+    def _owner(self, sid: str) -> str | None:
+        session = self.sessions.get(sid)
+        return session.state.owner if session else None
+
+    async def _over_rate(self, msg, lanes: Lanes) -> bool:
+        """Whether the sender is over the command rate (`FairShare.rate`): then the command is
+        acknowledged unread, and only the first of the burst is rejected in the log."""
+        try:
+            user, sid = command_sender(self.subjects, msg.subject)
+        except ValueError:
+            return False  # not a user's subject: `_handle_command` says so
+        taken = self.fair.rate.take(user)
+        if taken is Take.TAKEN:
+            return False
+        if taken is Take.REFUSED_FIRST:
+            reason = self.fair.rate.describe(user)
+            log.warning("refusing commands: %s", reason)
+            await lanes.submit(msg.subject, lambda: self._reject(sid, _command_id(msg), "?", reason))
+        await msg.ack()
+        return True
+
     async def _decide(self, session: SessionLog, command: CommandEnvelope) -> None:
         """Command -> the aggregate's decision -> its events in the log; a driver when it starts to run."""
-        was = session.state.status
-        events = DECIDE[type(command.payload)](session.state, command.payload, command.actor)
-        if isinstance(command.payload, CreateSession) and events:
+        payload, owner = command.payload, command.actor
+        if isinstance(payload, CreateSession) and session.state.status == SessionStatus.NEW:
             try:  # a network that does not load is rejected before anything is recorded
-                await self.jobs.check(command.payload.config.network_yaml)
+                await self.jobs.check(payload.config.network_yaml)
             except NetworkError as exc:
                 raise Rejected(str(exc)) from None
-            await check_source(session.eventlog, command.payload.config.init_from, command.actor)
-        await session.record(command.actor, events)
+            await check_source(session.eventlog, payload.config.init_from, owner)
+        async with self.fair.deciding(owner):  # the owner's running count holds until the events are in
+            was = session.state.status
+            events = DECIDE[type(payload)](session.state, payload, owner, self.fair.slots(owner))
+            if events and was == SessionStatus.NEW:
+                self.sessions.setdefault(session.state.id, session)  # seen created from here on
+            await session.record(owner, events)
         if was != SessionStatus.RUNNING and session.state.status == SessionStatus.RUNNING:
             self._drive(session)
 

@@ -4,7 +4,9 @@ Work items run in one fixed order: every micro-batch's forward (micro-batches in
 topological order), then every backward (micro-batches in order, VNodes reversed). Each item
 only waits on items earlier in that order on any PNode, so no placement deadlocks. An item waits
 for its inputs from other PNodes exactly as the real stage does (placeholder frames on the real
-tensor subjects and routes), sleeps its modelled compute time, and sends its outputs on.
+tensor subjects and routes), sleeps its modelled compute time, and sends its outputs on. A PNode
+computes one item at a time, whichever session's stage it belongs to (`machine`), as the cores of
+a real one do: sessions that share a PNode share its time.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ class SimulatedStepAborted(RuntimeError):
 
 
 class SimulatedStage:
-    def __init__(self, plan: LoadPlan, pnode: str, flops_per_s: float, send: SendPlaceholder) -> None:
+    def __init__(self, plan: LoadPlan, pnode: str, flops_per_s: float, send: SendPlaceholder,
+                 machine: asyncio.Lock | None = None) -> None:
         self.plan = plan
+        self.machine = machine or asyncio.Lock()  # the PNode's compute, shared by its stages (a Lock is FIFO)
         self.pnode = pnode
         self.send = send
         self.graph = Graph(NetworkSpec.model_validate(plan.network))
@@ -121,5 +125,6 @@ class SimulatedStage:
         return time.monotonic() - t0
 
     async def _compute(self, seconds: float) -> float:
-        await asyncio.sleep(seconds)
+        async with self.machine:
+            await asyncio.sleep(seconds)
         return seconds

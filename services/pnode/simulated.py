@@ -11,6 +11,7 @@ on a laptop and `bench/swarm.py` can load the orchestrator as a large deployment
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -71,6 +72,7 @@ class SimulatedPNode(BusMember):
         self.full_tensors = full_tensors
         self.step_deadline_s = step_deadline_s
         self.stages: dict[str, SimulatedStage] = {}
+        self.machine = asyncio.Lock()  # what its stages compute on, one item at a time
         self.reassembler = wire.Reassembler()
         self.rejected_frames = 0
 
@@ -88,7 +90,7 @@ class SimulatedPNode(BusMember):
             old = self.stages.get(request.session_id)
             if old is not None:
                 old.abort()
-            self.stages[request.session_id] = SimulatedStage(request, self.name, self.flops_per_s, self._send)
+            self.stages[request.session_id] = SimulatedStage(request, self.name, self.flops_per_s, self._send, self.machine)
             return PNodeReply(ok=True, pnode=self.name)
         if isinstance(request, GenerateSamples):
             return PNodeReply(ok=False, pnode=self.name, step=request.step,

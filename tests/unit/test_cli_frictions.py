@@ -13,7 +13,7 @@ from computeall.protocol.credentials import Credential, new_api_key
 
 def row(sid="a1b2c3", status="running", step=12, steps=200, loss=5.139998912811279, verifies=None):
     return {"session_id": sid, "status": status, "owner": "local", "step": step, "steps": steps,
-            "last_loss": loss, "verifies": verifies}
+            "last_loss": loss, "verifies": verifies, "reason": None}
 
 
 def test_session_list_has_a_header_and_rounded_losses():
@@ -21,6 +21,11 @@ def test_session_list_has_a_header_and_rounded_losses():
     assert lines[0].split() == ["SESSION", "STATUS", "STEP", "LOSS", "OWNER", "KIND"]
     assert lines[1].split() == ["a1b2c3", "running", "12/200", "5.1400", "local", "training"]
     assert lines[2].split() == ["d4e5f6", "completed", "200/200", "-", "local", "training"]
+
+
+def test_a_waiting_session_says_why():
+    waiting = {**row(status="queued", step=0), "reason": "local has 2 sessions running (limit 2)"}
+    assert session_table([waiting]).splitlines()[1].endswith("(local has 2 sessions running (limit 2))")
 
 
 def test_an_empty_session_list_says_how_to_make_a_session():

@@ -21,6 +21,16 @@ class SessionStarted(DomainEvent):
 
 
 @recorded_as("session")
+class SessionQueued(DomainEvent):
+    """Asked to run (create, start or resume) while its owner runs as many sessions as a user may:
+    it starts (`SessionStarted`) once one of them ends or pauses."""
+
+    type: Literal["SessionQueued"] = "SessionQueued"
+    reason: str  # e.g. "alice has 2 sessions running (limit 2)"
+    fuse_heads: bool | None = None  # a queued resume's head fusion, as `SessionResumed.fuse_heads`
+
+
+@recorded_as("session")
 class SessionClaimed(DomainEvent):
     """An orchestrator takes over driving the session (after start, resume or a crash)."""
 

@@ -20,7 +20,7 @@ from computeall.protocol.events import (
     Allocated, CheckpointCommitted, CheckpointPruned, CheckpointObject, CommandRejected, EventEnvelope, InitializedFrom,
     LossScaleChanged, PauseRequested, Sample, SamplesGenerated,
     PNodeLost, PNodeSlow, Reallocated, RolledBack, SessionClaimed, SessionCompleted, SessionCreated, SessionEvent,
-    SessionFailed, SessionPaused, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
+    SessionFailed, SessionPaused, SessionQueued, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
     StepSkipped, StopRequested, UpdateRatios, ValidationCompleted, ValidationRequested, VNodePlacement,
     CheckOutcome, ChecksCompleted, PNodeQuarantined, ResultsDiscarded, VerificationFailed, VerificationSeeded,
 )
@@ -66,7 +66,8 @@ STORIES = {
         StopRequested(), SessionStopped(step=6),
     ],
     "completed": [
-        SessionCreated(config=CONFIG, owner="bob"), SessionStarted(),
+        SessionCreated(config=CONFIG, owner="bob"), SessionQueued(reason="bob has 2 sessions running (limit 2)"),
+        SessionStarted(),
         InitializedFrom(source="session s0 at step 4", session_id="s0", step=4, bucket="b", objects=checkpoint(4).objects),
         checkpoint(0), step(0), SamplesGenerated(step=1, samples=[Sample(prompt="", text="to be", tokens=2)], pnode="p1", seconds=0.2),
         SessionCompleted(steps=1, final_loss=3.0),
@@ -157,3 +158,18 @@ def test_a_commands_actor_is_the_user_its_subject_names(db):
     db.transaction(lambda con: store.apply(db, con, batch, []))
     assert db.con.execute("SELECT owner FROM sessions").fetchone() == ("carol",)
     assert db.con.execute("SELECT actor FROM events").fetchone() == ("carol",)
+
+
+def test_a_queued_session_shows_why_until_it_runs(db):
+    seq = iter(range(1, 100))
+
+    def reason_after(*payloads) -> tuple[str, str | None]:
+        batch = project([Message("CA_LOG", next(seq), f"ca.evt.session.q.{type(p).__name__}",
+                                 EventEnvelope(session_id="q", payload=p).model_dump_json().encode())
+                         for p in payloads])
+        db.transaction(lambda con: store.apply(db, con, batch, []))
+        return db.con.execute("SELECT status, reason FROM sessions WHERE id = 'q'").fetchone()
+
+    queued = SessionQueued(reason="carol has 2 sessions running (limit 2)")
+    assert reason_after(SessionCreated(config=CONFIG, owner="carol"), queued) == ("queued", queued.reason)
+    assert reason_after(SessionStarted()) == ("running", None)
