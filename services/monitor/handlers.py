@@ -13,13 +13,13 @@ from computeall.protocol.commands import CreateSession
 from computeall.protocol.events import (
     Allocated, CheckpointCommitted, ChecksCompleted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined,
     PNodeLeft, PNodeLost, PNodeQuarantined, Reallocated, ResultsDiscarded, SamplesGenerated, SessionCompleted,
-    SessionCreated, SessionFailed, SessionPaused, SplitCreated, StepCompleted, Tokenized, TokenizerTrained,
+    SessionCreated, SessionFailed, SessionPaused, SessionResumed, SplitCreated, StepCompleted, Tokenized, TokenizerTrained,
     UpdateRatios, ValidationCompleted,
 )
 
 from .projection import Batch, Header, Message, projects, type_name
 from .session_status import INITIAL
-from .step_metrics import STEP_COLUMNS, STEP_FIELDS
+from .step_metrics import COUNT_STEPS_COMPLETED, STEP_COLUMNS, STEP_FIELDS
 
 # -- sessions -----------------------------------------------------------------
 
@@ -57,10 +57,10 @@ def command_rejected(batch: Batch, h: Header, p: CommandRejected, msg: Message) 
         )
 
 
-@projects(SessionPaused, SessionFailed)
-def session_reason(batch: Batch, h: Header, p: SessionPaused | SessionFailed, msg: Message) -> None:
-    if p.reason:
-        batch.ops.append(("UPDATE sessions SET reason = ? WHERE id = ?", [p.reason, h.session_id]))
+@projects(SessionPaused, SessionResumed, SessionFailed)
+def session_reason(batch: Batch, h: Header, p: SessionPaused | SessionResumed | SessionFailed, msg: Message) -> None:
+    # why it stands where it is now, as the fold's pause_reason and failure: a resume clears the pause's
+    batch.ops.append(("UPDATE sessions SET reason = ? WHERE id = ?", [getattr(p, "reason", None), h.session_id]))
 
 
 @projects(SessionCompleted)
@@ -150,6 +150,7 @@ def results_discarded(batch: Batch, h: Header, p: ResultsDiscarded, msg: Message
     batch.ops += [
         ("DELETE FROM steps WHERE session_id = ? AND step >= ?", [h.session_id, p.from_step]),
         ("DELETE FROM checkpoints WHERE session_id = ? AND step > ?", [h.session_id, p.from_step]),
+        (COUNT_STEPS_COMPLETED, [h.session_id, h.session_id]),
     ]
 
 
