@@ -96,11 +96,15 @@ def step_completed(batch: Batch, h: Header, p: StepCompleted, msg: Message) -> N
     # a step re-run after a rollback replaces the earlier row: the last one in the log wins
     batch.steps[(h.session_id, p.step)] = row
     batch.notices.append((f"steps:{h.session_id}", dict(zip(STEP_COLUMNS, row))))
-    if p.compute_s_by_pnode:  # every PNode's VNodes saw every token of the step
+    if p.compute_s_by_pnode:
+        # the tokens that went through each PNode: every stage of a pipeline sees all of its replica's,
+        # and the replicas (on disjoint PNodes) share the step's equally; the allocation in force is the
+        # session row's, since ops run in log order
         pnodes = sorted(p.compute_s_by_pnode)
         batch.ops.append((
-            "INSERT OR REPLACE INTO pnode_steps SELECT ?, ?, UNNEST(?::VARCHAR[]), UNNEST(?::DOUBLE[]), ?",
-            [h.session_id, p.step, pnodes, [p.compute_s_by_pnode[n] for n in pnodes], p.tokens],
+            "INSERT OR REPLACE INTO pnode_steps SELECT ?, ?, UNNEST(?::VARCHAR[]), UNNEST(?::DOUBLE[]), "
+            "?::BIGINT // coalesce((SELECT replicas FROM sessions WHERE id = ?), 1)",
+            [h.session_id, p.step, pnodes, [p.compute_s_by_pnode[n] for n in pnodes], p.tokens, h.session_id],
         ))
 
 

@@ -9,7 +9,7 @@ from graphql import GraphQLResolveInfo
 
 from . import downsample, reads, time_and_links
 from .context import Context
-from .named_series import PNODE_THROUGHPUT, UPDATE_RATIOS, named_series
+from .named_series import PNODE_BUSY, PNODE_THROUGHPUT, UPDATE_RATIOS, named_series
 
 json_scalar = ScalarType("JSON")  # values pass through as JSON-compatible Python objects
 number_list_scalar = ScalarType("NumberList")  # a series column, passed through whole
@@ -85,6 +85,11 @@ async def resolve_pnode_throughput(s: dict, info: GraphQLResolveInfo, max_points
     return await ctx(info).services.db.read(
         named_series, PNODE_THROUGHPUT, s["id"], rng.get("from"), rng.get("to"), max_points
     )
+
+
+@session_type.field("pnodeBusy")
+async def resolve_pnode_busy(s: dict, info: GraphQLResolveInfo, max_points: int = 1000, **rng: int | None) -> list[dict]:
+    return await ctx(info).services.db.read(named_series, PNODE_BUSY, s["id"], rng.get("from"), rng.get("to"), max_points)
 
 
 @session_type.field("updateRatios")
