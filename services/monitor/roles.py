@@ -61,7 +61,7 @@ def role(placed: Placed, pnode: str, joined_at: float | None, state: str) -> Rol
                         why=f"hosts {span}; placed {placed.reason}")
     if pnode in placed.pnodes:
         return Role(session_id=sid, kind="standby", replicas=placed.replicas,
-                    why=f"in session {sid}'s allocation without a stage: it takes one over when a PNode is lost")
+                    why=f"in session {sid}'s allocation without a stage of its own")
     return Role(session_id=sid, kind="idle", replicas=placed.replicas, why=_idle_because(placed, joined_at, state))
 
 
