@@ -13,13 +13,14 @@ from computeall.protocol.commands import CreateSession
 from computeall.protocol.events import (
     Allocated, CheckpointCommitted, ChecksCompleted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined,
     PNodeLeft, PNodeLost, PNodeQuarantined, Reallocated, ResultsDiscarded, SamplesGenerated, SessionCompleted,
-    SessionCreated, SessionFailed, SessionPaused, SessionQueued, SplitCreated, StepCompleted, Tokenized, TokenizerTrained,
+    SessionCreated, SessionFailed, SessionPaused, SessionQueued, SessionResumed, SplitCreated, StepCompleted, Tokenized,
+    TokenizerTrained,
     UpdateRatios, ValidationCompleted,
 )
 
 from .projection import Batch, Header, Message, projects, type_name
 from .session_status import INITIAL
-from .step_metrics import STEP_COLUMNS, STEP_FIELDS
+from .step_metrics import COUNT_STEPS_COMPLETED, STEP_COLUMNS, STEP_FIELDS
 
 # -- sessions -----------------------------------------------------------------
 
@@ -57,10 +58,11 @@ def command_rejected(batch: Batch, h: Header, p: CommandRejected, msg: Message) 
         )
 
 
-@projects(SessionPaused, SessionQueued, SessionFailed)
-def session_reason(batch: Batch, h: Header, p: SessionPaused | SessionQueued | SessionFailed, msg: Message) -> None:
-    if p.reason:
-        batch.ops.append(("UPDATE sessions SET reason = ? WHERE id = ?", [p.reason, h.session_id]))
+@projects(SessionPaused, SessionQueued, SessionResumed, SessionFailed)
+def session_reason(batch: Batch, h: Header, p: SessionPaused | SessionQueued | SessionResumed | SessionFailed,
+                   msg: Message) -> None:
+    # why it stands where it is now, as the fold's pause_reason, queue_reason and failure: a resume clears it
+    batch.ops.append(("UPDATE sessions SET reason = ? WHERE id = ?", [getattr(p, "reason", None), h.session_id]))
 
 
 @projects(SessionCompleted)
@@ -96,11 +98,15 @@ def step_completed(batch: Batch, h: Header, p: StepCompleted, msg: Message) -> N
     # a step re-run after a rollback replaces the earlier row: the last one in the log wins
     batch.steps[(h.session_id, p.step)] = row
     batch.notices.append((f"steps:{h.session_id}", dict(zip(STEP_COLUMNS, row))))
-    if p.compute_s_by_pnode:  # every PNode's VNodes saw every token of the step
+    if p.compute_s_by_pnode:
+        # the tokens that went through each PNode: every stage of a pipeline sees all of its replica's,
+        # and the replicas (on disjoint PNodes) share the step's equally; the allocation in force is the
+        # session row's, since ops run in log order
         pnodes = sorted(p.compute_s_by_pnode)
         batch.ops.append((
-            "INSERT OR REPLACE INTO pnode_steps SELECT ?, ?, UNNEST(?::VARCHAR[]), UNNEST(?::DOUBLE[]), ?",
-            [h.session_id, p.step, pnodes, [p.compute_s_by_pnode[n] for n in pnodes], p.tokens],
+            "INSERT OR REPLACE INTO pnode_steps SELECT ?, ?, UNNEST(?::VARCHAR[]), UNNEST(?::DOUBLE[]), "
+            "?::BIGINT // coalesce((SELECT replicas FROM sessions WHERE id = ?), 1)",
+            [h.session_id, p.step, pnodes, [p.compute_s_by_pnode[n] for n in pnodes], p.tokens, h.session_id],
         ))
 
 
@@ -150,6 +156,7 @@ def results_discarded(batch: Batch, h: Header, p: ResultsDiscarded, msg: Message
     batch.ops += [
         ("DELETE FROM steps WHERE session_id = ? AND step >= ?", [h.session_id, p.from_step]),
         ("DELETE FROM checkpoints WHERE session_id = ? AND step > ?", [h.session_id, p.from_step]),
+        (COUNT_STEPS_COMPLETED, [h.session_id, h.session_id]),
     ]
 
 

@@ -32,10 +32,13 @@ COST_MAP = {
         "validations": {"complexity": 100},
         "samples": {"complexity": 8, "multipliers": ["limit"]},  # up to 8 prompts a step
         "checkpoints": {"complexity": 10},
+        "overview": {"complexity": 100},  # parses the session's network (cached)
+        "markers": {"complexity": 20},
     },
     "PNode": {
         "memory": {"complexity": 500},
         "requests": {"complexity": 1, "multipliers": ["limit"]},
+        "roles": {"complexity": 10},  # reads the caller's current allocations
     },
 }
 

@@ -19,7 +19,7 @@ SESSION_FIELDS = (
     "tokens_per_s", "loss_scale", "reason", "pnodes", "bytes_across_per_step", "replicas",
 )
 SESSION_SQL = (
-    "SELECT id, owner, status, config, created_ts, started_ts, ended_ts, step, last_loss, tokens, tokens_per_s, "
+    "SELECT id, owner, status, config, created_ts, started_ts, ended_ts, coalesce(step, 0), last_loss, tokens, tokens_per_s, "
     "loss_scale, reason, pnodes, bytes_across_per_step, replicas FROM sessions"
 )
 PNODE_FIELDS = (
@@ -37,6 +37,7 @@ def _rows(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], sql: str, arg
 def _session(row: dict[str, Any]) -> dict[str, Any]:
     row["config"] = json.loads(row["config"]) if row["config"] else None
     row["pnodes"] = json.loads(row["pnodes"]) if row["pnodes"] else []
+    row["planned_steps"] = row["config"].get("steps") if isinstance(row["config"], dict) else None
     return row
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ariadne import ObjectType, QueryType, ScalarType
 from graphql import GraphQLResolveInfo
 
-from . import downsample, reads, time_and_links
+from . import downsample, markers, reads, roles, time_and_links
 from .context import Context
-from .named_series import PNODE_THROUGHPUT, UPDATE_RATIOS, named_series
+from .named_series import PNODE_BUSY, PNODE_THROUGHPUT, UPDATE_RATIOS, named_series
+from .overview import overview
 
 json_scalar = ScalarType("JSON")  # values pass through as JSON-compatible Python objects
 number_list_scalar = ScalarType("NumberList")  # a series column, passed through whole
@@ -87,9 +89,25 @@ async def resolve_pnode_throughput(s: dict, info: GraphQLResolveInfo, max_points
     )
 
 
+@session_type.field("pnodeBusy")
+async def resolve_pnode_busy(s: dict, info: GraphQLResolveInfo, max_points: int = 1000, **rng: int | None) -> list[dict]:
+    return await ctx(info).services.db.read(named_series, PNODE_BUSY, s["id"], rng.get("from"), rng.get("to"), max_points)
+
+
 @session_type.field("updateRatios")
 async def resolve_update_ratios(s: dict, info: GraphQLResolveInfo, max_points: int = 1000, **rng: int | None) -> list[dict]:
     return await ctx(info).services.db.read(named_series, UPDATE_RATIOS, s["id"], rng.get("from"), rng.get("to"), max_points)
+
+
+@session_type.field("overview")
+async def resolve_overview(s: dict, info: GraphQLResolveInfo) -> dict | None:
+    summary = await asyncio.to_thread(overview, s["config"])  # parses the network: off the event loop
+    return summary.model_dump() if summary else None
+
+
+@session_type.field("markers")
+async def resolve_markers(s: dict, info: GraphQLResolveInfo) -> list[dict]:
+    return await ctx(info).services.db.read(markers.markers, s["id"])
 
 
 @session_type.field("validations")
@@ -134,6 +152,13 @@ async def resolve_memory(p: dict, info: GraphQLResolveInfo, since: float | None 
 async def resolve_requests(p: dict, info: GraphQLResolveInfo, limit: int = 50) -> list[dict]:
     c = ctx(info)
     return await c.services.db.read(reads.requests, p["id"], c.user, min(max(limit, 0), MAX_LIST))
+
+
+@pnode_type.field("roles")
+async def resolve_roles(p: dict, info: GraphQLResolveInfo) -> list[dict]:
+    c = ctx(info)
+    placed = await c.services.db.read(roles.current_allocations, c.user)
+    return [roles.role(a, p["id"], p.get("joined_at"), p["state"]).model_dump() for a in placed]
 
 
 @pnode_type.field("timeShare")

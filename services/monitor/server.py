@@ -1,11 +1,15 @@
 """The HTTP side: GraphQL at /graphql (HTTP and graphql-transport-ws), the dashboard at /.
 
+The dashboard's pages live after the `#` (hash history), so every path the server has is a file
+of the build: anything else (`/favicon.ico` of an old browser, `/api/...`) is a plain 404.
+
 Authentication happens before GraphQL runs: an HTTP request without a valid key gets a plain
 401 (not a 200 with an error inside), and a websocket without one is closed at connection_init.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -14,10 +18,12 @@ from ariadne import load_schema_from_path, make_executable_schema
 from ariadne.asgi import GraphQL
 from ariadne.asgi.handlers import GraphQLTransportWSHandler
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import HTMLResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from computeall.protocol.limits import GRAPHQL_REQUEST_BYTES
 
@@ -37,11 +43,29 @@ npm run build</code>) and reload this page.</p>
 <p>The GraphQL API is at <a href="/graphql">/graphql</a>; send your API key as
 <code>Authorization: Bearer KEY</code>.</p></body></html>"""
 
+NOT_FOUND = """<!doctype html><html><head><title>not found · computeall monitor</title></head><body>
+<h1>Not found</h1><p>The monitor has nothing at <code>{path}</code>. The dashboard is at <a href="/">/</a>, the
+GraphQL API at <a href="/graphql">/graphql</a>.</p></body></html>"""
+
 
 def schema():
     return make_executable_schema(
         load_schema_from_path(str(SCHEMA_PATH)), *BINDABLES, mutation, subscription, convert_names_case=True
     )
+
+
+async def _not_found(request: Request, exc: HTTPException) -> HTMLResponse:
+    return HTMLResponse(NOT_FOUND.format(path=html.escape(request.url.path)), status_code=404)
+
+
+def dashboard(web_dir: Path) -> ASGIApp:
+    """The built dashboard's files, or the page that says how to build it; any other path is a 404
+    page (not the StaticFiles exception, which without this app around it reached uvicorn as a 500)."""
+    if (web_dir / "index.html").exists():
+        routes = [Mount("/", StaticFiles(directory=str(web_dir), html=True))]
+    else:
+        routes = [Route("/", lambda request: HTMLResponse(NOT_BUILT))]
+    return Starlette(routes=routes, exception_handlers={404: _not_found})
 
 
 def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -77,14 +101,14 @@ class MonitorApp:
             validation_rules=validation_rules,
             websocket_handler=GraphQLTransportWSHandler(on_connect=on_connect),
         )
-        if (web_dir / "index.html").exists():
-            self.site = StaticFiles(directory=str(web_dir), html=True)
-        else:
-            self.site = Starlette(routes=[Route("/{path:path}", lambda request: HTMLResponse(NOT_BUILT))])
+        self.site = dashboard(web_dir)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or scope["path"].rstrip("/") != "/graphql":
-            await self.site(scope, receive, send)
+            if scope["type"] == "websocket":  # only /graphql speaks websocket: refused before accepting
+                await send({"type": "websocket.close", "code": 1008})
+            else:
+                await self.site(scope, receive, send)
             return
         if scope["type"] == "http" and scope["method"] == "POST":
             user = self.services.auth.user_for(bearer(scope["headers"]))

@@ -82,3 +82,11 @@ STEP_METRICS: tuple[StepColumn, ...] = (
 STEP_FIELDS: tuple[str, ...] = tuple(c.name for c in STEP_METRICS)
 # the steps table's columns: the session, then every metric
 STEP_COLUMNS: tuple[str, ...] = ("session_id", *STEP_FIELDS)
+
+# A session's step count everywhere it is shown: steps completed, the session fold's `next_step` (the
+# first step not yet recorded), which `session list` prints as done/total. The steps table keeps a
+# row per recorded step and drops discarded ones, so that is one past its highest row
+# (tests/unit/monitor/test_steps_completed.py checks it against the fold over whole lives).
+COUNT_STEPS_COMPLETED = (
+    "UPDATE sessions SET step = (SELECT coalesce(max(step) + 1, 0) FROM steps WHERE session_id = ?) WHERE id = ?"
+)

@@ -15,7 +15,7 @@ from computeall.protocol.telemetry import Heartbeat
 from .db import Database
 from .migrate import SCHEMA_VERSION_TABLE
 from .projection import Batch
-from .step_metrics import STEP_COLUMNS
+from .step_metrics import COUNT_STEPS_COMPLETED, STEP_COLUMNS
 
 EVENT_COLUMNS = ("seq", "subject", "kind", "id", "type", "ts", "actor", "session_id", "envelope")
 MEMORY_COLUMNS = (
@@ -94,11 +94,11 @@ def _steps(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
     for sid, row in latest.items():
         s = dict(zip(STEP_COLUMNS, row))
         con.execute(
-            "UPDATE sessions SET step = ?, last_loss = ?, tokens_per_s = ?, loss_scale = ?, "
+            "UPDATE sessions SET last_loss = ?, tokens_per_s = ?, loss_scale = ?, "
             "tokens = (SELECT sum(tokens) FROM steps WHERE session_id = ?) WHERE id = ?",
-            [s["step"], s["loss"], s["tokens"] / s["step_time_s"] if s["step_time_s"] > 0 else None, s["loss_scale"],
-             sid, sid],
+            [s["loss"], s["tokens"] / s["step_time_s"] if s["step_time_s"] > 0 else None, s["loss_scale"], sid, sid],
         )
+        con.execute(COUNT_STEPS_COMPLETED, [sid, sid])
 
 
 # what the log cannot give back: kept by a rebuild

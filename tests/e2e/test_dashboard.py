@@ -127,6 +127,12 @@ async def run_user_path(page, url: str, key: str, sid: str, replicated: str) -> 
     throughput = page.locator('[data-chart="Tokens per second per PNode"]:not([data-points="0"])')
     await throughput.wait_for()
     assert await throughput.get_attribute("data-series") == str(len(PNODES))
+    # in the session's unit: a pipeline's every stage handles every token of the step, per second of its wall time
+    per_pnode, steps = await session_figures(page, sid)
+    for line in per_pnode:
+        for step, value in zip(line["step"], line["value"]):
+            at = steps["step"].index(step)
+            assert value == pytest.approx(steps["tokens"][at] / steps["stepTimeS"][at]), (line["name"], step)
     ratios = page.locator('[data-chart="Update / weight ratio"]:not([data-points="0"])')
     await ratios.wait_for()
     assert await ratios.get_attribute("data-series") == "4"  # embed, b0, b1, norm_f
@@ -228,6 +234,19 @@ async def run_user_path(page, url: str, key: str, sid: str, replicated: str) -> 
     await page.wait_for_selector('[data-session-status][data-status="paused"]', timeout=60_000)
     await page.screenshot(path=str(ARTIFACTS / "session-paused.png"), full_page=True)
     assert await status.inner_text() == "paused"
+
+
+async def session_figures(page, sid: str) -> tuple[list[dict], dict]:
+    """Each PNode's tokens/s and the session's steps, asked of the monitor as the page asks it (its key)."""
+    query = ("query($id: ID!) { session(id: $id) { pnodeThroughput { name step value } "
+             "steps(maxPoints: 1000) { step tokens stepTimeS } } }")  # a young session: every step
+    body = await page.evaluate(
+        """async ([query, id]) => (await fetch("graphql", { method: "POST", body: JSON.stringify({ query, variables: { id } }),
+             headers: { "Content-Type": "application/json", Authorization: `Bearer ${localStorage.getItem("computeall.apiKey")}` } })).json()""",
+        [query, sid])
+    assert not body.get("errors"), body
+    session = body["data"]["session"]
+    return session["pnodeThroughput"], session["steps"]
 
 
 async def _at_least(locator, n: int) -> bool:

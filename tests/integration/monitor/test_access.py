@@ -56,7 +56,7 @@ def test_a_key_sees_and_commands_only_its_own_sessions(system, keys, sessions):
     alice, bob = keys["alice"], keys["bob"]
     listed = data(system.url, alice, "{ sessions { id owner status step lastLoss tokens } }")["sessions"]
     assert [s["id"] for s in listed] == ["sa"]
-    assert listed[0] == {"id": "sa", "owner": "alice", "status": "running", "step": 49, "lastLoss": 0.1,
+    assert listed[0] == {"id": "sa", "owner": "alice", "status": "running", "step": 50, "lastLoss": 0.1,  # steps completed
                          "tokens": 50 * 1024.0}
     assert data(system.url, alice, '{ session(id: "sb") { id } }') == {"session": None}
     assert data(system.url, alice, '{ topology(sessionId: "sb") { sessionId } }') == {"topology": None}

@@ -56,7 +56,7 @@ def test_a_session_from_command_to_completion(db):
     assert batch.positions == {"CA_LOG": 7}
     row = db.con.execute("SELECT owner, status, step, last_loss, tokens, tokens_per_s, started_ts IS NOT NULL, "
                          "ended_ts IS NOT NULL FROM sessions").fetchone()
-    assert row == ("alice", "completed", 1, 2.5, 20, 20.0, True, True)
+    assert row == ("alice", "completed", 2, 2.5, 20, 20.0, True, True)  # `step`: steps completed
     assert db.con.execute("SELECT step, loss FROM steps ORDER BY step").fetchall() == [(0, 3.0), (1, 2.5)]
     assert db.con.execute("SELECT count(*), count(*) FILTER (kind = 'command') FROM events").fetchone() == (7, 1)
     assert [t for t, _ in batch.notices if t.startswith("steps:")] == ["steps:s"] * 3

@@ -3,20 +3,25 @@
 
 import { STEP_FIELDS } from "./protocol";
 
-const SESSION_SUMMARY = "id status step lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
+const SESSION_SUMMARY = "id status step plannedSteps lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
 const STEP_COLUMNS = STEP_FIELDS.join(" ");
 const PNODE_SUMMARY =
   "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes " +
   "throughput { flopsPerS bandwidthBytesPerS rttS } quarantinedAt quarantineReason checks { passed failed abandoned }";
-// a read per PNode: asked for by the polled queries, not by the live subscription's snapshot every second
-const TIME_SHARE = "timeShare { steps stepS compute send wait sentBytesPerStep }";
+// reads per PNode: asked for by the polled queries, not by the live subscription's snapshot every second
+const TIME_SHARE = "timeShare { steps stepS compute send wait sentBytesPerStep } roles { sessionId kind replica stage stages replicas vnodes why }";
+const OVERVIEW =
+  "overview { network { name vnodes parameters vocabSize context precision { value vnodes } wire { value vnodes } } " +
+  "networkProblem data split validationSplit steps batchSize microBatches microBatchSize tokensPerStep seed lrPeak " +
+  "lrWarmupSteps lrMin betas weightDecay noDecay gradClip replicas sync syncInnerSteps schedule lossScaling verifyRate initFrom }";
+const MARKERS = "markers { kind step ts type text }";
 
 export const ME = "query Me { me { name } }";
 
 export const SESSIONS = `query Sessions { sessions { ${SESSION_SUMMARY} } }`;
 
 export const SESSION = `query Session($id: ID!) {
-  session(id: $id) { ${SESSION_SUMMARY} config tokens bytesAcrossPerStep replicas }
+  session(id: $id) { ${SESSION_SUMMARY} tokens bytesAcrossPerStep replicas ${OVERVIEW} ${MARKERS} }
 }`;
 
 export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: Int) {
@@ -24,7 +29,7 @@ export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: In
 }`;
 
 export const DIAGNOSTICS = `query Diagnostics($id: ID!) {
-  session(id: $id) { pnodeThroughput { name step value } updateRatios { name step value } }
+  session(id: $id) { pnodeThroughput { name step value } pnodeBusy { name step value } updateRatios { name step value } }
 }`;
 
 export const VALIDATIONS = `query Validations($id: ID!) { session(id: $id) { validations { step ts loss } } }`;

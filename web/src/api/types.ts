@@ -8,7 +8,10 @@ export type { SessionStatus, Step, StepSeries } from "./protocol";
 export interface SessionSummary {
   id: string;
   status: SessionStatus;
-  step: number | null;
+  /** steps completed (the session fold's next_step), as `computeall session list` counts them */
+  step: number;
+  /** the steps it was created to run */
+  plannedSteps: number | null;
   lastLoss: number | null;
   tokensPerS: number | null;
   lossScale: number | null;
@@ -20,11 +23,79 @@ export interface SessionSummary {
 }
 
 export interface SessionDetail extends SessionSummary {
-  config: { steps?: number; network_yaml?: string; grad_clip?: number } | null;
   tokens: number | null;
   bytesAcrossPerStep: number | null;
   /** data-parallel replicas of the pipeline in the current allocation */
   replicas: number | null;
+  /** what it was created with, defaults filled in; null for a config this build cannot read */
+  overview: SessionOverview | null;
+  markers: StepMarker[];
+}
+
+export interface ValueCount {
+  value: string;
+  vnodes: number;
+}
+
+/** A session's network as it is placed (the config's precision and wire applied). */
+export interface NetworkSummary {
+  name: string;
+  vnodes: number;
+  parameters: number;
+  vocabSize: number;
+  context: number;
+  precision: ValueCount[];
+  wire: ValueCount[];
+}
+
+/** A session's settings as the monitor reads them from its config (services/monitor/overview.py). */
+export interface SessionOverview {
+  network: NetworkSummary | null;
+  networkProblem: string | null;
+  data: string[];
+  split: string;
+  validationSplit: string;
+  steps: number;
+  batchSize: number;
+  microBatches: number;
+  microBatchSize: number;
+  tokensPerStep: number | null;
+  seed: number;
+  lrPeak: number;
+  lrWarmupSteps: number;
+  lrMin: number;
+  betas: number[];
+  weightDecay: number;
+  noDecay: string[];
+  gradClip: number;
+  replicas: string;
+  sync: string;
+  syncInnerSteps: number | null;
+  schedule: string;
+  lossScaling: string;
+  verifyRate: number;
+  initFrom: string | null;
+}
+
+/** Where training was interrupted or changed course, at the step it went on with. */
+export interface StepMarker {
+  kind: string;
+  step: number;
+  ts: number;
+  type: string;
+  text: string;
+}
+
+/** A PNode's place in one session: a stage of a replica's pipeline, a standby, or idle; and why. */
+export interface PNodeRole {
+  sessionId: string;
+  kind: "stage" | "standby" | "idle";
+  replica: number | null;
+  stage: number | null;
+  stages: number | null;
+  replicas: number;
+  vnodes: string[];
+  why: string;
 }
 
 /** One line of a chart with a line per name (a PNode, a VNode group): its values at its steps. */
@@ -170,6 +241,7 @@ export interface RequestStatus {
 
 export interface PNodeWithTime extends PNodeSummary {
   timeShare: TimeShare | null;
+  roles: PNodeRole[];
 }
 
 export interface PNodeDetail extends PNodeWithTime {

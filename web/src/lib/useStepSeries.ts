@@ -88,15 +88,15 @@ export function useStepSeries(sessionId: string) {
   }
 
   /**
-   * Called with the session's step at each poll of its status. A chart still short of the step
-   * the previous poll saw has missed live steps: the first query ran before the subscription was
-   * live, or the monitor dropped notices to a slow tab. Those steps are in the database.
+   * Called with the session's steps completed at each poll of its status. A chart still short of
+   * the steps the previous poll saw has missed live steps: the first query ran before the
+   * subscription was live, or the monitor dropped notices to a slow tab. Those steps are in the database.
    */
   let polledBefore: number | null = null;
-  function keepUpWith(step: number | null): void {
-    const charted = live.value.step.at(-1) ?? -1;
+  function keepUpWith(completed: number | null): void {
+    const charted = (live.value.step.at(-1) ?? -1) + 1;
     if (polledBefore !== null && charted < polledBefore && !pending.length) void reload();
-    polledBefore = step;
+    polledBefore = completed;
   }
 
   function resetZoom(): void {
