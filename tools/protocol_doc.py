@@ -112,6 +112,7 @@ FILTERS = {
     "session_created_all": "every session's creation (how an orchestrator finds sessions)",
     "pnode_evt_of_type": "one event type of every PNode (e.g. `PNodeQuarantined`: how every orchestrator leaves one out)",
     "heartbeat_all": "every PNode's heartbeat",
+    "pnode_tensor_all": "every sender's tensors to one PNode (what a PNode subscribes to)",
     "tel_all": "one kind of telemetry from every PNode (`step`: each PNode's part of each step)",
     "orchestrator_heartbeat_all": "every orchestrator's heartbeat",
     "log_subjects": f"the subjects of stream `{LOG_STREAM}`",
