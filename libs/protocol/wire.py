@@ -203,7 +203,7 @@ class Reassembler:
     newer one (a sender publishes a tensor's chunks one after the other, so its oldest unfinished
     tensor is one whose rest was lost with an aborted try), and each expires after `ttl_s`. The
     buffer of a tensor is taken at its first chunk, at the size its header claims: a receiver that
-    knows what a sender may send checks that claim first (`computeall.pnode.admission`).
+    knows what a sender may send (a PNode: from its plan) checks that claim before `add`.
     """
 
     def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, max_pending: int = 16, ttl_s: float = 120.0):
