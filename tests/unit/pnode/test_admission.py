@@ -9,9 +9,11 @@ import tracemalloc
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from computeall.cli.security.roles import permissions
 from computeall.pnode.admission import Admission, LateFrame
+from computeall.pnode.checks import CheckInbox, Part
 from computeall.pnode.inbound import Inbound
 from computeall.pnode.routing import CheckPartRoute, TensorRoute
 from computeall.protocol import wire
@@ -238,3 +240,16 @@ def test_a_pnode_publishes_tensors_only_as_itself():
     publish = permissions("pnode", "p1", S).publish
     assert "ca.pn.*.tensor.p1" in publish
     assert not any(s.startswith("ca.pn.") and "tensor" in s and not s.endswith(".tensor.p1") for s in publish)
+
+
+async def test_a_check_takes_its_material_from_the_named_host_only():
+    """Another host of the VNode sends a whole set of parts first: the check waits for the named host's."""
+    inbox = CheckInbox(recomputer=None)
+    route = CheckPartRoute(session="s1", check="3/1/b0.attn", part="input.0", parts=1)
+    inbox.receive(route, Part(torch.zeros(2), "squatter's", sender="a1"))
+    with pytest.raises(ValueError, match="did not arrive from a0 within 0s"):
+        await inbox.take(route.check, "a0", timeout_s=0.05)
+    inbox.receive(route, Part(torch.ones(2), "host's", sender="a0"))
+    assert (await inbox.take(route.check, "a0", timeout_s=1))["input.0"].digest == "host's"
+    with pytest.raises(wire.WireError, match="has 1 parts and a1 sent them all"):
+        inbox.receive(route.model_copy(update={"part": "input.1"}), Part(torch.zeros(2), "more", sender="a1"))
