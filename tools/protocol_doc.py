@@ -66,8 +66,8 @@ SUBJECTS = [
     SubjectRow("orchestrator_heartbeat", "heartbeat", "orchestrator liveness, every second (empty body)"),
     SubjectRow("pnode_ctl", "request/reply", "orchestrator → PNode requests; every reply is a `PNodeReply`",
                (*members(pnode_api.PNodeRequest), pnode_api.PNodeReply)),
-    SubjectRow("pnode_tensor", "data", "activations and gradients between PNodes, and spot checks' material (tensor frames)",
-               (wire.TensorHeader,)),
+    SubjectRow("pnode_tensor", "data", "tensor frames from PNode `<src>` to PNode `<dst>`: activations, gradients, "
+               "replica sums, spot checks' material; only `<src>` may publish here", (wire.TensorHeader,)),
     SubjectRow("pnode_probe", "data", "a PNode's own loop through the bus: zero bytes it publishes and reads back "
                "to time its link (`Throughput`, in `PNodeJoined` and heartbeats)", (throughput.Throughput,)),
     SubjectRow("dataset_api", "request/reply", "train a tokenizer, tokenize, cut splits; replies when done",
