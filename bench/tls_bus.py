@@ -37,13 +37,13 @@ async def send(server: EmbeddedNats, frames: int) -> float:
         received += 1
         arrived.set()
 
-    await receiver.subscribe(S.pnode_tensor("b"), cb=on_frame, pending_bytes_limit=1 << 30)
+    await receiver.subscribe(S.pnode_tensor_all("b"), cb=on_frame, pending_bytes_limit=1 << 30)
     await receiver.flush()
     payload = bytes(FRAME)
     t0 = time.perf_counter()
     for sent in range(WINDOW, frames + WINDOW, WINDOW):
         for _ in range(WINDOW):
-            await sender.publish(S.pnode_tensor("b"), payload)
+            await sender.publish(S.pnode_tensor("b", "a"), payload)
         while received < sent:
             arrived.clear()
             await asyncio.wait_for(arrived.wait(), 60)

@@ -66,8 +66,8 @@ SUBJECTS = [
     SubjectRow("orchestrator_heartbeat", "heartbeat", "orchestrator liveness, every second (empty body)"),
     SubjectRow("pnode_ctl", "request/reply", "orchestrator → PNode requests; every reply is a `PNodeReply`",
                (*members(pnode_api.PNodeRequest), pnode_api.PNodeReply)),
-    SubjectRow("pnode_tensor", "data", "activations and gradients between PNodes, and spot checks' material (tensor frames)",
-               (wire.TensorHeader,)),
+    SubjectRow("pnode_tensor", "data", "tensor frames from PNode `<src>` to PNode `<dst>`: activations, gradients, "
+               "replica sums, spot checks' material; only `<src>` may publish here", (wire.TensorHeader,)),
     SubjectRow("pnode_probe", "data", "a PNode's own loop through the bus: zero bytes it publishes and reads back "
                "to time its link (`Throughput`, in `PNodeJoined` and heartbeats)", (throughput.Throughput,)),
     SubjectRow("dataset_api", "request/reply", "train a tokenizer, tokenize, cut splits; replies when done",
@@ -112,6 +112,7 @@ FILTERS = {
     "session_created_all": "every session's creation (how an orchestrator finds sessions)",
     "pnode_evt_of_type": "one event type of every PNode (e.g. `PNodeQuarantined`: how every orchestrator leaves one out)",
     "heartbeat_all": "every PNode's heartbeat",
+    "pnode_tensor_all": "every sender's tensors to one PNode (what a PNode subscribes to)",
     "tel_all": "one kind of telemetry from every PNode (`step`: each PNode's part of each step)",
     "orchestrator_heartbeat_all": "every orchestrator's heartbeat",
     "log_subjects": f"the subjects of stream `{LOG_STREAM}`",

@@ -120,7 +120,7 @@ def pnode(name: str, s: Subjects) -> Permissions:
     return Permissions(
         publish=(
             s.heartbeat(name), f"{p}.tel.{name}.>",  # its own liveness and telemetry
-            f"{p}.pn.*.tensor",  # activations and gradients to the PNodes its plan names
+            f"{p}.pn.*.tensor.{name}",  # tensors to other PNodes, as itself: the receiver reads the sender here
             s.pnode_probe(name),  # bytes to itself through the bus, to time its link
             s.dataset_api("batch"),
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
@@ -129,8 +129,10 @@ def pnode(name: str, s: Subjects) -> Permissions:
         ),
         subscribe=(f"{p}.pn.{name}.>", f"{p}.orch.hb.*", _inbox("pnode", name)),
         notes=(
-            f"may send tensors to any PNode (`{p}.pn.*.tensor`): a plan changes at every reallocation, and "
-            "NATS permissions are fixed per connection; the receiver accepts only frames its plan expects",
+            f"may send tensors to any PNode, but only as itself (`{p}.pn.*.tensor.<name>`): a plan changes at every "
+            "reallocation, and NATS permissions are fixed per connection. The receiver reads the sender from the "
+            "subject and keeps a byte of a frame only when its plan names that sender as the producer of that "
+            "tensor, for a step and micro-batch it expects, within the tensor's size and the sender's budget",
             "reads and writes any object of the checkpoint bucket: the Object Store names chunks by random ids, "
             "so a subject cannot say whose they are; objects are checked against the digests in the log",
             f"reads `{uploads_bucket(s)}` too, for weights a user uploaded to start a session from: the same "

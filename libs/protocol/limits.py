@@ -34,6 +34,10 @@ NETWORK_VNODES = Limit(4096, "VNodes of a network after `repeat` is expanded (co
 UPLOAD_FILE_BYTES = Limit(64 << 30, "bytes of one file uploaded for a dataset (`UploadedFile.size`)")
 TOKENIZER_FILE_BYTES = Limit(64 << 20, "bytes of a tokenizer.json given to `dataset create --tokenizer-file`")
 DATA_FILES_PER_REQUEST = Limit(1000, "files named in one `ca.ds.locate` request (clients send more in several)")
+TENSORS_PENDING_PER_SENDER = Limit(
+    16, "tensors one PNode may have unfinished at another at once (some of their chunks still to come); "
+    "a newer one makes its oldest be dropped, never another sender's",
+)
 GRAPHQL_DOCUMENT_BYTES = Limit(
     64 << 10, "bytes of one GraphQL document (query, mutation or subscription); a longer one is refused unparsed"
 )

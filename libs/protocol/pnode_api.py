@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .config import OptimizerConfig, PipelineConfig
-from .micro_tree import replica_block
+from .micro_tree import Exchange, exchanges, replica_block
 from .object_store import CheckpointObject
 from .replica_sync import ReplicaSync
 from .sampling import SamplingConfig
@@ -31,6 +31,7 @@ class BatchSource(BaseModel):
     micro_batch_size: int
     context: int
     validation_split: str = "val"
+    validation_batches: int = Field(4, ge=1)  # micro-batches of a validation (`RunValidation.batches`, at most)
     start_step: int = 0  # training step k reads the batch of step start_step + k (validation is not shifted)
 
 
@@ -80,6 +81,13 @@ class LoadPlan(_Request):
         if self.replicas is None:
             return range(self.micro_batches)
         return replica_block(self.micro_batches, self.replicas.count, self.replicas.index)
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        """This replica's levels of the butterfly that sums gradients over the replicas (none alone)."""
+        if self.replicas is None:
+            return []
+        return exchanges(self.micro_batches, self.replicas.count, self.replicas.index)
 
 
 class RunStep(_Request):

@@ -81,9 +81,14 @@ class Subjects:
         """Orchestrator -> PNode requests (plan, step, apply, ...)."""
         return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.ctl"
 
-    def pnode_tensor(self, pid: str) -> str:
-        """Tensors sent to a PNode by other PNodes (activations and gradients)."""
-        return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.tensor"
+    def pnode_tensor(self, dst: str, src: str) -> str:
+        """Tensors to PNode `dst` from PNode `src` (activations, gradients, replica sums, check material):
+        only `src` may publish here, so the subject says who sent a frame."""
+        return f"{self.prefix}.pn.{check_token(dst, 'pnode id')}.tensor.{check_token(src, 'pnode id')}"
+
+    def pnode_tensor_all(self, dst: str) -> str:
+        """Every sender's tensors to PNode `dst`."""
+        return f"{self.prefix}.pn.{check_token(dst, 'pnode id')}.tensor.*"
 
     def pnode_probe(self, pid: str) -> str:
         """A PNode's own loop through the bus: it publishes here and reads it back to time its link."""
@@ -111,6 +116,16 @@ def pnode_of(subjects: Subjects, subject: str) -> str:
     if len(tokens) == 2 and tokens[0] == "hb" or len(tokens) == 3 and tokens[0] == "tel":
         return tokens[1]
     raise ValueError(f"{subject} is not a heartbeat or telemetry subject of prefix {subjects.prefix}")
+
+
+def tensor_sender(subjects: Subjects, subject: str) -> str:
+    """The PNode that sent a tensor frame, from its subject `<prefix>.pn.<dst>.tensor.<src>`: only
+    `src` may publish there, so a frame is believed to be from nobody else."""
+    prefix = subjects.prefix + "."
+    tokens = subject[len(prefix):].split(".") if subject.startswith(prefix) else []
+    if len(tokens) != 4 or tokens[0] != "pn" or tokens[2] != "tensor":
+        raise ValueError(f"{subject} is not a tensor subject of prefix {subjects.prefix}")
+    return tokens[3]
 
 
 def command_sender(subjects: Subjects, subject: str) -> tuple[str, str]:

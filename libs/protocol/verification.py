@@ -52,6 +52,12 @@ class CheckItem(BaseModel):
     def check_id(self) -> str:
         return f"{self.step}/{self.micro}/{self.vnode}"
 
+    @staticmethod
+    def parse_check_id(check_id: str) -> tuple[int, int, str]:
+        """(step, micro, vnode) of a `check_id`; ValueError when it is not one."""
+        step, micro, vnode = check_id.split("/", 2)
+        return int(step), int(micro), vnode
+
 
 class KeepMaterial(BaseModel):
     """Sent to a host with `ApplyStep`: keep what recomputing this item needs, the parameters as

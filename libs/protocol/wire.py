@@ -174,6 +174,12 @@ class _Partial:
     started: float = field(default_factory=time.monotonic)
 
 
+def _same_tensor(a: TensorHeader, b: TensorHeader) -> bool:
+    """Two chunks of one tensor: they agree on everything but where they sit in it."""
+    return (a.digest, a.chunks, a.total_bytes, a.dtype, a.shape, a.encoding, a.meta) == (
+        b.digest, b.chunks, b.total_bytes, b.dtype, b.shape, b.encoding, b.meta)
+
+
 @dataclass
 class Tensor:
     """A reassembled, digest-verified tensor as bytes."""
@@ -188,34 +194,42 @@ class Tensor:
 
 
 class Reassembler:
-    """Collects frames per key; returns a `Tensor` once all chunks arrived and the digest matches.
+    """Collects a tensor's chunks; returns a `Tensor` once all arrived and the digest matches.
 
-    Bounded: at most `max_pending` tensors in flight and each expires after `ttl_s`,
-    so a sender that dies half-way cannot make the receiver grow without bound.
+    Tensors in flight are kept per sender, by (sender, key): a sender's frames can only complete or
+    replace its own tensors, never another's, so nobody can take the keys of someone else's tensors
+    (a PNode names the sender from the frame's subject; a client reading one peer's replies names
+    none). Bounded per sender: at most `max_pending` unfinished tensors, its oldest dropped for a
+    newer one (a sender publishes a tensor's chunks one after the other, so its oldest unfinished
+    tensor is one whose rest was lost with an aborted try), and each expires after `ttl_s`. The
+    buffer of a tensor is taken at its first chunk, at the size its header claims: a receiver that
+    knows what a sender may send (a PNode: from its plan) checks that claim before `add`.
     """
 
-    def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, max_pending: int = 256, ttl_s: float = 120.0):
+    def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, max_pending: int = 16, ttl_s: float = 120.0):
         self.max_tensor_bytes = max_tensor_bytes
         self.max_pending = max_pending
         self.ttl_s = ttl_s
-        self._pending: dict[str, _Partial] = {}
+        self._pending: dict[str, dict[str, _Partial]] = {}  # sender -> key -> partial, oldest first
 
-    def feed(self, frame: bytes) -> Tensor | None:
+    def feed(self, frame: bytes, sender: str = "") -> Tensor | None:
         header, body = decode_frame(frame, self.max_tensor_bytes)
+        return self.add(header, body, sender)
+
+    def add(self, header: TensorHeader, body: memoryview, sender: str = "") -> Tensor | None:
+        """One chunk `decode_frame` checked, from `sender`: the whole tensor once this completes it."""
+        if header.chunks == 1:  # the whole tensor in one frame: nothing to hold
+            return self._verified(header, bytearray(body))
         self._expire()
-        partial = self._pending.get(header.key)
+        mine = self._pending.setdefault(sender, {})
+        partial = mine.get(header.key)
+        if partial is not None and not _same_tensor(partial.header, header):
+            del mine[header.key]  # the sender's newer tensor under this key replaces one it left unfinished
+            partial = None
         if partial is None:
-            if len(self._pending) >= self.max_pending:
-                raise WireError(f"too many tensors in flight ({self.max_pending}); dropping {header.key!r}")
-            partial = _Partial(header, bytearray(header.total_bytes))
-            self._pending[header.key] = partial
-        elif (partial.header.digest, partial.header.chunks, partial.header.total_bytes) != (
-            header.digest,
-            header.chunks,
-            header.total_bytes,
-        ):
-            del self._pending[header.key]
-            raise WireError(f"chunk of {header.key!r} disagrees with earlier chunks; tensor dropped")
+            while len(mine) >= self.max_pending:
+                del mine[next(iter(mine))]
+            partial = mine[header.key] = _Partial(header, bytearray(header.total_bytes))
         if header.chunk in partial.seen:
             return None  # a redelivered chunk: already have it
         partial.buffer[header.offset : header.offset + len(body)] = body
@@ -223,12 +237,27 @@ class Reassembler:
         partial.received += len(body)
         if len(partial.seen) < header.chunks:
             return None
-        del self._pending[header.key]
-        if partial.received != header.total_bytes or frame_digest(partial.buffer) != header.digest:
+        del mine[header.key]
+        if not mine:
+            del self._pending[sender]
+        if partial.received != header.total_bytes:
+            raise WireError(f"chunks of {header.key!r} overlap or leave gaps; tensor dropped")
+        return self._verified(partial.header, partial.buffer)
+
+    def pending(self, sender: str = "") -> list[str]:
+        """The keys of `sender`'s unfinished tensors, oldest first."""
+        return list(self._pending.get(sender, {}))
+
+    @staticmethod
+    def _verified(header: TensorHeader, data: bytearray) -> Tensor:
+        if frame_digest(data) != header.digest:
             raise WireError(f"digest mismatch for {header.key!r}; tensor dropped")
-        return Tensor(header.key, header.dtype, header.shape, partial.buffer, header.meta, header.encoding, header.digest)
+        return Tensor(header.key, header.dtype, header.shape, data, header.meta, header.encoding, header.digest)
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for key in [k for k, p in self._pending.items() if now - p.started > self.ttl_s]:
-            del self._pending[key]
+        for sender, mine in list(self._pending.items()):
+            for key in [k for k, p in mine.items() if now - p.started > self.ttl_s]:
+                del mine[key]
+            if not mine:
+                del self._pending[sender]

@@ -103,6 +103,7 @@ class Placement:
         batches = BatchSource(
             dataset=self.dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,
             context=self.graph.spec.context, validation_split=config.data.validation_split,
+            validation_batches=config.validation_batches,
             start_step=config.data.start_step,
         )
         self.plans = {

@@ -40,58 +40,72 @@ MATERIAL_WAIT_S = 120.0  # the host sends at once when asked; longer means it is
 @dataclass(frozen=True)
 class Part:
     """A piece of a check's material as it arrived, with its `tensor_digest`, taken from the digest the
-    wire verified of these very bytes (the checker reports it without hashing them again)."""
+    wire verified of these very bytes (the checker reports it without hashing them again), and the
+    PNode that sent it (from the frame's subject)."""
 
     tensor: torch.Tensor
     digest: str
+    sender: str
+
+
+Pending = tuple[str, str]  # (check id, the PNode sending its material)
 
 
 class CheckInbox:
-    """Material arriving for the checks this PNode runs, and what recomputes them. Bounded: at most
-    `max_checks` at once, and material nobody asked for within `ttl_s` is dropped."""
+    """Material arriving for the checks this PNode runs, and what recomputes them. Kept per (check,
+    sender): a check takes the material of the host the orchestrator named, so no other PNode's can
+    stand in for it or spoil it. Bounded per sender: material for at most `max_checks` checks at once,
+    and what nobody asked for within `ttl_s` is dropped."""
 
     def __init__(self, recomputer: Recomputer, max_checks: int = 64, ttl_s: float = 300.0) -> None:
         self.recomputer = recomputer
         self.max_checks = max_checks
         self.ttl_s = ttl_s
-        self._parts: dict[str, dict[str, Part]] = {}
-        self._expected: dict[str, int] = {}
-        self._started: dict[str, float] = {}
-        self._complete: dict[str, asyncio.Event] = {}
+        self._parts: dict[Pending, dict[str, Part]] = {}
+        self._expected: dict[Pending, int] = {}
+        self._started: dict[Pending, float] = {}
+        self._complete: dict[Pending, asyncio.Event] = {}
 
     def receive(self, route: CheckPartRoute, part: Part) -> None:
         self._expire()
-        if route.check not in self._parts and len(self._parts) >= self.max_checks:
-            raise WireError(f"material for {self.max_checks} checks is pending already; dropped {route.check}")
-        self._parts.setdefault(route.check, {})[route.part] = part
-        self._expected[route.check] = route.parts
-        self._started.setdefault(route.check, time.monotonic())
-        if len(self._parts[route.check]) >= route.parts:
-            self._event(route.check).set()
+        key = (route.check, part.sender)
+        if key not in self._parts and sum(sender == part.sender for _, sender in self._parts) >= self.max_checks:
+            raise WireError(f"material for {self.max_checks} checks from {part.sender} is pending already; "
+                            f"dropped {route.check}")
+        parts = self._parts.setdefault(key, {})
+        if route.part not in parts and len(parts) >= route.parts:
+            raise WireError(f"check {route.check} has {route.parts} parts and {part.sender} sent them all; "
+                            f"dropped {route.part}")
+        parts[route.part] = part
+        self._expected[key] = route.parts
+        self._started.setdefault(key, time.monotonic())
+        if len(parts) >= route.parts:
+            self._event(key).set()
 
-    async def take(self, check_id: str, timeout_s: float) -> dict[str, Part]:
-        """Every part of the check's material, once it has all arrived."""
+    async def take(self, check_id: str, host: str, timeout_s: float) -> dict[str, Part]:
+        """Every part of the check's material from `host`, once it has all arrived."""
+        key = (check_id, host)
         try:
-            await asyncio.wait_for(self._event(check_id).wait(), timeout_s)
+            await asyncio.wait_for(self._event(key).wait(), timeout_s)
         except asyncio.TimeoutError:
-            got = len(self._parts.get(check_id, {}))
-            raise ValueError(f"material for check {check_id} did not arrive within {timeout_s:.0f}s "
-                             f"({got} of {self._expected.get(check_id, '?')} parts)") from None
+            got = len(self._parts.get(key, {}))
+            raise ValueError(f"material for check {check_id} did not arrive from {host} within {timeout_s:.0f}s "
+                             f"({got} of {self._expected.get(key, '?')} parts)") from None
         finally:
-            self._complete.pop(check_id, None)
-            self._expected.pop(check_id, None)
-            self._started.pop(check_id, None)
-        return self._parts.pop(check_id)
+            self._complete.pop(key, None)
+            self._expected.pop(key, None)
+            self._started.pop(key, None)
+        return self._parts.pop(key)
 
-    def _event(self, check_id: str) -> asyncio.Event:
-        return self._complete.setdefault(check_id, asyncio.Event())
+    def _event(self, key: Pending) -> asyncio.Event:
+        return self._complete.setdefault(key, asyncio.Event())
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for check_id in [c for c, t in self._started.items() if now - t > self.ttl_s and c not in self._complete]:
-            self._parts.pop(check_id, None)
-            self._expected.pop(check_id, None)
-            self._started.pop(check_id, None)
+        for key in [k for k, t in self._started.items() if now - t > self.ttl_s and k not in self._complete]:
+            self._parts.pop(key, None)
+            self._expected.pop(key, None)
+            self._started.pop(key, None)
 
 
 @contextmanager
@@ -140,7 +154,7 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float, 
     item = request.item
     if stage.check_inbox is None:
         raise ValueError(f"session {request.session_id} is not verified here (its plan did not ask for a ledger)")
-    material = await stage.check_inbox.take(item.check_id, min(deadline_s, MATERIAL_WAIT_S))
+    material = await stage.check_inbox.take(item.check_id, item.pnode, min(deadline_s, MATERIAL_WAIT_S))
     spec = stage.graph.vnodes[item.vnode]
     batch = None
     if any(name in DATA_INPUTS for name in spec.inputs):

@@ -6,7 +6,8 @@ A member subscribes to its control and tensor subjects, says what it measured of
 (`started`, before its first heartbeat), heartbeats every `heartbeat_s` (the orchestrator records
 PNodeJoined/PNodeLeft from them), publishes a `MemorySample` every `telemetry_s` and a `StepTiming`
 per applied step, and answers each control request with a `PNodeReply`. What a request does and
-what a tensor frame means is the subclass's: `dispatch`, `on_tensor`, `memory_sample`.
+what a tensor frame means is the subclass's: `dispatch`, `on_tensor`, `memory_sample`; which frames
+are let in at all is `inbound.Inbound`'s.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
 from computeall.protocol.throughput import Throughput
 
+from .inbound import Inbound
 from .step_timing import StepClock
 
 log = logging.getLogger("computeall.pnode")
@@ -50,6 +52,7 @@ class BusMember:
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
         self.stages: dict = {}  # session id -> this member's stage of it
+        self.inbound = Inbound(subjects, lambda session: self.stages.get(session))  # tensor frames, checked
         self.pending = 0
         self.leaving = False
         self.incarnation = uuid.uuid4().hex
@@ -87,7 +90,7 @@ class BusMember:
                                     error_cb=self._on_bus_error)
         self.js = self.nc.jetstream()
         await self.nc.subscribe(self.subjects.pnode_ctl(self.name), cb=self._on_ctl)
-        await self.nc.subscribe(self.subjects.pnode_tensor(self.name), cb=self.on_tensor, pending_bytes_limit=1 << 30)
+        await self.nc.subscribe(self.subjects.pnode_tensor_all(self.name), cb=self.on_tensor, pending_bytes_limit=1 << 30)
         await self.nc.subscribe(self.subjects.orchestrator_heartbeat_all(), cb=self._on_orchestrator_heartbeat)
         await self.started()
         # no event of its own: the orchestrator records PNodeJoined/PNodeLeft from the heartbeats

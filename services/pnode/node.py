@@ -30,7 +30,7 @@ from computeall.protocol.pnode_api import (
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample
-from computeall.protocol.wire import Reassembler, WireError
+from computeall.protocol.wire import WireError
 from computeall.tensorcore.backend import device_memory, map_large_allocations
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.digest import received_digest
@@ -75,8 +75,6 @@ class PNode(BusMember):
         self.wire = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-wire")
         self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
-        self.reassembler = Reassembler()
-        self.rejected_frames = 0
         self.process = psutil.Process()
         self.faults = Faults(fault, self.name) if fault else None  # a testing option: wrong results on purpose
         self.check_executor = checks.check_executor(self.name)
@@ -159,7 +157,7 @@ class PNode(BusMember):
             return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=saved)
         if isinstance(request, LoadCheckpoint):
             await checkpoints.load(self.js, stage, request)
-            stage.rolled_back()
+            stage.rolled_back(request.step)
             return PNodeReply(ok=True, pnode=self.name, step=request.step)
         if isinstance(request, SendCheckMaterial):
             return await checks.send_material(stage, request, self._send_check_part)
@@ -175,7 +173,7 @@ class PNode(BusMember):
         return Link(self._publish_frames, lambda: self.nc.max_payload, self.wire)
 
     async def _publish_frames(self, pnode: str, frames: list[bytes]) -> None:
-        subject = self.subjects.pnode_tensor(pnode)
+        subject = self.subjects.pnode_tensor(pnode, self.name)
         for frame in frames:
             await self.nc.publish(subject, frame)
 
@@ -188,7 +186,7 @@ class PNode(BusMember):
 
     async def on_tensor(self, msg) -> None:
         try:
-            received = await asyncio.get_running_loop().run_in_executor(self.wire, self._reassemble, msg.data)
+            received = await asyncio.get_running_loop().run_in_executor(self.wire, self._reassemble, msg.subject, msg.data)
             if received is None:
                 return
             stage, route, payload = received
@@ -197,28 +195,23 @@ class PNode(BusMember):
             else:
                 stage.receive(route, payload)
         except WireError as exc:
-            self.rejected_frames += 1
-            log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
+            self.inbound.refused(exc)
 
     def _reassemble(
-        self, frame: bytes
+        self, subject: str, frame: bytes
     ) -> tuple[SessionStage, TensorRoute, torch.Tensor] | tuple[SessionStage, CheckPartRoute, checks.Part] | None:
-        """On the wire thread: one frame in; the decoded tensor (check material: with its digest, which the
-        wire verified), its stage and route once all its frames are."""
-        received = self.reassembler.feed(frame)
-        if received is None:
+        """On the wire thread: one frame in, checked against its session's plan before it is kept; the
+        decoded tensor (check material: with its sender and its digest, which the wire verified), its
+        stage and route once all its frames are."""
+        delivery = self.inbound.take(subject, frame)
+        if delivery is None:
             return None
-        stage = self.stages.get(str(received.meta.get("session")))
-        if stage is None:
-            raise WireError(f"tensor {received.key!r} for a session this PNode does not host")
-        if received.meta.get("kind") != "check":
-            return stage, TensorRoute.from_wire(received.key, received.meta), tensor_from_wire(received, self.device)
-        if stage.check_inbox is None:
-            raise WireError(f"check material {received.key!r} for a session not verified here")
+        stage, route, received = delivery.stage, delivery.route, delivery.tensor
+        if isinstance(route, TensorRoute):
+            return stage, route, tensor_from_wire(received, self.device)
         if received.encoding != "raw":  # as hosts send it: its digest is then the wire's
             raise WireError(f"check material {received.key!r} came {received.encoding}, not raw")
-        part = checks.Part(tensor_from_wire(received, self.device), received_digest(received))
-        return stage, CheckPartRoute.from_wire(received.key, received.meta), part
+        return stage, route, checks.Part(tensor_from_wire(received, self.device), received_digest(received), delivery.sender)
 
     # -- telemetry --------------------------------------------------------------------
     async def memory_sample(self) -> MemorySample:

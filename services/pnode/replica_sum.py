@@ -20,7 +20,7 @@ from typing import Awaitable, Callable
 
 import torch
 
-from computeall.protocol.micro_tree import Exchange, exchanges
+from computeall.protocol.micro_tree import Exchange
 from computeall.protocol.pnode_api import LoadPlan
 from computeall.tensorcore.diloco import OuterOptimizer
 from computeall.tensorcore.micro_gradients import add_parts
@@ -59,7 +59,7 @@ class ReplicaSum:
         self.compute = compute
         replicas = plan.replicas
         self.assignments = replicas.assignments if replicas else [plan.assignment]
-        self.exchanges: list[Exchange] = exchanges(plan.micro_batches, replicas.count, replicas.index) if replicas else []
+        self.exchanges: list[Exchange] = plan.exchanges
         self.sync = replicas.sync if replicas else None
         self.outer = OuterOptimizer(optimizer, self.sync) if self.sync and self.sync.mode == "diloco" else None
         self.inbox: dict[PartialSumKey, torch.Tensor] = {}

@@ -20,6 +20,7 @@ from computeall.network.ops import DATA_INPUTS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 
 from . import sim_model
+from .admission import Admission
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 
 # (pnode to send to, the tensor's real byte count, its route) -> sent
@@ -45,6 +46,7 @@ class SimulatedStage:
         self.arrived = asyncio.Event()
         self.current = PassId("train", -1)
         self.has_loss = any(self.graph.op(v).is_loss for v in self.local)
+        self.admission = Admission(plan, self.graph, pnode)
 
     def abort(self) -> None:
         self.current = PassId("aborted", -1)
@@ -58,9 +60,11 @@ class SimulatedStage:
 
     # -- passes ----------------------------------------------------------------
     async def run_step(self, request: RunStep, deadline_s: float) -> PNodeReply:
+        self.admission.running(request.step)
         return await self._run("train", request.step, self.plan.micro_batches, True, deadline_s)
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
+        self.admission.validating(request.batches)
         return await self._run("val", request.step, request.batches, False, deadline_s)
 
     def apply(self, request: ApplyStep) -> PNodeReply:

@@ -12,7 +12,6 @@ on a laptop and `bench/swarm.py` can load the orchestrator as a large deployment
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -43,8 +42,6 @@ from .member import BusMember
 from .routing import TensorRoute
 from .sim_stage import SimulatedStage, SimulatedStepAborted
 
-log = logging.getLogger("computeall.pnode.simulated")
-
 PLACEHOLDER_BYTES = 16  # what a placeholder tensor carries; its meta names the real count
 DEVICE = "simulated"
 
@@ -73,8 +70,6 @@ class SimulatedPNode(BusMember):
         self.step_deadline_s = step_deadline_s
         self.stages: dict[str, SimulatedStage] = {}
         self.machine = asyncio.Lock()  # what its stages compute on, one item at a time
-        self.reassembler = wire.Reassembler()
-        self.rejected_frames = 0
 
     async def started(self) -> None:
         self.throughput = Throughput(flops_per_s=self.flops_per_s, bandwidth_bytes_per_s=sim_model.BANDWIDTH_BYTES_PER_S,
@@ -142,26 +137,25 @@ class SimulatedPNode(BusMember):
             if saved.vnode != vid:
                 raise CheckpointObjectError(f"{by_vnode[vid].object} holds {saved.vnode}, not {vid}")
             stage.state[vid] = saved.state
+        stage.admission.restored(request.step)
 
     # -- tensors ----------------------------------------------------------------------
     async def _send(self, pnode: str, real_bytes: int, route: TensorRoute) -> None:
         size = real_bytes if self.full_tensors else min(real_bytes, PLACEHOLDER_BYTES)
         meta = {**route.wire_meta(), "bytes": real_bytes}
         for frame in wire.encode(route.wire_key, "uint8", [size], bytes(size), self.nc.max_payload, meta):
-            await self.nc.publish(self.subjects.pnode_tensor(pnode), frame)
+            await self.nc.publish(self.subjects.pnode_tensor(pnode, self.name), frame)
 
     async def on_tensor(self, msg) -> None:
         try:
-            received = self.reassembler.feed(msg.data)
-            if received is None:
+            delivery = self.inbound.take(msg.subject, msg.data)
+            if delivery is None:
                 return
-            stage = self.stages.get(str(received.meta.get("session")))
-            if stage is None:
-                raise wire.WireError(f"tensor {received.key!r} for a session this PNode does not host")
-            stage.receive(TensorRoute.from_wire(received.key, received.meta))
+            if not isinstance(delivery.route, TensorRoute):
+                raise wire.WireError(f"{delivery.route.wire_key!r}: a simulated PNode runs no spot checks")
+            delivery.stage.receive(delivery.route)
         except wire.WireError as exc:
-            self.rejected_frames += 1
-            log.warning("rejected a tensor frame (%d so far): %s", self.rejected_frames, exc)
+            self.inbound.refused(exc)
 
     # -- telemetry --------------------------------------------------------------------
     async def memory_sample(self) -> MemorySample:

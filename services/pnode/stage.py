@@ -45,6 +45,7 @@ from computeall.tensorcore.update_norms import measured_update
 from computeall.tensorcore.vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
 from computeall.tensorcore.wire_formats import Encoded, wire_format
 
+from .admission import Admission
 from .audit import StepAudit
 from .batches import BatchFeed
 from .checks import CheckInbox
@@ -125,6 +126,7 @@ class SessionStage:
         self.audit = StepAudit(pnode, self.graph, self.runtime, self._wire, plan.verify, faults) if plan.verify or faults else None
         self.runtime.observer = self.audit
         self.check_inbox = CheckInbox(Recomputer(self.graph, plan.seed, device)) if plan.verify else None
+        self.admission = Admission(plan, self.graph, pnode)  # which frames come in, from whom (the wire thread asks)
 
     def abort(self) -> None:
         """Make a pass in flight give up at once (its session was reloaded or unloaded)."""
@@ -136,9 +138,11 @@ class SessionStage:
         if self.audit:
             self.audit.drop()
 
-    def rolled_back(self) -> None:
-        """The state went back to a checkpoint: the batches prefetched for what were the next steps
-        are not what comes next, and would otherwise stay held until those steps come round again."""
+    def rolled_back(self, step: int) -> None:
+        """The state went back to the checkpoint of `step`, which runs next: the batches prefetched for
+        what were the next steps are not what comes next, and would otherwise stay held until those
+        steps come round again."""
+        self.admission.restored(step)
         self.train_feed.forget()
         if self.audit:
             self.audit.drop()
@@ -157,6 +161,7 @@ class SessionStage:
     async def run_step(self, request: RunStep, deadline_s: float) -> PNodeReply:
         if self.running is not None or self.current == PassId("train", request.step):
             self.train_feed.forget()  # run again: what was prefetched meanwhile may be lost with a nats-server
+        self.admission.running(request.step)
         await self._supersede()
         self.loss_scale = request.loss_scale
         block = self.plan.block
@@ -170,6 +175,7 @@ class SessionStage:
         return reply.model_copy(update={"ledger": self.audit.end()}) if self.audit else reply
 
     async def run_validation(self, request: RunValidation, deadline_s: float) -> PNodeReply:
+        self.admission.validating(request.batches)
         await self._supersede()
         feed = self.feeds(self.plan.batches.validation_split, request.batches)
         return await self._run(self._pass("val", request.step, request.batches, range(request.batches), feed), deadline_s)

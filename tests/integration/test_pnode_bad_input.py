@@ -31,7 +31,7 @@ async def test_pnode_survives_bad_frames_and_requests(tmp_path):
         bad_frames = [b"garbage", frame[:-10], bytes(corrupted), chunks[0][:1000], frame]  # the last: no such session
         for pnode in ("pnode-0", "pnode-1"):
             for bad in bad_frames:
-                await rogue.publish(subjects.pnode_tensor(pnode), bad)
+                await rogue.publish(subjects.pnode_tensor(pnode, "pnode-rogue"), bad)
             reply = PNodeReply.model_validate_json(
                 (await orchestrator.request(subjects.pnode_ctl(pnode), b'{"type": "RunStep"}', timeout=10)).data
             )
@@ -44,7 +44,7 @@ async def test_pnode_survives_bad_frames_and_requests(tmp_path):
         sid, command_id = await start_session(client, config)
         # more garbage while the session trains
         for bad in bad_frames:
-            await rogue.publish(subjects.pnode_tensor("pnode-1"), bad)
+            await rogue.publish(subjects.pnode_tensor("pnode-1", "pnode-rogue"), bad)
         await rogue.flush()
         outcome = await asyncio.wait_for(
             follow_session(client, sid, config.steps, progress=False, command_id=command_id), 180
@@ -55,5 +55,6 @@ async def test_pnode_survives_bad_frames_and_requests(tmp_path):
         assert all(s.state == "running" and s.restarts == 0 for s in supervisor.services.values() if s.spec.kind == "pnode")
 
     log = (tmp_path / "logs" / "pnode-1.log").read_text()
-    for reason in ("bad magic", "truncated", "digest mismatch", "does not host"):
+    # a digest is checked only once the plan expects the frame from its sender (tests/unit/pnode/test_admission.py)
+    for reason in ("bad magic", "truncated", "does not host"):
         assert reason in log, reason

@@ -64,9 +64,40 @@ def test_oversized_tensor_is_refused_before_buffering():
         wire.Reassembler(max_tensor_bytes=100).feed(frame)
 
 
-def test_in_flight_tensors_are_bounded():
+def test_in_flight_tensors_are_bounded_per_sender_and_the_oldest_gives_way():
+    small = wire.MAX_HEADER_BYTES + 64 + 1000
+    frames = {key: tensor_frames(key, torch.full((4000,), float(n)), small) for n, key in enumerate("abc")}
     r = wire.Reassembler(max_pending=2)
-    for key in ("a", "b"):
-        r.feed(tensor_frames(key, torch.zeros(4000), wire.MAX_HEADER_BYTES + 64 + 1000)[0])
-    with pytest.raises(wire.WireError, match="too many"):
-        r.feed(tensor_frames("c", torch.zeros(4000), wire.MAX_HEADER_BYTES + 64 + 1000)[0])
+    r.feed(frames["a"][0], sender="p")
+    r.feed(frames["a"][0], sender="q")
+    r.feed(frames["b"][0], sender="p")
+    r.feed(frames["c"][0], sender="p")
+    assert r.pending("p") == ["b", "c"], "the sender's oldest unfinished tensor made way for its newest"
+    assert r.pending("q") == ["a"], "another sender's tensor under the same key is untouched"
+    for frame in frames["b"][1:-1]:
+        assert r.feed(frame, sender="p") is None
+    assert torch.equal(tensor_from_wire(r.feed(frames["b"][-1], sender="p")), torch.full((4000,), 1.0))
+
+
+def test_a_sender_cannot_complete_or_spoil_another_senders_tensor():
+    """Chunk 0 of a tensor from a squatter, under the key the genuine sender uses: the genuine chunks still
+    make the genuine tensor, and the squatter's chunk never mixes into it."""
+    small = wire.MAX_HEADER_BYTES + 64 + 1000
+    genuine = tensor_frames("k", torch.arange(1000, dtype=torch.float32), small)
+    squatted = tensor_frames("k", torch.zeros(2000), small)
+    r = wire.Reassembler()
+    assert r.feed(squatted[0], sender="rogue") is None
+    results = [r.feed(frame, sender="producer") for frame in genuine]
+    assert results[:-1] == [None] * (len(genuine) - 1)
+    assert torch.equal(tensor_from_wire(results[-1]), torch.arange(1000, dtype=torch.float32))
+    assert r.pending("rogue") == ["k"] and r.pending("producer") == []
+
+
+def test_a_senders_newer_tensor_replaces_the_one_it_left_unfinished():
+    small = wire.MAX_HEADER_BYTES + 64 + 1000
+    lost = tensor_frames("k", torch.zeros(1000), small)
+    again = tensor_frames("k", torch.ones(1000), small)
+    r = wire.Reassembler()
+    r.feed(lost[0], sender="p")
+    results = [r.feed(frame, sender="p") for frame in again]
+    assert torch.equal(tensor_from_wire(results[-1]), torch.ones(1000))

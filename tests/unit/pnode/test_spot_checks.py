@@ -39,8 +39,8 @@ class Bus:
         self.pnodes: dict[str, PNode] = {}
 
     async def publish(self, subject: str, data: bytes) -> None:
-        name = subject.split(".")[-2]
-        await self.pnodes[name].on_tensor(SimpleNamespace(data=data))
+        name = subject.split(".")[2]  # ca.pn.<to>.tensor.<from>
+        await self.pnodes[name].on_tensor(SimpleNamespace(subject=subject, data=data))
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ async def test_a_check_without_material_says_so(pnodes):
         await host.dispatch(SendCheckMaterial(session_id=SESSION, check_id="0/0/embed", to="q"))
     item = CheckItem(step=0, micro=0, vnode="embed", pnode="p", checker="q", backward=False)
     checker.step_deadline_s = 0.2
-    with pytest.raises(ValueError, match="did not arrive within"):
+    with pytest.raises(ValueError, match="did not arrive from p within"):
         await checker.dispatch(Recompute(session_id=SESSION, item=item))
 
 
@@ -152,5 +152,5 @@ async def test_check_material_that_is_not_raw_is_rejected(pnodes):
     route = CheckPartRoute(session=SESSION, check="0/0/b0.attn", part="input.0", parts=1)
     encoded = wire_format("int8").encode(torch.randn(2, 8, 32))
     for frame in encoded_frames(route.wire_key, encoded, Bus.max_payload, route.wire_meta()):
-        await checker.on_tensor(SimpleNamespace(data=frame))
-    assert checker.rejected_frames == 1  # its digest would not be the tensor's: the checker reports digests of raw bytes
+        await checker.on_tensor(SimpleNamespace(subject=checker.subjects.pnode_tensor("q", "p"), data=frame))
+    assert checker.inbound.rejected == 1  # its digest would not be the tensor's: the checker reports digests of raw bytes

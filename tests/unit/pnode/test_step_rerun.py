@@ -37,27 +37,28 @@ class Bus:
     def __init__(self) -> None:
         self.pnodes: dict[str, PNode] = {}
         self.hold = False
-        self.held: list[tuple[str, bytes]] = []
+        self.held: list[tuple[str, SimpleNamespace]] = []
 
     def join(self, name: str) -> PNode:
         pnode = PNode(Credential(role="pnode", name=name), 1 << 30, torch.device("cpu"), Subjects("ca"))
         pnode.nc, pnode.js = SimpleNamespace(max_payload=1 << 20), None
 
         async def publish(to: str, frames: list[bytes]) -> None:
+            subject = pnode.subjects.pnode_tensor(to, name)  # as nats-server lets this PNode publish
             for frame in frames:
                 if self.hold:
                     self.hold = False
-                    self.held.append((to, frame))
+                    self.held.append((to, SimpleNamespace(subject=subject, data=frame)))
                     continue
-                await self.pnodes[to].on_tensor(SimpleNamespace(data=frame))
+                await self.pnodes[to].on_tensor(SimpleNamespace(subject=subject, data=frame))
 
         pnode._publish_frames = publish
         self.pnodes[name] = pnode
         return pnode
 
     async def release(self) -> None:
-        for to, frame in self.held:
-            await self.pnodes[to].on_tensor(SimpleNamespace(data=frame))
+        for to, msg in self.held:
+            await self.pnodes[to].on_tensor(msg)
 
 
 def plan() -> LoadPlan:
