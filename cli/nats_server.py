@@ -19,6 +19,7 @@ from .security.leaf_links import changed_leaves, close_leaf_links_now, leaf_user
 from .security.leafnodes import HUB_DOMAIN, LEAF_PORT, LeafListen
 from .security.roles import Permissions
 from .security.server_config import MAX_PAYLOAD, ConfigSection, ServerSettings, member_users, server_config
+from .security.session_grants import SessionGrants
 from .security.tls import DeploymentTls
 
 __all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "nats_binary", "url_reachable", "env_url"]
@@ -175,8 +176,12 @@ class EmbeddedNats:
         return server_config(settings, self.users() if users is None else users)
 
     def users(self) -> list[tuple[str, Permissions]]:
-        """Who may connect, with what permissions: the active members."""
-        return member_users(self.security.members.read().active(), self.security.subjects)
+        """Who may connect, with what permissions: the active members, with the session grants."""
+        return member_users(self.security.members.read().active(), self.security.subjects, self.session_grants())
+
+    def session_grants(self) -> SessionGrants:
+        """Which PNodes reach which session's checkpoints (the authority keeps them)."""
+        return self.security.grants.read()
 
     def command(self) -> list[str]:
         users = self.users()
