@@ -115,8 +115,8 @@ def event_log_setup() -> list[str]:
 
 # -- the roles -----------------------------------------------------------------------------
 def orchestrator(name: str, s: Subjects, sessions: Sessions = ()) -> Permissions:
-    """`sessions`: every session the authority knows of (it has had a placement): the orchestrators
-    create, prune and read their buckets, and no one else deletes from them."""
+    """Drives the sessions: creates, prunes and reads the checkpoint bucket of every session that was ever
+    placed (`sessions`, from the authority's session grants); no one else deletes from them."""
     p = s.prefix
     return Permissions(
         publish=(
@@ -157,7 +157,8 @@ def monitor(name: str, s: Subjects) -> Permissions:
 
 
 def pnode(name: str, s: Subjects, sessions: Sessions = ()) -> Permissions:
-    """`sessions`: the sessions it hosts now (the authority's session grants, changed at every placement)."""
+    """Hosts VNodes: reaches the checkpoint buckets of the sessions it hosts now (`sessions`, from the
+    authority's session grants, which change at every placement), to put and read, never to delete."""
     p = s.prefix
     return Permissions(
         publish=(
@@ -173,9 +174,10 @@ def pnode(name: str, s: Subjects, sessions: Sessions = ()) -> Permissions:
         notes=(
             f"may send tensors to any PNode (`{p}.pn.*.tensor`): a plan changes at every reallocation, and "
             "NATS permissions are fixed per connection; the receiver accepts only frames its plan expects",
-            "puts and reads the objects of the sessions it hosts, and may replace one (an object is replaced by a "
-            "message on its own subject, which writing it needs): a replaced object no longer matches its digest "
-            "in the log, so a restore finds it and goes on from the newest intact checkpoint",
+            "may replace an object of a session it hosts (a message on the object's own subject replaces it, and "
+            "writing needs that subject), so such a PNode can spoil its session's checkpoints, never unnoticed: "
+            "the orchestrator checks a checkpoint that does not load against the digests in the log, discards it "
+            "and goes on from the newest intact one (or the start), and the re-run gives the same bits",
             "lists the names of the deployment's streams (`STREAM.NAMES`, which reading an object needs): it "
             "learns which sessions have a bucket, never what is in one",
         ),

@@ -118,8 +118,9 @@ class CheckpointPruned(DomainEvent):
 
 @recorded_as("session")
 class CheckpointDiscarded(DomainEvent):
-    """The checkpoint at `step` was found damaged (read by the orchestrator, checked against the digests
-    above) and no longer counts: the session goes on from an older one, and saves this step again."""
+    """The checkpoint at `step` was found damaged (read by the orchestrator and checked against the digests
+    its `CheckpointCommitted` names) and no longer counts: the session goes on from an older one, and
+    saves this step again when it gets there."""
 
     type: Literal["CheckpointDiscarded"] = "CheckpointDiscarded"
     step: int
