@@ -42,8 +42,10 @@ class Checkpoints:
         state = self.recorder.state
         if state.config.replay_of:
             return  # a verification run changes nothing worth keeping
-        if state.last_checkpoint and state.last_checkpoint.step == step:
-            return  # already have exactly this state
+        if any(c.step == step for c in state.checkpoints):
+            # already have exactly this state (a re-run after a rollback makes the same bits); and PNodes
+            # could not write it again: they never write over an object
+            return
         t0 = time.monotonic()
         bucket = self.storage.bucket
         await self.storage.sweep({o.object for c in state.checkpoints for o in c.objects})  # PNodes never replace
