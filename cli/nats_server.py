@@ -214,7 +214,7 @@ class EmbeddedNats:
             time.sleep(0.02)
         before, self._leaf_users = self._leaf_users, leaf_users(users)
         if self.leaf and changed_leaves(before, self._leaf_users):  # a reload leaves leaf links as they were
-            close_leaf_links_now(self.system_credential())
+            close_leaf_links_now(self.system_credential(), admitted=len(self._leaf_users))
 
     def system_credential(self) -> Credential:
         """The authority's user in this hub's system account (`security.leaf_links`)."""

@@ -11,13 +11,19 @@ import base64
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
+from nats.js.errors import ServiceUnavailableError
 
 from computeall.cli.follow import start_session
+from computeall.cli.leaf_site import LeafServer
+from computeall.cli.nats_server import EmbeddedNats, free_port
+from computeall.cli.security.invitations import invite
 from computeall.cli.session_view import session_events
 from computeall.protocol import bus
 from computeall.protocol.commands import PauseSession, ResumeSession, StopSession
 from computeall.protocol.config import InitFrom
 from computeall.protocol.credentials import Credential
+from computeall.protocol.membership_api import SessionHosts
+from computeall.protocol.subjects import Subjects
 from computeall.protocol.events import (
     CheckpointCommitted,
     CheckpointDiscarded,
@@ -188,3 +194,46 @@ async def test_damaged_newest_checkpoints_are_discarded_and_the_session_ends_as_
     again = [e for e in events if isinstance(e, CheckpointCommitted) and e.step == step][-1]
     theirs = next(e.payload for _, e in clean_events if isinstance(e.payload, CheckpointCommitted) and e.payload.step == step)
     assert {o.vnode: o.digest for o in again.objects} == {o.vnode: o.digest for o in theirs.objects}
+
+
+async def test_a_site_reaches_the_checkpoints_its_pnodes_host_and_its_plans_are_not_lost(tmp_path):
+    """A remote site's leaf link carries its PNodes' grants; a placement changes them, which closes the
+    link (a live one keeps what it connected with), and the grant returns only once the site is back:
+    the plan the orchestrator sends right after reaches the PNode."""
+    s = Subjects()
+    with EmbeddedNats(tmp_path / "hub", listen=f"127.0.0.1:{free_port()}", leaf_listen=f"127.0.0.1:{free_port()}") as hub:
+        orchestrator = await bus.connect(hub.credential("orchestrator"), name="orchestrator")
+        made = invite(hub.security, "leaf", hub.public_leaf_urls(), hub.tls.trust(), name="site", site_pnodes=1)
+        hub.apply_members()
+        with LeafServer(tmp_path / "site", made) as site:
+            site.wait_linked()
+            pnode, _ = await connected(site.credential("pnode", "site-0"), "site-0")
+            plans = []
+
+            async def on_plan(msg) -> None:
+                plans.append(msg.data)
+
+            await pnode.subscribe(s.pnode_ctl("site-0"), cb=on_plan)
+            await pnode.flush()
+            try:
+                for sid, hosts in (("theirs", ["elsewhere"]), ("ours", ["site-0"])):
+                    with hub.security.grants.edit() as grants:  # what the authority does at a placement
+                        grants.host(SessionHosts(session_id=sid, pnodes=hosts, as_of=1))
+                    hub.apply_members()
+                    await orchestrator.jetstream().create_object_store(checkpoint_bucket(s, sid))
+                await orchestrator.publish(s.pnode_ctl("site-0"), b"the plan")  # once, right after the grant
+                await wait_until_async(lambda: _value(bool(plans)), 5, "the plan crossing the link")
+
+                store = await existing_bucket(pnode.jetstream(), checkpoint_bucket(s, "ours"))
+                await store.put("weights", b"w" * 300_000)
+                assert (await store.get("weights")).data == b"w" * 300_000
+                # the hub's side of the link lets no call about another session's bucket through
+                with pytest.raises((nats.errors.TimeoutError, ServiceUnavailableError)):
+                    await pnode.jetstream(timeout=2).object_store(checkpoint_bucket(s, "theirs"))
+            finally:
+                await pnode.close()
+                await orchestrator.close()
+
+
+async def _value(value):
+    return value
