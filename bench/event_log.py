@@ -22,6 +22,7 @@ from computeall.network import Graph, load_network_file
 from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.events import EventEnvelope, StepCompleted
+from computeall.protocol.membership_api import SessionHosts
 from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.session_log import SessionLog
 from computeall.protocol.subjects import Subjects
@@ -30,6 +31,7 @@ from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
 REPO = Path(__file__).resolve().parents[1]
+SESSION = "bench-session"
 
 
 def step_event(sid: str, step: int) -> EventEnvelope:
@@ -38,10 +40,10 @@ def step_event(sid: str, step: int) -> EventEnvelope:
 
 
 async def appends(js, eventlog: EventLog, n: int) -> dict:
-    session = SessionLog(eventlog, "bench-session")
+    session = SessionLog(eventlog, SESSION)
     t0 = time.perf_counter()
     for step in range(n):
-        await session.append(step_event("bench-session", step))
+        await session.append(step_event(SESSION, step))
     session_s = time.perf_counter() - t0
     payload = step_event("raw", 0).model_dump_json().encode()
     t0 = time.perf_counter()
@@ -54,10 +56,10 @@ async def appends(js, eventlog: EventLog, n: int) -> dict:
 
 async def replay(eventlog: EventLog, n: int) -> dict:
     t0 = time.perf_counter()
-    records = await eventlog.read("ca.evt.session.bench-session.>")
+    records = await eventlog.read(f"ca.evt.session.{SESSION}.>")
     raw_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    session = SessionLog(eventlog, "bench-session")
+    session = SessionLog(eventlog, SESSION)
     state = await session.refresh()
     fold_s = time.perf_counter() - t0
     assert state.next_step == n == len(records)
@@ -73,7 +75,7 @@ async def checkpoint(js) -> dict:
         p.grad = torch.zeros_like(p)
     optimizer.step(1e-3)  # so the Adam state exists, as in any real checkpoint
     params = sum(p.numel() for p in runtime.parameters().values())
-    store = await open_bucket(js, checkpoint_bucket(Subjects("ca")))  # the orchestrator's identity manages that one
+    store = await open_bucket(js, checkpoint_bucket(Subjects("ca"), SESSION))  # granted to the orchestrators below
     t0 = time.perf_counter()
     total = 0
     for vid in runtime.order:
@@ -87,6 +89,8 @@ async def checkpoint(js) -> dict:
 
 async def on_bus(servers: int, n: int, with_checkpoint: bool) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp, NatsCluster(Path(tmp), servers) as cluster:
+        with cluster.security.grants.edit() as grants:  # as the authority records a session's first placement
+            grants.host(SessionHosts(session_id=SESSION, pnodes=[], as_of=0))
         nc = await bus.connect(cluster.credential("orchestrator"), name="bench-event-log")  # it appends session events
         js = nc.jetstream()
         subjects = Subjects("ca")

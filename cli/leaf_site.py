@@ -24,6 +24,7 @@ from .security.leafnodes import HubJetStream, LeafRemote
 from .security.members import Member
 from .security.roles import Permissions, on_site
 from .security.server_config import Setting
+from .security.session_grants import EVERY_SESSION, SessionGrants
 
 
 class LeafServer(EmbeddedNats):
@@ -54,6 +55,11 @@ class LeafServer(EmbeddedNats):
 
     def users(self) -> list[tuple[str, Permissions]]:
         return [(key, on_site(p)) for key, p in super().users()]
+
+    def session_grants(self) -> SessionGrants:
+        """Every bucket: this server cannot follow placement, and the hub's side of the link grants
+        only the sessions the site's PNodes host."""
+        return EVERY_SESSION
 
     @property
     def monitoring_url(self) -> str:

@@ -19,6 +19,7 @@ from .security.leaf_links import changed_leaves, close_leaf_links_now, leaf_user
 from .security.leafnodes import HUB_DOMAIN, LEAF_PORT, LeafListen
 from .security.roles import Permissions
 from .security.server_config import MAX_PAYLOAD, ConfigSection, ServerSettings, member_users, server_config
+from .security.session_grants import SessionGrants
 from .security.tls import DeploymentTls
 
 __all__ = ["MAX_PAYLOAD", "EmbeddedNats", "free_port", "port_free", "nats_binary", "url_reachable", "env_url"]
@@ -184,8 +185,12 @@ class EmbeddedNats:
         return server_config(settings, self.users() if users is None else users)
 
     def users(self) -> list[tuple[str, Permissions]]:
-        """Who may connect, with what permissions: the active members."""
-        return member_users(self.security.members.read().active(), self.security.subjects)
+        """Who may connect, with what permissions: the active members, with the session grants."""
+        return member_users(self.security.members.read().active(), self.security.subjects, self.session_grants())
+
+    def session_grants(self) -> SessionGrants:
+        """Which PNodes reach which session's checkpoints (the authority keeps them)."""
+        return self.security.grants.read()
 
     def command(self) -> list[str]:
         users = self.users()
@@ -218,7 +223,7 @@ class EmbeddedNats:
             time.sleep(0.02)
         before, self._leaf_users = self._leaf_users, leaf_users(users)
         if self.leaf and changed_leaves(before, self._leaf_users):  # a reload leaves leaf links as they were
-            close_leaf_links_now(self.system_credential())
+            close_leaf_links_now(self.system_credential(), admitted=len(self._leaf_users))
 
     def system_credential(self) -> Credential:
         """The authority's user in this hub's system account (`security.leaf_links`)."""

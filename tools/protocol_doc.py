@@ -103,6 +103,8 @@ SUBJECTS = [
       for verb, model, what in [
           (membership_api.USERS, membership_api.UsersSync, "the monitor's list of active API-key identities"),
           (membership_api.REVOKE_PNODE, membership_api.RevokePNode, "revoke a PNode's credential, close its connections"),
+          (membership_api.SESSION_HOSTS, membership_api.SessionHosts,
+           "the PNodes that host a session: only they reach its checkpoint bucket"),
       ]),
 ]
 
@@ -187,9 +189,11 @@ EXAMPLES: dict[str, object] = {
     "memory_bytes": 8 << 30, "ts": 1796212800.0, "step": 41, "loss": 4.812, "tokens": 2048, "step_time_s": 0.92,
     "lr": 0.0029, "owner": "alice", "orchestrator": "host-4242-9f3a1c", "resume_from_step": 40,
     "reason": "pnode-1 was lost", "CommandRejected.reason": "cannot resume a session that is stopped",
+    "CheckpointDiscarded.reason": "object a1b2c3d4e5f6/00000040/embed.safetensors in ca-checkpoints-a1b2c3d4e5f6 is "
+                                  "corrupted (digest mismatch with the log)", "as_of": 412,
     "SessionFailed.reason": "waited 120s for 3 PNodes, 2 are live; start more with `computeall pnode --nats URL`",
     "StepSkipped.reason": "gradients overflowed on pnode-1", "command_id": "3f1c0a8e9b2d4c6f8a1b2c3d4e5f6a7b",
-    "command_type": "ResumeSession", "bucket": "ca-checkpoints", "seconds": 0.4, "perplexity": 141.2,
+    "command_type": "ResumeSession", "bucket": "ca-checkpoints-a1b2c3d4e5f6", "UploadedWeights.bucket": "ca-uploads", "seconds": 0.4, "perplexity": 141.2,
     "final_loss": 3.91, "steps": 200, "old": 65536.0, "new": 32768.0, "LossScaleChanged.reason": "overflow",
     "waited_s": 61.5, "silent_s": 5.2, "to_step": 40, "from_step": 43, "vnode": "embed", "op": "embedding",
     "params": 1048576, "precision": "fp32", "src": "b1.res2", "dst": "b2.norm1", "bytes_per_step": 4194304,
@@ -264,7 +268,8 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
         "session_reads": lambda: page.models([
             session_reads.ListSessions, session_reads.ReadEvents, session_reads.ReadObject, session_reads.ReadsReply]),
         "membership_api": lambda: page.models([
-            membership_api.UsersSync, membership_api.RevokePNode, membership_api.MembershipReply]),
+            membership_api.UsersSync, membership_api.RevokePNode, membership_api.SessionHosts,
+            membership_api.MembershipReply]),
         "types": page.types,
     }
 

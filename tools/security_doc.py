@@ -4,8 +4,9 @@
     python tools/security_doc.py --check    # exit 1 when the committed page is stale
 
 The prose lives in tools/security_doc_template.md; `{{roles}}` there becomes one section per role
-(its allow-lists, exactly as the server config gets them, for an identity named `<name>`), and
-`{{limits}}` the list of what NATS cannot express, collected from every role's notes.
+(its allow-lists, exactly as the server config gets them, for an identity named `<name>`, granted
+the checkpoints of one session `<session>` where its role is granted any), and `{{limits}}` the list
+of what NATS cannot express, collected from every role's notes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from generated_file import write_or_check
 
-from computeall.cli.security.roles import ROLES, Permissions, permissions
+from computeall.cli.security.roles import GRANTED, ROLES, Permissions, permissions
 from computeall.protocol.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,10 +25,17 @@ OUTPUT = REPO / "docs" / "security.md"
 REGENERATE = "python tools/security_doc.py"
 TOKEN = "_NAME_"  # an identity's name while the table is built (a valid subject token) ...
 NAME = "<name>"  # ... and as the page shows it
+SESSION_TOKEN = "_SESSION_"  # a session its role is granted (`roles.GRANTED`): the PNodes hosting it, the orchestrators ...
+SESSION = "<session>"  # ... and as the page shows it
 
 
 def shown(subject: str) -> str:
-    return subject.replace(TOKEN, NAME)
+    return subject.replace(TOKEN, NAME).replace(SESSION_TOKEN, SESSION)
+
+
+def role_permissions(role: str, s: Subjects) -> Permissions:
+    """What the page shows of a role: an identity named `<name>`, granted session `<session>` if its role may be."""
+    return permissions(role, TOKEN, s, (SESSION_TOKEN,) if role in GRANTED else ())
 
 
 def _subjects(items: tuple[str, ...]) -> str:
@@ -56,7 +64,7 @@ def role_section(role: str, p: Permissions) -> str:
 
 def render() -> str:
     s = Subjects()
-    table = {role: permissions(role, TOKEN, s) for role in ROLES}
+    table = {role: role_permissions(role, s) for role in ROLES}
     roles = "\n".join(role_section(role, p) for role, p in table.items())
     limits = "\n".join(f"- **{role}**: {shown(note)}" for role, p in table.items() for note in p.notes)
     text = TEMPLATE.read_text()

@@ -107,9 +107,12 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.public_urls = nats_server.public_urls()
         supervisor.public_leaf_urls = nats_server.public_leaf_urls()
         local_user = nats_server.credential("user")
-    supervisor.start(default_services(args.pnodes, monitor_port=_dashboard_port(args.monitor_port, existing),
-                                      data_roots=args.data_root, processes_on_machine=args.processes_on_machine,
-                                      orchestrator_args=limit_argv(limits)))
+    services = default_services(args.pnodes, monitor_port=_dashboard_port(args.monitor_port, existing),
+                                data_roots=args.data_root, processes_on_machine=args.processes_on_machine,
+                                orchestrator_args=limit_argv(limits))
+    if nats_server is None:  # no authority here to follow placement: the server's own configuration grants buckets
+        services = [s.with_arg("--storage-grants", "every") if s.kind == "orchestrator" else s for s in services]
+    supervisor.start(services)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -3,7 +3,10 @@ members list, and answers membership requests (`computeall.protocol.membership_a
 
 It applies a change (a reload: the server refuses a revoked member and closes its connections)
 when the monitor reports the active API keys, when the orchestrator or the operator revokes a
-PNode, when `computeall invite` edits members.json (it is watched), and when a member expires.
+PNode, when `computeall invite` edits members.json (it is watched), and when a member expires;
+and when the orchestrator places a session or ends it (who reaches its checkpoints: `session_grants`).
+nats-server gives a live connection its new permissions at the reload, so a PNode granted a bucket
+uses it at once, and one no longer granted is refused from then on, without reconnecting.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class Authority:
         """Serve requests and watch the members file until cancelled."""
         nc = await bus.connect(self.server.credential("authority"), name="computeall-authority", max_reconnect_attempts=-1)
         subjects = self.server.security.subjects
-        handlers = {api.USERS: (api.UsersSync, self._sync_users), api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode)}
+        handlers = {api.USERS: (api.UsersSync, self._sync_users), api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode),
+                    api.SESSION_HOSTS: (api.SessionHosts, self._host_session)}
         for verb, (model, handler) in handlers.items():
             await nc.subscribe(api.membership_subject(subjects, verb), cb=self._responder(model, handler))
         try:
@@ -81,6 +85,15 @@ class Authority:
         log.warning("revoked PNode %s (%s)", request.pnode, request.reason or "no reason given")
         await self._apply()
         return api.MembershipReply(revoked=revoked)
+
+    async def _host_session(self, request: api.SessionHosts) -> api.MembershipReply:
+        with self.server.security.grants.edit() as grants:
+            recorded = grants.host(request)
+        if not recorded:
+            return api.MembershipReply(ok=False, error=f"session {request.session_id} has a later placement than "
+                                                         f"log position {request.as_of}")
+        await self._apply()
+        return api.MembershipReply()
 
     async def _watch(self) -> None:
         """Apply edits made by other processes (`computeall invite`) and expiries as they come."""

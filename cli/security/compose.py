@@ -29,6 +29,7 @@ from ..supervisor import default_services
 from .deployment import LOCAL_USER, OPERATOR, Security
 from .roles import permissions
 from .server_config import ClusterSettings, ServerSettings, server_config
+from .session_grants import EVERY_SESSION
 
 PNODES = 3
 CLUSTER = 3  # the nats-servers of the `cluster` profile
@@ -75,7 +76,9 @@ def nats_config(cluster_index: int | None = None) -> str:
     """The config of the single server, or of server `cluster_index` of the cluster."""
     sections = cluster_settings(cluster_index).sections() if cluster_index is not None else ()
     settings = ServerSettings(host="0.0.0.0", port=CLIENT_PORT, store_dir="/data", sections=sections)
-    users = [(f"${{{variable('NKEY', name)}}}", permissions(role, name, Subjects())) for role, name in identities()]
+    # no authority follows placement here: the orchestrator and the PNodes get every session's bucket
+    users = [(f"${{{variable('NKEY', name)}}}", permissions(role, name, Subjects(), EVERY_SESSION.reach(role, name)))
+             for role, name in identities()]
     return re.sub(r"\$(?!\{CA_)", "$$", server_config(settings, users))
 
 
@@ -102,6 +105,8 @@ def compose_file() -> str:
         args = list(spec.args)
         if spec.kind == "monitor":
             args = ["--host", "0.0.0.0", *args]
+        if spec.kind == "orchestrator":  # no authority here: the server's configuration grants every bucket
+            args = [*args, "--storage-grants", "every"]
         service = {
             "build": ".",
             "command": [f"computeall.{spec.kind}", "--nats", f"${{CA_NATS:?{NEEDS_ENV}}}", "--data-dir",

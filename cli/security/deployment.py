@@ -3,6 +3,7 @@
     members.json              the identities the server accepts (public keys only)
     route.secret              what the deployment's nats-servers present on their routes (mode 0600)
     system.seed               the authority's key in a hub's system account, to close leaf links (mode 0600)
+    session-grants.json       which PNodes host each session: they reach its checkpoint bucket (`session_grants`)
     credentials/<role>/<name>.json   local identities' credentials (mode 0600): services, the
                               PNodes `up` starts, the local user, the operator
     local-api-key             the local user's API key (mode 0600): the dashboard login, and the
@@ -30,7 +31,8 @@ from computeall.protocol.credentials import (
 )
 from computeall.protocol.subjects import Subjects
 
-from .members import Member, MemberStore
+from .members import LockedJson, Member, MemberStore
+from .session_grants import SessionGrants
 
 OPERATOR = "operator"  # the admin identity of the machine that runs `computeall up`
 LOCAL_USER = "local"  # the user a client on that machine acts as unless told otherwise
@@ -41,6 +43,7 @@ class Security:
         self.directory = directory
         self.subjects = subjects or Subjects()  # the deployment's subject prefix: what permissions name
         self.members = MemberStore(directory / "members.json")
+        self.grants = LockedJson(directory / "session-grants.json", SessionGrants)
 
     def route_secret(self) -> str:
         """The password the deployment's nats-servers present to each other on their routes."""

@@ -2,7 +2,8 @@
 
 Every identity is a public nkey with its role and name; the private half lives only with its
 holder (a credential file, an invite token, a user's API key). Editing happens under an exclusive
-file lock, so `computeall invite` and a running `computeall up` never lose each other's changes.
+file lock (`LockedJson`), so `computeall invite` and a running `computeall up` never lose each
+other's changes.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from computeall.protocol.credentials import NAME_PATTERN, Role
 
 Source = Literal["local", "invite", "api-key"]
+M = TypeVar("M", bound=BaseModel)
 
 
 class Member(BaseModel):
@@ -66,26 +68,35 @@ class Members(BaseModel):
         return min((m.expires for m in self.active(now) if m.expires is not None), default=None)
 
 
-class MemberStore:
-    def __init__(self, path: Path) -> None:
+class LockedJson(Generic[M]):
+    """One pydantic model in a JSON file (mode 0600) that several processes edit: `edit` is exclusive
+    against every other editor, and a reader never sees half a file."""
+
+    def __init__(self, path: Path, model: type[M]) -> None:
         self.path = path
+        self.model = model
         self.lock_path = path.with_name(path.name + ".lock")
 
-    def read(self) -> Members:
+    def read(self) -> M:
         if not self.path.exists():
-            return Members()
-        return Members.model_validate_json(self.path.read_bytes())
+            return self.model()
+        return self.model.model_validate_json(self.path.read_bytes())
 
     @contextmanager
-    def edit(self) -> Iterator[Members]:
+    def edit(self) -> Iterator[M]:
         """Read, let the caller change, write back; exclusive against every other editor."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            members = self.read()
-            yield members
+            value = self.read()
+            yield value
             tmp = self.path.with_name(self.path.name + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:
-                out.write(members.model_dump_json(indent=2, exclude_none=True))
+                out.write(value.model_dump_json(indent=2, exclude_none=True))
             tmp.replace(self.path)
+
+
+class MemberStore(LockedJson[Members]):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, Members)

@@ -11,11 +11,12 @@ collects it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from computeall.protocol.credentials import Role
+from computeall.protocol.membership_api import SESSION_HOSTS, membership_subject
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
@@ -34,6 +35,14 @@ class Permissions:
     subscribe: tuple[str, ...]
     notes: tuple[str, ...] = field(default=(), compare=False)
     connection: Connection = "STANDARD"
+    publish_deny: tuple[str, ...] = ()  # carved out of `publish` (a wildcard grant that must miss some streams)
+
+
+# Which sessions' checkpoint buckets an identity reaches: the ones named (the authority's session
+# grants, `session_grants.py`), or `EVERY` where the server cannot follow placement: a site's leaf
+# server (the hub's side of the link decides) and docker compose (no authority).
+EVERY: Literal["every"] = "every"
+Sessions = tuple[str, ...] | Literal["every"]
 
 
 def _inbox(role: Role, name: str) -> str:
@@ -65,14 +74,38 @@ def read_stream(stream: str) -> list[str]:
     ]
 
 
+ANY_BUCKET = "*"  # a token wildcard in place of a bucket's name (and of its stream's)
+
+
+def _stream(bucket: str) -> str:
+    return ANY_BUCKET if bucket == ANY_BUCKET else f"OBJ_{bucket}"
+
+
+def put_objects(bucket: str) -> list[str]:
+    """Put and get objects of an Object Store bucket that exists, never delete one (no purge). Reading
+    an object looks its stream up by subject (`STREAM.NAMES`), which lists stream names, never their content."""
+    return [*read_stream(_stream(bucket)), f"$O.{bucket}.>", "$JS.API.STREAM.NAMES"]
+
+
 def use_bucket(bucket: str) -> list[str]:
-    """Put, get and delete objects of an Object Store bucket that exists. Reading an object looks
-    its stream up by subject (`STREAM.NAMES`), which lists stream names, never their content."""
-    return [*read_stream(f"OBJ_{bucket}"), f"$O.{bucket}.>", f"$JS.API.STREAM.PURGE.OBJ_{bucket}", "$JS.API.STREAM.NAMES"]
+    """Put, get and delete objects of an Object Store bucket that exists."""
+    return [*put_objects(bucket), f"$JS.API.STREAM.PURGE.{_stream(bucket)}"]
 
 
 def manage_bucket(bucket: str) -> list[str]:
-    return [*use_bucket(bucket), *manage_stream(f"OBJ_{bucket}")]
+    return [*use_bucket(bucket), *manage_stream(_stream(bucket))]
+
+
+def checkpoint_buckets(s: Subjects, sessions: Sessions) -> list[str]:
+    return [ANY_BUCKET] if sessions == EVERY else [checkpoint_bucket(s, sid) for sid in sessions]
+
+
+def other_streams(s: Subjects) -> list[str]:
+    """What a grant on every bucket must not reach: the deployment's streams that are no session's bucket."""
+    data = [dataset_bucket(s), uploads_bucket(s)]
+    streams = [LOG_STREAM, TEL_STREAM, *(f"OBJ_{bucket}" for bucket in data)]
+    return [*(subject for stream in streams for subject in (*read_stream(stream), f"$JS.API.STREAM.PURGE.{stream}")),
+            *(f"$O.{bucket}.>" for bucket in data)]
 
 
 def event_log_setup() -> list[str]:
@@ -81,18 +114,26 @@ def event_log_setup() -> list[str]:
 
 
 # -- the roles -----------------------------------------------------------------------------
-def orchestrator(name: str, s: Subjects) -> Permissions:
+def orchestrator(name: str, s: Subjects, sessions: Sessions = ()) -> Permissions:
+    """Drives the sessions: creates, prunes and reads the checkpoint bucket of every session that was ever
+    placed (`sessions`, from the authority's session grants); no one else deletes from them."""
     p = s.prefix
     return Permissions(
         publish=(
             f"{p}.evt.session.>", f"{p}.evt.pnode.>",  # session and PNode events
             f"{p}.pn.*.ctl",  # requests to PNodes
             f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
-            *event_log_setup(), *read_stream(LOG_STREAM), *manage_bucket(checkpoint_bucket(s)),
+            membership_subject(s, SESSION_HOSTS),  # who may reach a session's checkpoints, at every placement
+            *event_log_setup(), *read_stream(LOG_STREAM),
             *use_bucket(dataset_bucket(s)),  # a session's tokenizer, for its owner's reads
+            *read_stream(f"OBJ_{uploads_bucket(s)}"),  # weights uploaded to start a session from, copied into its bucket
+            *(subject for bucket in checkpoint_buckets(s, sessions) for subject in manage_bucket(bucket)),
         ),
         subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>", reads_all(s), _inbox("orchestrator", name)),
-        notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",),
+        notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",
+               "reaches the bucket of every session that has been placed: each is one more grant in the server's "
+               "configuration, since a subject cannot name \"the checkpoint buckets\" and no others (a wildcard "
+               "stands for a whole token, and a bucket's name is one)"),
     )
 
 
@@ -115,7 +156,9 @@ def monitor(name: str, s: Subjects) -> Permissions:
     )
 
 
-def pnode(name: str, s: Subjects) -> Permissions:
+def pnode(name: str, s: Subjects, sessions: Sessions = ()) -> Permissions:
+    """Hosts VNodes: reaches the checkpoint buckets of the sessions it hosts now (`sessions`, from the
+    authority's session grants, which change at every placement), to put and read, never to delete."""
     p = s.prefix
     return Permissions(
         publish=(
@@ -124,19 +167,21 @@ def pnode(name: str, s: Subjects) -> Permissions:
             s.pnode_probe(name),  # bytes to itself through the bus, to time its link
             s.dataset_api("batch"),
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
-            *use_bucket(checkpoint_bucket(s)),
-            *use_bucket(uploads_bucket(s)),  # the weights of `session create --init-from DIR`
+            *(subject for bucket in checkpoint_buckets(s, sessions) for subject in put_objects(bucket)),
         ),
+        publish_deny=tuple(other_streams(s)) if sessions == EVERY else (),
         subscribe=(f"{p}.pn.{name}.>", f"{p}.orch.hb.*", _inbox("pnode", name)),
         notes=(
             f"may send tensors to any PNode, but only as itself (`{p}.pn.*.tensor.<name>`): a plan changes at every "
             "reallocation, and NATS permissions are fixed per connection. The receiver reads the sender from the "
             "subject and keeps a byte of a frame only when its plan names that sender as the producer of that "
             "tensor, for a step and micro-batch it expects, within the tensor's size and the sender's budget",
-            "reads and writes any object of the checkpoint bucket: the Object Store names chunks by random ids, "
-            "so a subject cannot say whose they are; objects are checked against the digests in the log",
-            f"reads `{uploads_bucket(s)}` too, for weights a user uploaded to start a session from: the same "
-            "chunks cannot be told apart by subject, so the uploaded data files are readable to it as well",
+            "may replace an object of a session it hosts (a message on the object's own subject replaces it, and "
+            "writing needs that subject), so such a PNode can spoil its session's checkpoints, never unnoticed: "
+            "the orchestrator checks a checkpoint that does not load against the digests in the log, discards it "
+            "and goes on from the newest intact one (or the start), and the re-run gives the same bits",
+            "lists the names of the deployment's streams (`STREAM.NAMES`, which reading an object needs): it "
+            "learns which sessions have a bucket, never what is in one",
         ),
     )
 
@@ -149,14 +194,15 @@ def _hub_domain(subject: str) -> str:
 def on_site(p: Permissions) -> Permissions:
     """A PNode's permissions on its site's leaf server, which maps its JetStream API calls to the hub's
     domain and checks the subject it maps them to."""
-    return replace(p, publish=tuple(dict.fromkeys(_hub_domain(subject) for subject in p.publish)))
+    return replace(p, publish=tuple(dict.fromkeys(_hub_domain(subject) for subject in p.publish)),
+                   publish_deny=tuple(dict.fromkeys(_hub_domain(subject) for subject in p.publish_deny)))
 
 
-def leaf(name: str, s: Subjects, site: Iterable[str] = ()) -> Permissions:
+def leaf(name: str, s: Subjects, site: Iterable[str] = (), sessions: Mapping[str, Sessions] = {}) -> Permissions:
     """A remote site's leaf nats-server (`computeall up --leaf TOKEN`), connecting only as a leaf node.
     What crosses its link is what the PNodes of its site may do, and nothing else: its allow-lists are
     the union of theirs, their JetStream API calls under the hub's domain (below: a site without PNodes)."""
-    pnodes = [pnode(member, s) for member in sorted(site)]
+    pnodes = [pnode(member, s, sessions.get(member, ())) for member in sorted(site)]
     return Permissions(
         publish=tuple(dict.fromkeys(_hub_domain(subject) for p in pnodes for subject in p.publish)),
         subscribe=tuple(dict.fromkeys(subject for p in pnodes for subject in p.subscribe)),
@@ -164,7 +210,9 @@ def leaf(name: str, s: Subjects, site: Iterable[str] = ()) -> Permissions:
         notes=("carries what the PNodes its invite named may publish and receive, recomputed at every "
                "membership change: a revoked PNode of the site no longer gets through, nor does anything once "
                "the leaf is revoked. The site's leaf server admits those PNodes itself (their keys came with the "
-               "invite); the hub never sees their connections",),
+               "invite); the hub never sees their connections",
+               "carries the checkpoint grants of all its site's PNodes, so on the site each of them may reach the "
+               "buckets of the sessions any of them hosts: the hub sees one link, not the PNodes behind it",),
     )
 
 
@@ -220,5 +268,10 @@ ROLES: dict[Role, Callable[[str, Subjects], Permissions]] = {
 }
 
 
-def permissions(role: Role, name: str, subjects: Subjects) -> Permissions:
-    return ROLES[role](name, subjects)
+# the roles whose reach into checkpoint buckets follows the session grants
+GRANTED: frozenset[Role] = frozenset({"orchestrator", "pnode"})
+
+
+def permissions(role: Role, name: str, subjects: Subjects, sessions: Sessions = ()) -> Permissions:
+    """`sessions`: the checkpoint buckets a role of `GRANTED` reaches (no other role reaches any)."""
+    return ROLES[role](name, subjects, sessions) if role in GRANTED else ROLES[role](name, subjects)

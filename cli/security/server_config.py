@@ -19,6 +19,7 @@ from computeall.protocol.subjects import Subjects
 
 from .members import Member
 from .roles import Permissions, leaf, permissions
+from .session_grants import SessionGrants
 
 # 8 MiB: a micro-batch's activations travel in a few chunks
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -117,18 +118,22 @@ def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]
     return "".join(f"{key}: {json.dumps(value, indent=2)}\n" for key, value in config.items())
 
 
-def member_users(members: list[Member], subjects: Subjects) -> list[tuple[str, Permissions]]:
-    """The active `members` as users of this server. A leaf may carry what its site's PNodes may do;
-    those PNodes connect to their leaf server, never to this one."""
+def member_users(members: list[Member], subjects: Subjects, grants: SessionGrants) -> list[tuple[str, Permissions]]:
+    """The active `members` as users of this server, with the checkpoint buckets `grants` give them. A leaf
+    may carry what its site's PNodes may do; those PNodes connect to their leaf server, never to this one."""
     def of(m: Member) -> Permissions:
         if m.role == "leaf":
-            return leaf(m.name, subjects, [p.name for p in members if p.site == m.name and p.role == "pnode"])
-        return permissions(m.role, m.name, subjects)
+            site = [p.name for p in members if p.site == m.name and p.role == "pnode"]
+            return leaf(m.name, subjects, site, {p: grants.reach("pnode", p) for p in site})
+        return permissions(m.role, m.name, subjects, grants.reach(m.role, m.name))
 
     return [(m.public_key, of(m)) for m in members if m.site is None]
 
 
 def permission_block(p: Permissions) -> dict[str, Any]:
     """nats-server reads an empty allow-list as "anything": nothing allowed is written as a deny of all."""
-    return {verb: {"allow": list(allowed)} if allowed else {"deny": [">"]}
-            for verb, allowed in (("publish", p.publish), ("subscribe", p.subscribe))}
+    block = {verb: {"allow": list(allowed)} if allowed else {"deny": [">"]}
+             for verb, allowed in (("publish", p.publish), ("subscribe", p.subscribe))}
+    if p.publish_deny:
+        block["publish"]["deny"] = list(p.publish_deny)
+    return block

@@ -5,14 +5,19 @@ authority: the process that owns the NATS server's configuration (`computeall up
                              revoked on the dashboard connects, or is cut off, within seconds)
     pnode.revoke RevokePNode the orchestrator (quarantine) or the operator: a PNode's credential
                              is revoked and its connections closed
+    session.hosts SessionHosts the orchestrator, at every placement of a session and when it ends:
+                             the PNodes that host it, the only ones that reach its checkpoint bucket
 
-Only the monitor may publish `users` and only the orchestrator and the operator `pnode.revoke`
-(their credentials' permissions); every reply is a `MembershipReply`.
+Only the monitor may publish `users`, only the orchestrator and the operator `pnode.revoke`, and
+only the orchestrator `session.hosts` (their credentials' permissions); every reply is a
+`MembershipReply`, sent once the server applies the change.
 """
 
 from __future__ import annotations
 
 from nats.aio.client import Client as NATS
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from .credentials import NAME_PATTERN
@@ -20,6 +25,7 @@ from .subjects import Subjects
 
 USERS = "users"
 REVOKE_PNODE = "pnode.revoke"
+SESSION_HOSTS = "session.hosts"
 
 
 def membership_subject(subjects: Subjects, verb: str) -> str:
@@ -51,6 +57,16 @@ class RevokePNode(_Request):
     reason: str = Field("", max_length=500)
 
 
+class SessionHosts(_Request):
+    """The PNodes that host a session now: they, and no other PNode, reach its checkpoint bucket (an
+    empty list when the session ends). The orchestrators reach the bucket of every session named here."""
+
+    session_id: str = Field(..., pattern=NAME_PATTERN)
+    pnodes: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(..., max_length=4096)
+    as_of: int = Field(..., ge=0, description="the session's log position the placement is current at: the "
+                       "latest wins, so a driver that lost the session cannot undo its successor's grants")
+
+
 class MembershipReply(BaseModel):
     ok: bool = True
     error: str | None = None
@@ -78,3 +94,10 @@ async def revoke_pnode(nc: NATS, subjects: Subjects, pnode: str, reason: str = "
     connections before this returns (the verification work calls it to quarantine a PNode).
     Raises `MembershipError` when refused, nats-py's errors when no authority answers."""
     return await _ask(nc, subjects, REVOKE_PNODE, RevokePNode(pnode=pnode, reason=reason), timeout)
+
+
+async def host_session(nc: NATS, subjects: Subjects, session_id: str, pnodes: list[str], as_of: int,
+                       timeout: float = 15.0) -> MembershipReply:
+    """Grant the PNodes that host `session_id` its checkpoint bucket, and take it from every other PNode;
+    returns once the server applies it. Raises `MembershipError` when refused (a later placement won)."""
+    return await _ask(nc, subjects, SESSION_HOSTS, SessionHosts(session_id=session_id, pnodes=pnodes, as_of=as_of), timeout)

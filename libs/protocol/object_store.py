@@ -11,7 +11,7 @@ from nats.js.object_store import ObjectStore
 from pydantic import BaseModel
 
 from .bus_failover import through_failover
-from .subjects import Subjects
+from .subjects import Subjects, check_token
 
 
 class CheckpointObject(BaseModel):
@@ -24,8 +24,10 @@ class CheckpointObject(BaseModel):
     replica: int = 0  # whose state: diloco's replicas each write theirs; otherwise the first writes for all
 
 
-def checkpoint_bucket(subjects: Subjects) -> str:
-    return f"{subjects.prefix}-checkpoints"
+def checkpoint_bucket(subjects: Subjects, session_id: str) -> str:
+    """A session's own bucket: its checkpoints, and whatever its PNodes load (weights it starts from are
+    copied in). NATS grants by bucket, so one per session is what lets exactly its PNodes reach it."""
+    return f"{subjects.prefix}-checkpoints-{check_token(session_id, 'session id')}"
 
 
 def dataset_bucket(subjects: Subjects) -> str:

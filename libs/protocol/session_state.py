@@ -19,6 +19,7 @@ from .config import SessionConfig
 from .events import (
     Allocated,
     CheckpointCommitted,
+    CheckpointDiscarded,
     CheckpointPruned,
     EventEnvelope,
     PauseRequested,
@@ -277,8 +278,8 @@ class SessionState(BaseModel):
     def _on_samples(self, e: SamplesGenerated) -> None:
         self.last_sampled_step = max(self.last_sampled_step, e.step)
 
-    @applies(CheckpointPruned)
-    def _on_pruned(self, e: CheckpointPruned) -> None:
+    @applies(CheckpointPruned, CheckpointDiscarded)
+    def _on_pruned(self, e: CheckpointPruned | CheckpointDiscarded) -> None:
         self.checkpoints = [c for c in self.checkpoints if c.step != e.step]
         self.checkpoint_pnodes.pop(e.step, None)
 

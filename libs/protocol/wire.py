@@ -83,7 +83,12 @@ class TensorHeader(BaseModel):
 
 def digest(data: bytes | memoryview) -> str:
     """blake2b-128: the digest of stored objects (checkpoints, tokenizers), which logs keep for good."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return digester(data).hexdigest()
+
+
+def digester(data: bytes | memoryview = b""):
+    """`digest` of bytes that come in parts: `update` it with each, then `hexdigest`."""
+    return hashlib.blake2b(data, digest_size=16)
 
 
 def frame_digest(data: bytes | memoryview) -> str:

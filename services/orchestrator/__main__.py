@@ -14,6 +14,7 @@ from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S
 
 from .service import Orchestrator
+from .session_storage import GRANTS
 
 
 def main() -> None:
@@ -21,6 +22,9 @@ def main() -> None:
     add_bus_arguments(p)
     p.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, help="seconds of silence before a PNode is lost")
     p.add_argument("--prefix", default=None)
+    p.add_argument("--storage-grants", choices=GRANTS, default="authority",
+                   help="authority: ask `computeall up` to let each session's PNodes (only) reach its checkpoints; "
+                        "every: the server's configuration lets every PNode reach every session's (docker compose)")
     p.add_argument("--data-dir", default=None, help="unused: the orchestrator's state is the event log")
     add_limit_arguments(p)
     args = p.parse_args()
@@ -33,7 +37,7 @@ def main() -> None:
         credential = credential_from_args(args, "orchestrator", "orchestrator")
     except CredentialError as exc:
         raise SystemExit(f"computeall orchestrator: {exc}") from None
-    orchestrator = Orchestrator(credential, Subjects(args.prefix), args.heartbeat_timeout, limits)
+    orchestrator = Orchestrator(credential, Subjects(args.prefix), args.heartbeat_timeout, limits, args.storage_grants)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

@@ -28,6 +28,7 @@ from .recorder import SessionRecorder
 from .recovery import Recovery
 from .samples import Sampler
 from .session_pnodes import SessionPNodes
+from .session_storage import Grants, SessionStorage
 from .step import TrainingStep
 from .training import Trainer
 from .verification.checks import SessionChecks
@@ -49,6 +50,7 @@ class SessionDriver:
         jobs: NetworkJobs,
         takeover_from: str | None = None,
         pnode_wait_s: float = 120.0,
+        grants: Grants = "authority",
     ) -> None:
         self.calls = calls
         self.subjects = subjects
@@ -58,6 +60,7 @@ class SessionDriver:
         self.recorder = SessionRecorder(session, orchestrator_id, takeover_from)
         self.pnodes = SessionPNodes(calls, self.recorder)
         self.shutdown = asyncio.Event()  # `shut_down`: the orchestrator stops
+        self.storage = SessionStorage(calls.nc, subjects, session.state.id, grants)
 
     @property
     def state(self):
@@ -69,9 +72,13 @@ class SessionDriver:
         self.shutdown.set()
 
     async def run(self) -> None:
+        successor = False  # another orchestrator drives the session now: its grants are its own
         try:
             await self._drive()
-        except (LostClaim, DriverDone) as exc:
+        except LostClaim as exc:
+            successor = True
+            log.info("session %s: %s", self.state.id, exc)
+        except DriverDone as exc:
             log.info("session %s: %s", self.state.id, exc)
         except SessionError as exc:
             log.error("session %s failed: %s", self.state.id, exc)
@@ -83,14 +90,17 @@ class SessionDriver:
             await self.recorder.record(SessionFailed(reason=f"internal error: {type(exc).__name__}: {exc}"))
         finally:
             await self.pnodes.unload(self.pnodes.pnodes)
+            if not successor:
+                await self.storage.release(self.state.last_seq)
 
     async def _drive(self) -> None:
         if not await claim(self.recorder):
             return
         prepared = await prepare(self.state, self.calls.nc, self.subjects, self.jobs)
-        placement = Placement(self.recorder, self.registry, self.pnodes, self.jobs, prepared.graph, prepared.dataset)
-        initial = InitialWeights(self.recorder, self.pnodes, prepared) if self.state.config.init_from else None
-        checkpoints = Checkpoints(self.recorder, self.pnodes, placement, initial)
+        placement = Placement(self.recorder, self.registry, self.pnodes, self.jobs, prepared.graph, prepared.dataset,
+                              self.storage)
+        initial = InitialWeights(self.recorder, self.pnodes, prepared, self.storage) if self.state.config.init_from else None
+        checkpoints = Checkpoints(self.recorder, self.pnodes, placement, self.storage, initial)
         recovery = Recovery(self.recorder, self.registry, placement, checkpoints)
         checks = SessionChecks(self.recorder, self.pnodes, placement, self.registry, prepared.graph)
         quarantine = QuarantineRecovery(self.recorder, self.registry, placement, checkpoints, checks)

@@ -3,9 +3,10 @@
 At create, a source session must exist for the creator and keep the named checkpoint
 (`check_source` refuses the command otherwise). At the first start, before any PNode loads
 anything, the session's dataset must speak the tokenizer the weights were trained with: the
-same token ids for the same text. Then every PNode loads its VNodes' weights (the optimizer
-starts fresh), `InitializedFrom` records where they came from, and the caller commits checkpoint
-0, so failover, resume and replay never need the source again.
+same token ids for the same text. Then the weights are copied into the session's own bucket (its
+PNodes reach no other), every PNode loads its VNodes' weights (the optimizer starts fresh),
+`InitializedFrom` records where they came from, and the caller commits checkpoint 0, so failover,
+resume and replay never need the source again.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .errors import SessionError
 from .preparation import Prepared, dataset_call
 from .recorder import SessionRecorder
 from .session_pnodes import SessionPNodes
+from .session_storage import ObjectDamaged, SessionStorage
 
 
 class SourceError(ValueError):
@@ -45,10 +47,11 @@ async def check_source(eventlog: EventLog, init: InitFrom | None, owner: str) ->
 
 
 class InitialWeights:
-    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, prepared: Prepared) -> None:
+    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, prepared: Prepared, storage: SessionStorage) -> None:
         self.recorder = recorder
         self.pnodes = pnodes
         self.prepared = prepared
+        self.storage = storage
 
     async def load(self) -> None:
         """Every PNode loads its VNodes' weights from the source; `InitializedFrom` is recorded."""
@@ -60,11 +63,17 @@ class InitialWeights:
         except SourceError as exc:
             raise SessionError(f"cannot start from {init.describe()}: {exc}") from None
         await self._check_tokenizer(init, source_state)
-        request = LoadCheckpoint(session_id=state.id, step=0, bucket=bucket, objects=objects, weights_only=True)
+        try:
+            copies = await self.storage.take_in(bucket, objects)
+        except ObjectDamaged as exc:
+            raise SessionError(f"cannot start from {init.describe()}: {exc}") from None
+        request = LoadCheckpoint(session_id=state.id, step=0, bucket=self.storage.bucket, objects=copies, weights_only=True)
         try:
             await self.pnodes.all(lambda p: request, timeout=300.0)
         except SessionError as exc:
             raise SessionError(f"the weights of {init.describe()} do not fit this session's network: {exc}") from None
+        finally:
+            await self.storage.delete(copies)  # checkpoint 0, which follows, holds them from now on
         await self.recorder.record(InitializedFrom(
             source=init.describe(), session_id=init.session_id, step=init.step, bucket=bucket, objects=objects,
         ))

@@ -2,7 +2,8 @@
 
 Placing is: allocate on the live PNodes (the allocator is a pure function; with data-parallel
 replicas one pipeline per replica, `replication.py`), record `Allocated` or `Reallocated`, and
-send every PNode its plan. Loading the newest intact checkpoint onto the
+grant exactly its PNodes the session's checkpoint bucket (`session_storage`), and send every PNode
+its plan. Loading the newest intact checkpoint onto the
 new plan is the caller's next move (`Checkpoints.restore`). At a step boundary `rebalance`
 only decides (a `Move`, `NoRoom`, or nothing); the step loop acts on the decision.
 """
@@ -23,6 +24,7 @@ from .pnodes import PNodeRegistry
 from .recorder import SessionRecorder
 from .replication import ReplicatedAllocation
 from .session_pnodes import SessionPNodes
+from .session_storage import SessionStorage
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,14 @@ class NoRoom:
 
 class Placement:
     def __init__(self, recorder: SessionRecorder, registry: PNodeRegistry, pnodes: SessionPNodes,
-                 jobs: NetworkJobs, graph: Graph, dataset: str) -> None:
+                 jobs: NetworkJobs, graph: Graph, dataset: str, storage: SessionStorage) -> None:
         self.recorder = recorder
         self.registry = registry
         self.session_pnodes = pnodes
         self.jobs = jobs
         self.graph = graph
         self.dataset = dataset
+        self.storage = storage
         self.allocation: ReplicatedAllocation | None = None
         self.plans: dict[str, LoadPlan] = {}  # by PNode: each gets its replica's
 
@@ -89,7 +92,8 @@ class Placement:
         return Move(allocation, reason, released=[p for p in self.pnodes if p not in kept])
 
     async def adopt(self, allocation: ReplicatedAllocation, reason: str) -> None:
-        """Record the allocation and send its plan to every PNode of it."""
+        """Record the allocation, grant its PNodes (and no others) the session's checkpoints, and send
+        its plan to every PNode of it."""
         fields = self._event_fields(allocation)
         if self.allocation is None:
             await self.recorder.record(Allocated(**fields))
@@ -99,6 +103,7 @@ class Placement:
             await self.recorder.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
         self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0))
+        await self.storage.host(self.pnodes, self.recorder.state.last_seq)
         config = self.config
         batches = BatchSource(
             dataset=self.dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,

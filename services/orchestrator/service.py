@@ -42,7 +42,6 @@ from computeall.protocol.session_log import SessionLog
 from computeall.protocol.session_state import Rejected, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects, command_sender, pnode_of
-from computeall.protocol.object_store import checkpoint_bucket, open_bucket
 from computeall.protocol.pnode_api import Reset
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
 
@@ -57,6 +56,7 @@ from .membership import MembershipRecorder
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 from .reads import SessionReads
+from .session_storage import Grants
 
 log = logging.getLogger("computeall.orchestrator")
 
@@ -78,10 +78,11 @@ DECIDE = {
 
 class Orchestrator:
     def __init__(self, credential: Credential, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
-                 limits: FairShareLimits = FairShareLimits()) -> None:
+                 limits: FairShareLimits = FairShareLimits(), grants: Grants = "authority") -> None:
         self.credential = credential
         self.subjects = subjects
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.grants = grants  # how a session's PNodes come to reach its checkpoints (`session_storage`)
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}".replace(".", "-")
         self.registry = PNodeRegistry(heartbeat_timeout_s)
         self.peers: dict[str, float] = {}  # other orchestrators -> last heartbeat (monotonic)
@@ -99,7 +100,6 @@ class Orchestrator:
                                     reconnected_cb=self._reconnected)
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects, replicas=bus.replicas(self.nc))
-        await open_bucket(self.js, checkpoint_bucket(self.subjects), bus.replicas(self.nc))  # the PNodes write into it
         self.eventlog = EventLog(self.js, self.subjects)
         self.membership = MembershipRecorder(self.eventlog, actor=f"orchestrator:{self.id}")
         self.reads = SessionReads(self.nc, self.eventlog, self.subjects)
@@ -300,7 +300,8 @@ class Orchestrator:
 
     def _drive(self, session: SessionLog, takeover_from: str | None = None) -> None:
         pnodes = self.fair.pnodes_of(session.state.owner)  # the owner's part of the pool
-        driver = SessionDriver(self.calls, self.subjects, session, pnodes, self.id, self.jobs, takeover_from)
+        driver = SessionDriver(self.calls, self.subjects, session, pnodes, self.id, self.jobs, takeover_from,
+                               grants=self.grants)
         task = asyncio.create_task(driver.run())
         self.drivers[session.state.id] = task
         self.driving[session.state.id] = driver

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from computeall.protocol.events import SessionCompleted
+from computeall.protocol.events import RolledBack, SessionCompleted
 
 from .checkpoints import Checkpoints
-from .errors import DriverDone, LostClaim, PNodeFailure, Quarantine, SessionError
+from .errors import DriverDone, LostClaim, PNodeFailure, Quarantine
 from .placement import NoRoom, Placement
 from .recorder import SessionRecorder
 from .recovery import Recovery
@@ -65,7 +65,7 @@ class Trainer:
                     await validate(self.recorder, self.pnodes, step)
                 if self.sampler.due(step, end):
                     await self.sampler.request(step)  # written beside the next steps, recorded at a boundary
-                await self._rebalance(step, at_checkpoint)
+                step = await self._rebalance(step, at_checkpoint)
             except Quarantine as verdict:
                 self.sampler.abandon()  # samples of states about to be discarded
                 step = await self.quarantine.recover(verdict, step)
@@ -99,12 +99,13 @@ class Trainer:
             await validate(self.recorder, self.pnodes, step)
         return False
 
-    async def _rebalance(self, step: int, at_checkpoint: bool) -> None:
-        """Act on placement's decision; the state moves through a checkpoint of this very step,
-        so nothing is rolled back."""
+    async def _rebalance(self, step: int, at_checkpoint: bool) -> int:
+        """Act on placement's decision; the step to go on from. The state moves through a checkpoint
+        of this very step, so nothing is rolled back, unless that checkpoint is found damaged: then the
+        steps since the newest intact one are run again."""
         decision = await self.placement.rebalance(at_checkpoint)
         if decision is None:
-            return
+            return step
         await self.checks.settle(step, wait_all=True)  # moving VNodes drops the material checks need
         await self.checkpoints.save(step)
         if isinstance(decision, NoRoom):
@@ -112,5 +113,8 @@ class Trainer:
         await self.placement.adopt(decision.allocation, decision.reason)
         restored = await self.checkpoints.restore()
         if restored != step:
-            raise SessionError(f"could not move the state of step {step} (the newest intact checkpoint is {restored})")
+            log.warning("session %s: the checkpoint of step %d is damaged; going on from step %d",
+                        self.recorder.state.id, step, restored)
+            await self.recorder.record(RolledBack(to_step=restored, from_step=max(step, self.recorder.state.next_step)))
         await self.pnodes.unload(decision.released)  # a leaving PNode exits once it hosts nothing
+        return restored

@@ -13,7 +13,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from nats.js import JetStreamContext
 
-from computeall.protocol.object_store import open_bucket
+from computeall.protocol.object_store import existing_bucket
 from computeall.protocol.pnode_api import GenerateSamples
 from computeall.tensorcore.generation import Generator
 from computeall.tensorcore.trained_model import TrainedModel
@@ -28,7 +28,7 @@ def sampling_executor(name: str) -> ThreadPoolExecutor:
 
 async def generate(js: JetStreamContext, request: GenerateSamples, executor: Executor) -> list[list[int]]:
     """The new token ids of each prompt; `ValueError` (its subclasses) when the checkpoint or a prompt does not fit."""
-    store = await open_bucket(js, request.bucket)
+    store = await existing_bucket(js, request.bucket)
     objects = {entry.vnode: await fetch(store, request.bucket, entry) for entry in request.objects}
     return await asyncio.get_running_loop().run_in_executor(executor, _continue, request, objects)
 

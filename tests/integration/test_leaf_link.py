@@ -14,6 +14,7 @@ from computeall.cli.security.invitations import invite, revoke
 from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
 from computeall.protocol.invites import Invite
+from computeall.protocol.membership_api import SessionHosts
 from computeall.protocol.object_store import checkpoint_bucket
 from computeall.protocol.subjects import Subjects
 
@@ -63,6 +64,9 @@ async def _publish_and_check(sender, subject: str, got: asyncio.Event) -> bool:
 
 async def test_only_the_sites_pnodes_cross_and_jetstream_is_the_hubs(hub, tmp_path):
     made = site_invite(hub)
+    with hub.security.grants.edit() as grants:  # as the authority records a placement on site-0
+        grants.host(SessionHosts(session_id="s1", pnodes=["site-0"], as_of=1))
+    hub.apply_members()
     with LeafServer(tmp_path / "site", made) as site:
         site.wait_linked()
         assert "jetstream" not in site.config(), "the event log and buckets live on the hub only"
@@ -75,9 +79,9 @@ async def test_only_the_sites_pnodes_cross_and_jetstream_is_the_hubs(hub, tmp_pa
             assert await crosses(p0, S.heartbeat("site-0"), orchestrator), "site to hub"
             assert await crosses(orchestrator, S.pnode_ctl("site-1"), p1), "hub to site"
 
-            # the checkpoint bucket: made by the orchestrator on the hub, used by a site PNode across the link
-            await orchestrator.jetstream().create_object_store(checkpoint_bucket(S))
-            store = await p0.jetstream().object_store(checkpoint_bucket(S))
+            # a session's checkpoint bucket: made by the orchestrator on the hub, used by its site PNode across the link
+            await orchestrator.jetstream().create_object_store(checkpoint_bucket(S, "s1"))
+            store = await p0.jetstream().object_store(checkpoint_bucket(S, "s1"))
             await store.put("weights", b"w" * 300_000)
             assert (await store.get("weights")).data == b"w" * 300_000
 

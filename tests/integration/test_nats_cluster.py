@@ -82,7 +82,7 @@ async def test_kill_one_of_three_nats_servers_mid_step(tmp_path, monkeypatch):
 
         cfg = config(steps=STEPS, checkpoint_every=4, min_pnodes=3)
         clean = await run_to_end(client, cfg)
-        assert (await observer.stream_info(f"OBJ_{checkpoint_bucket(client.subjects)}")).config.num_replicas == 3
+        assert (await observer.stream_info(f"OBJ_{checkpoint_bucket(client.subjects, clean)}")).config.num_replicas == 3
         clean_events = await session_events(client, clean)
         step_s = statistics.median(e.payload.step_time_s for _, e in clean_events if isinstance(e.payload, StepCompleted))
 

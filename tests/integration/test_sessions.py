@@ -124,10 +124,10 @@ async def test_corrupted_checkpoint_is_detected_and_the_previous_one_used(tmp_pa
         paused = await wait_for(client, sid, lambda s: s.status == "paused")
         newest = paused.last_checkpoint
         assert newest.step > 10
-        rogue = await connect_as(supervisor.credentials, "pnode", "pnode-rogue")  # PNodes write checkpoints
-        store = await existing_bucket(rogue.jetstream(), newest.bucket)
+        tamperer = await connect_as(supervisor.credentials, "superuser", "tamperer")  # someone with the server's files
+        store = await existing_bucket(tamperer.jetstream(), newest.bucket)
         await store.put(newest.objects[0].object, b"not a checkpoint")  # corrupt one object of the newest checkpoint
-        await rogue.close()
+        await tamperer.close()
         await command(client, sid, ResumeSession())
         await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
         events = [e.payload for _, e in await session_events(client, sid)]

@@ -30,6 +30,7 @@ from .session import (
 from .training import (
     Allocated,
     CheckpointCommitted,
+    CheckpointDiscarded,
     CheckpointObject,
     CheckpointPruned,
     EdgeTraffic,
@@ -60,7 +61,8 @@ Event = union_of("session", "pnode", "dataset")
 EventEnvelope = Envelope[Event]
 
 __all__ = [
-    "Allocated", "CheckOutcome", "ChecksCompleted", "CheckpointCommitted", "CheckpointObject", "CheckpointPruned", "CommandRejected",
+    "Allocated", "CheckOutcome", "ChecksCompleted", "CheckpointCommitted", "CheckpointDiscarded", "CheckpointObject",
+    "CheckpointPruned", "CommandRejected",
     "DatasetCreated", "DatasetEvent", "DomainEvent", "EdgeTraffic", "Event", "EventEnvelope",
     "InitializedFrom", "LossScaleChanged", "PNodeEvent", "PNodeJoined", "PNodeLeft", "PNodeLost", "PNodeQuarantined",
     "PNodeSlow", "PauseRequested", "Reallocated", "ResultsDiscarded", "RolledBack", "Sample", "SamplesGenerated",

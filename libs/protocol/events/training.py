@@ -117,6 +117,17 @@ class CheckpointPruned(DomainEvent):
 
 
 @recorded_as("session")
+class CheckpointDiscarded(DomainEvent):
+    """The checkpoint at `step` was found damaged (read by the orchestrator and checked against the digests
+    its `CheckpointCommitted` names) and no longer counts: the session goes on from an older one, and
+    saves this step again when it gets there."""
+
+    type: Literal["CheckpointDiscarded"] = "CheckpointDiscarded"
+    step: int
+    reason: str
+
+
+@recorded_as("session")
 class InitializedFrom(DomainEvent):
     """The PNodes loaded the session's first weights from its `init_from` (the optimizer starts fresh);
     checkpoint 0 follows, so nothing later needs the source again."""

@@ -17,7 +17,8 @@ from computeall.monitor.session_status import STATUSES
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import (
-    Allocated, CheckpointCommitted, CheckpointPruned, CheckpointObject, CommandRejected, EventEnvelope, InitializedFrom,
+    Allocated, CheckpointCommitted, CheckpointDiscarded, CheckpointPruned, CheckpointObject, CommandRejected,
+    EventEnvelope, InitializedFrom,
     LossScaleChanged, PauseRequested, Sample, SamplesGenerated,
     PNodeLost, PNodeSlow, Reallocated, RolledBack, SessionClaimed, SessionCompleted, SessionCreated, SessionEvent,
     SessionFailed, SessionPaused, SessionQueued, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
@@ -61,6 +62,7 @@ STORIES = {
         PNodeQuarantined(pnode="p2", step=3, reason="recomputing embed gave other results"),
         ResultsDiscarded(from_step=2, pnodes=["p2"], reason="p2 may have computed wrong results"),
         RolledBack(to_step=2, from_step=4), step(2), step(3), checkpoint(4), checkpoint(6), CheckpointPruned(step=2),
+        CheckpointDiscarded(step=6, reason="object s/00000006/embed.safetensors in b is corrupted (digest mismatch with the log)"),
         LossScaleChanged(step=4, old=65536.0, new=32768.0, reason="overflow"), StepSkipped(step=5, reason="overflow"),
         ValidationRequested(), ValidationCompleted(step=5, loss=2.5, perplexity=12.2, tokens=640),
         StopRequested(), SessionStopped(step=6),

@@ -16,6 +16,7 @@ from computeall.cli.security.invitations import InvitationError, invite, revoke
 from computeall.cli.security.leafnodes import HUB_DOMAIN, HubJetStream, LeafListen, LeafRemote
 from computeall.cli.security.roles import leaf, on_site, permissions
 from computeall.cli.security.server_config import ServerSettings, member_users, server_config
+from computeall.cli.security.session_grants import SessionGrant, SessionGrants
 from computeall.cli.security.tls import DeploymentTls
 from computeall.protocol.credentials import nkey_public
 from computeall.protocol.invites import Invite, InviteError
@@ -96,14 +97,17 @@ def test_the_leaf_carries_exactly_its_sites_pnodes_and_connects_only_as_a_leaf(s
     made = invite(security, "leaf", LEAF_URLS, tls.trust(), name="site", site_pnodes=2)
     far = invite(security, "pnode", ["tls://10.0.0.1:4222"], tls.trust(), name="far")
     members = security.members.read()
-    users = dict(member_users(members.active(), S))
+    grants = SessionGrants(sessions={"s1": SessionGrant(as_of=1, pnodes=["site-0", "far"]),
+                                     "s2": SessionGrant(as_of=1, pnodes=["elsewhere"])})
+    users = dict(member_users(members.active(), S, grants))
     assert set(users) == {members.find(made.id).public_key, members.find(far.id).public_key}, \
         "a site's PNodes connect to their leaf, never to the hub"
     carried = users[members.find(made.id).public_key]
-    site = [on_site(permissions("pnode", f"site-{i}", S)) for i in range(2)]
+    site = [on_site(permissions("pnode", f"site-{i}", S, grants.reach("pnode", f"site-{i}"))) for i in range(2)]
     assert set(carried.publish) == {s for p in site for s in p.publish}
     assert set(carried.subscribe) == {s for p in site for s in p.subscribe}
-    assert "$JS.hub.API.STREAM.INFO.OBJ_ca-checkpoints" in carried.publish, "JetStream calls cross in the hub's domain"
+    assert "$JS.hub.API.STREAM.INFO.OBJ_ca-checkpoints-s1" in carried.publish, "JetStream calls cross in the hub's domain"
+    assert not any("checkpoints-s2" in s for s in carried.publish), "only the sessions the site's PNodes host"
     assert not any(s.startswith("$JS.API.") for s in carried.publish)
     assert "ca.hb.site-1" in carried.publish and "ca.hb.far" not in carried.publish
     assert "ca.pn.far.>" not in carried.subscribe and "_INBOX.orchestrator.>" not in carried.subscribe
@@ -112,7 +116,7 @@ def test_the_leaf_carries_exactly_its_sites_pnodes_and_connects_only_as_a_leaf(s
 
     with security.members.edit() as edited:
         next(m for m in edited.site("site") if m.name == "site-1").revoked = 1.0
-    carried = dict(member_users(security.members.read().active(), S))[members.find(made.id).public_key]
+    carried = dict(member_users(security.members.read().active(), S, grants))[members.find(made.id).public_key]
     assert "ca.hb.site-1" not in carried.publish and "ca.hb.site-0" in carried.publish, "a revoked site PNode no longer crosses"
 
 
