@@ -4,6 +4,7 @@ rebalance), which once failed the session. A PNode's failure alone discards noth
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from types import SimpleNamespace
 
@@ -127,7 +128,7 @@ async def test_a_rebalance_onto_a_damaged_checkpoint_goes_on_from_the_newest_int
     placement = SimpleNamespace(rebalance=moving.rebalance, adopt=_noop)
     trainer = Trainer(recorder, SimpleNamespace(unload=moving.unload), placement,
                       SimpleNamespace(save=_noop, restore=restore), recovery=None, training_step=None, sampler=None,
-                      checks=SimpleNamespace(settle=_noop), quarantine=None)
+                      checks=SimpleNamespace(settle=_noop), quarantine=None, shutdown=asyncio.Event())
     assert await trainer._rebalance(10, at_checkpoint=True) == 5
     (rolled_back,) = recorder.recorded
     assert isinstance(rolled_back, RolledBack) and (rolled_back.to_step, rolled_back.from_step) == (5, 10)
