@@ -24,10 +24,11 @@ OUTPUT = REPO / "docs" / "security.md"
 REGENERATE = "python tools/security_doc.py"
 TOKEN = "_NAME_"  # an identity's name while the table is built (a valid subject token) ...
 NAME = "<name>"  # ... and as the page shows it
+USER_TOKEN, USER = "_USER_", "<user>"  # each user of the deployment, in the lists that name them all
 
 
 def shown(subject: str) -> str:
-    return subject.replace(TOKEN, NAME)
+    return subject.replace(TOKEN, NAME).replace(USER_TOKEN, USER)
 
 
 def _subjects(items: tuple[str, ...]) -> str:
@@ -56,7 +57,7 @@ def role_section(role: str, p: Permissions) -> str:
 
 def render() -> str:
     s = Subjects()
-    table = {role: permissions(role, TOKEN, s) for role in ROLES}
+    table = {role: permissions(role, TOKEN, s, [USER_TOKEN]) for role in ROLES}
     roles = "\n".join(role_section(role, p) for role, p in table.items())
     limits = "\n".join(f"- **{role}**: {shown(note)}" for role, p in table.items() for note in p.notes)
     text = TEMPLATE.read_text()

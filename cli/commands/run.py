@@ -168,7 +168,7 @@ async def run(args: argparse.Namespace) -> int:
     ok = False
     try:
         async with running_cluster(data_dir, args.pnodes, listen=args.listen, faults=faults) as (client, _):
-            config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
+            config = await with_sent_data(client, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
                 client, sid, config.steps, args.metrics_out, not args.no_progress, command_id

@@ -167,7 +167,7 @@ async def _site(args: argparse.Namespace) -> int:
 
 
 async def _train(client: Client, config, stop: asyncio.Event) -> None:
-    config = await with_sent_data(client.nc, client.subjects, config)
+    config = await with_sent_data(client, config)
     sid, command_id = await start_session(client, config)
     follow = asyncio.create_task(follow_session(client, sid, config.steps, command_id=command_id))
     stopped = asyncio.create_task(stop.wait())

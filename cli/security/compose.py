@@ -75,7 +75,8 @@ def nats_config(cluster_index: int | None = None) -> str:
     """The config of the single server, or of server `cluster_index` of the cluster."""
     sections = cluster_settings(cluster_index).sections() if cluster_index is not None else ()
     settings = ServerSettings(host="0.0.0.0", port=CLIENT_PORT, store_dir="/data", sections=sections)
-    users = [(f"${{{variable('NKEY', name)}}}", permissions(role, name, Subjects())) for role, name in identities()]
+    names = [name for role, name in identities() if role == "user"]  # whose uploads the dataset service reads
+    users = [(f"${{{variable('NKEY', name)}}}", permissions(role, name, Subjects(), names)) for role, name in identities()]
     return re.sub(r"\$(?!\{CA_)", "$$", server_config(settings, users))
 
 

@@ -19,6 +19,7 @@ import secrets
 from pathlib import Path
 
 from computeall.protocol.credentials import (
+    LOCAL_USER,
     Credential,
     CredentialError,
     Role,
@@ -33,7 +34,6 @@ from computeall.protocol.subjects import Subjects
 from .members import Member, MemberStore
 
 OPERATOR = "operator"  # the admin identity of the machine that runs `computeall up`
-LOCAL_USER = "local"  # the user a client on that machine acts as unless told otherwise
 
 
 class Security:

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from computeall.protocol.batch_grants import grants_bucket
 from computeall.protocol.credentials import Role
+from computeall.protocol.dataset_api import pnode_batch_subject, pnode_requests, progress_all, user_requests
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
@@ -75,6 +77,18 @@ def manage_bucket(bucket: str) -> list[str]:
     return [*use_bucket(bucket), *manage_stream(f"OBJ_{bucket}")]
 
 
+def read_kv(bucket: str) -> list[str]:
+    """Look keys of a key-value bucket up (`KeyValue.get`: direct gets)."""
+    stream = f"KV_{bucket}"
+    return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
+            f"$JS.API.STREAM.MSG.GET.{stream}"]
+
+
+def manage_kv(bucket: str) -> list[str]:
+    """Create a key-value bucket, put and delete its keys."""
+    return [*read_kv(bucket), *manage_stream(f"KV_{bucket}"), f"$KV.{bucket}.>"]
+
+
 def event_log_setup() -> list[str]:
     """`ensure_streams`: only services call it."""
     return [*manage_stream(LOG_STREAM), *manage_stream(TEL_STREAM)]
@@ -87,21 +101,32 @@ def orchestrator(name: str, s: Subjects) -> Permissions:
         publish=(
             f"{p}.evt.session.>", f"{p}.evt.pnode.>",  # session and PNode events
             f"{p}.pn.*.ctl",  # requests to PNodes
-            f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
+            f"{p}.orch.hb.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
+            user_requests(s),  # the dataset service, on a session owner's subject: as that owner
             *event_log_setup(), *read_stream(LOG_STREAM), *manage_bucket(checkpoint_bucket(s)),
             *use_bucket(dataset_bucket(s)),  # a session's tokenizer, for its owner's reads
+            *manage_kv(grants_bucket(s)),  # which PNodes read a session's dataset
         ),
         subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>", reads_all(s), _inbox("orchestrator", name)),
-        notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",),
+        notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",
+               f"asks the dataset service on any user's subject (`{user_requests(s)}`), for the owner of the session it "
+               "prepares, after checking the session is theirs: the service takes it for that user",),
     )
 
 
-def dataset(name: str, s: Subjects) -> Permissions:
+def dataset(name: str, s: Subjects, users: Iterable[str] = ()) -> Permissions:
+    """The dataset service. It creates and reads the uploads bucket of each of the deployment's `users`:
+    these lists are recomputed from the members at every change, as a leaf's are (a user made later
+    gets a bucket the service can read once the server has reloaded)."""
     p = s.prefix
     return Permissions(
-        publish=(f"{p}.evt.dataset.>", f"{p}.ds.progress.*", ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s)),
-                 *manage_bucket(uploads_bucket(s))),
-        subscribe=(f"{p}.ds.*", _inbox("dataset", name)),
+        publish=(f"{p}.evt.dataset.>", progress_all(s), ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s)),
+                 *(subject for user in sorted(users) for subject in manage_bucket(uploads_bucket(s, user))),
+                 *read_kv(grants_bucket(s))),
+        subscribe=(user_requests(s), pnode_requests(s), _inbox("dataset", name)),
+        notes=("decides itself who reads a dataset: NATS cannot see an object's owner. The requester is the user "
+               "or PNode its subject names; a user reads their own datasets and public ones (read only), a PNode "
+               "those the orchestrator granted to a session whose plan it holds",),
     )
 
 
@@ -122,10 +147,9 @@ def pnode(name: str, s: Subjects) -> Permissions:
             s.heartbeat(name), f"{p}.tel.{name}.>",  # its own liveness and telemetry
             f"{p}.pn.*.tensor",  # activations and gradients to the PNodes its plan names
             s.pnode_probe(name),  # bytes to itself through the bus, to time its link
-            s.dataset_api("batch"),
+            pnode_batch_subject(s, name),  # batches of the sessions it hosts (the orchestrator's grants)
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
             *use_bucket(checkpoint_bucket(s)),
-            *use_bucket(uploads_bucket(s)),  # the weights of `session create --init-from DIR`
         ),
         subscribe=(f"{p}.pn.{name}.>", f"{p}.orch.hb.*", _inbox("pnode", name)),
         notes=(
@@ -133,8 +157,6 @@ def pnode(name: str, s: Subjects) -> Permissions:
             "NATS permissions are fixed per connection; the receiver accepts only frames its plan expects",
             "reads and writes any object of the checkpoint bucket: the Object Store names chunks by random ids, "
             "so a subject cannot say whose they are; objects are checked against the digests in the log",
-            f"reads `{uploads_bucket(s)}` too, for weights a user uploaded to start a session from: the same "
-            "chunks cannot be told apart by subject, so the uploaded data files are readable to it as well",
         ),
     )
 
@@ -172,17 +194,17 @@ def user(name: str, s: Subjects) -> Permissions:
         publish=(
             f"{p}.cmd.{name}.session.*",  # its own commands, recorded (the JetStream ack comes to its inbox)
             f"{p}.api.{name}.*",  # reads of its own sessions, answered by the orchestrator
-            s.dataset_api("*"), f"{p}.mon.auth",
-            *use_bucket(uploads_bucket(s)),  # the files of `dataset create --files` / `session create --data`
+            user_requests(s, name),  # its own dataset requests
+            f"{p}.mon.auth",
+            *use_bucket(uploads_bucket(s, name)),  # its own uploads (the dataset service creates the bucket)
         ),
-        subscribe=(f"{p}.ds.progress.*", _inbox("user", name)),
+        subscribe=(progress_all(s, name), _inbox("user", name)),
         notes=(
             "reads no stream itself: NATS cannot filter the event log or the Object Store by owner, so a "
             "user's reads go through the orchestrator, which checks ownership",
-            "datasets are shared: any user may create, list and sample them",
-            f"may read and replace any object of `{uploads_bucket(s)}`, others' uploads too: the Object Store names "
-            "chunks by random ids, so a subject cannot say whose they are. Parts are named by their digest and the "
-            "dataset service checks every one, so a replaced part is refused (and removed), never used",
+            "reads, writes and purges its own uploads bucket only; it sets up no stream or bucket (a stream's "
+            "configuration says which subjects it captures), so the dataset service creates the bucket when "
+            "the user's client asks",
         ),
     )
 
@@ -218,5 +240,11 @@ ROLES: dict[Role, Callable[[str, Subjects], Permissions]] = {
 }
 
 
-def permissions(role: Role, name: str, subjects: Subjects) -> Permissions:
-    return ROLES[role](name, subjects)
+# The roles whose allow-lists name each user of the deployment (the users' buckets).
+PER_USER: dict[Role, Callable[[str, Subjects, Iterable[str]], Permissions]] = {"dataset": dataset}
+
+
+def permissions(role: Role, name: str, subjects: Subjects, users: Iterable[str] = ()) -> Permissions:
+    """`users`: the names of the deployment's users, which the lists of a `PER_USER` role name one by one."""
+    per_user = PER_USER.get(role)
+    return per_user(name, subjects, users) if per_user else ROLES[role](name, subjects)

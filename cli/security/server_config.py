@@ -119,11 +119,14 @@ def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]
 
 def member_users(members: list[Member], subjects: Subjects) -> list[tuple[str, Permissions]]:
     """The active `members` as users of this server. A leaf may carry what its site's PNodes may do;
-    those PNodes connect to their leaf server, never to this one."""
+    those PNodes connect to their leaf server, never to this one. The dataset service's lists name
+    every user (their uploads buckets)."""
+    users = [m.name for m in members if m.role == "user"]
+
     def of(m: Member) -> Permissions:
         if m.role == "leaf":
             return leaf(m.name, subjects, [p.name for p in members if p.site == m.name and p.role == "pnode"])
-        return permissions(m.role, m.name, subjects)
+        return permissions(m.role, m.name, subjects, users)
 
     return [(m.public_key, of(m)) for m in members if m.site is None]
 

@@ -99,3 +99,4 @@ class SessionDriver:
                           checks, quarantine).train()
         finally:
             sampler.abandon()
+            await placement.batch_access.end()
