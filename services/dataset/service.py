@@ -179,8 +179,6 @@ class DatasetService:
         uploaded = [await self.uploads.local(owner, u) for u in request.uploads]
         readable = self.roots.including([path.parent for path in uploaded])  # just these uploads
         scan = await asyncio.to_thread(reader.scan, [*request.files, *map(str, uploaded)], readable)
-        if request.tokenizer_from:
-            await self.access.check(Requester("user", owner, "create"), request.tokenizer_from)
         tokenizer_from = await tokenizer_source(request, owner, self.store, self.roots, self.uploads)
 
         existing = await self.store.current(request.name)

@@ -180,7 +180,7 @@ def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess
         asyncio.run(call(nats_server, client.create_dataset, request.model_copy(update={"vocab_size": 300, "if_exists": "reuse"})))
     reused = asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="js2", files=[str(data)], jsonl_field="content", tokenizer_from="js")))
     assert reused["tokenizer"]["digest"] == first["tokenizer"]["digest"] and reused["tokenizer"]["tokenizer_from"] == "js"
-    with pytest.raises(client.DatasetError, match="--tokenizer-from 'nope': no such dataset"):
+    with pytest.raises(client.DatasetError, match="--tokenizer-from 'nope': no such dataset of yours or public"):
         asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="js3", files=[str(data)], jsonl_field="content", tokenizer_from="nope")))
 
     async def events() -> list[str]:
