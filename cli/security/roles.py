@@ -115,9 +115,8 @@ def orchestrator(name: str, s: Subjects) -> Permissions:
 
 
 def dataset(name: str, s: Subjects, users: Iterable[str] = ()) -> Permissions:
-    """The dataset service. It creates and reads the uploads bucket of each of the deployment's `users`:
-    these lists are recomputed from the members at every change, as a leaf's are (a user made later
-    gets a bucket the service can read once the server has reloaded)."""
+    """The dataset service. It creates and reads each user's uploads bucket (below for a user `<user>`):
+    its lists name every user of the deployment, recomputed from the members at every change as a leaf's are."""
     p = s.prefix
     return Permissions(
         publish=(f"{p}.evt.dataset.>", progress_all(s), ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s)),
@@ -196,15 +195,15 @@ def user(name: str, s: Subjects) -> Permissions:
             f"{p}.api.{name}.*",  # reads of its own sessions, answered by the orchestrator
             user_requests(s, name),  # its own dataset requests
             f"{p}.mon.auth",
-            *use_bucket(uploads_bucket(s, name)),  # its own uploads (the dataset service creates the bucket)
+            # its own uploads; never a stream's setup (one could capture another's subjects): the dataset service creates it
+            *use_bucket(uploads_bucket(s, name)),
         ),
         subscribe=(progress_all(s, name), _inbox("user", name)),
         notes=(
             "reads no stream itself: NATS cannot filter the event log or the Object Store by owner, so a "
             "user's reads go through the orchestrator, which checks ownership",
-            "reads, writes and purges its own uploads bucket only; it sets up no stream or bucket (a stream's "
-            "configuration says which subjects it captures), so the dataset service creates the bucket when "
-            "the user's client asks",
+            "lists the names of every stream (`$JS.API.STREAM.NAMES`, which opening its own bucket needs), so it "
+            f"sees which users have an uploads bucket (its own is stream `OBJ_{uploads_bucket(s, name)}`), never what is in one",
         ),
     )
 
