@@ -139,7 +139,7 @@ def monitor(name: str, s: Subjects) -> Permissions:
     )
 
 
-def pnode(name: str, s: Subjects) -> Permissions:
+def pnode(name: str, s: Subjects, users: Iterable[str] = ()) -> Permissions:
     p = s.prefix
     return Permissions(
         publish=(
@@ -149,6 +149,8 @@ def pnode(name: str, s: Subjects) -> Permissions:
             pnode_batch_subject(s, name),  # batches of the sessions it hosts (the orchestrator's grants)
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
             *use_bucket(checkpoint_bucket(s)),
+            # the weights of `session create --init-from DIR`, in their user's uploads bucket, read only
+            *(subject for user in sorted(users) for subject in read_stream(f"OBJ_{uploads_bucket(s, user)}")),
         ),
         subscribe=(f"{p}.pn.{name}.>", f"{p}.orch.hb.*", _inbox("pnode", name)),
         notes=(
@@ -156,6 +158,8 @@ def pnode(name: str, s: Subjects) -> Permissions:
             "NATS permissions are fixed per connection; the receiver accepts only frames its plan expects",
             "reads and writes any object of the checkpoint bucket: the Object Store names chunks by random ids, "
             "so a subject cannot say whose they are; objects are checked against the digests in the log",
+            "reads every user's uploads bucket, for the weights a user uploaded to start a session from: the "
+            "same chunks cannot be told apart by subject, so the uploaded data files are readable to it as well",
         ),
     )
 
@@ -240,7 +244,7 @@ ROLES: dict[Role, Callable[[str, Subjects], Permissions]] = {
 
 
 # The roles whose allow-lists name each user of the deployment (the users' buckets).
-PER_USER: dict[Role, Callable[[str, Subjects, Iterable[str]], Permissions]] = {"dataset": dataset}
+PER_USER: dict[Role, Callable[[str, Subjects, Iterable[str]], Permissions]] = {"dataset": dataset, "pnode": pnode}
 
 
 def permissions(role: Role, name: str, subjects: Subjects, users: Iterable[str] = ()) -> Permissions:
