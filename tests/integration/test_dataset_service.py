@@ -234,6 +234,11 @@ def test_cli_create_list_show_sample(service: DatasetProcess, nats_server: Embed
     assert 20 <= json.loads(created.stdout)["splits"]["val"]["documents"] <= 25  # the last ~fifth of 120 documents
     listed = json.loads(cli("list", "--json").stdout)
     assert [d["name"] for d in listed] == ["fox"] and listed[0]["tokens"]["val"] > 0
+    assert (listed[0]["owner"], listed[0]["public"]) == (USER, False)
+    shared = cli("share", "fox")
+    assert shared.returncode == 0 and "dataset fox is public" in shared.stdout, shared.stderr
+    assert json.loads(cli("list", "--json").stdout)[0]["public"] is True
+    assert "yours alone" in cli("share", "fox", "--private").stdout
     shown = cli("show", "fox")
     assert shown.returncode == 0 and "tail:0.2" in shown.stdout and "shards/val-00000.bin" in shown.stdout
     sampled = cli("sample", "fox", "--split", "val", "--n", "2", "--context", "16")
