@@ -42,7 +42,7 @@ from .cluster import running_cluster, stdlib_corpus
 from .identities import connect_as
 from .sessions import config, run_to_end, wait_for
 from .test_dataset_service import DatasetProcess
-from .test_security_stories import Refusals, connected
+from .test_security_stories import connected
 from .test_training_run import NETWORK
 
 S = Subjects("ca")

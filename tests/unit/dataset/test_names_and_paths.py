@@ -7,7 +7,6 @@ import json
 import os
 import time
 import typing
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ValidationError
