@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import CreateDataset, DatasetProgress, SampleRequest, SplitSpec, progress_subject
+from computeall.protocol.limits import TOKENIZER_FILE_BYTES
 
 from ..client import connect
 from ..data_upload import expand, send_files
@@ -103,6 +104,8 @@ def _create(args) -> int:
     expand(args.files)  # a missing file is reported before anything is sent
     if args.tokenizer_file and not Path(args.tokenizer_file).is_file():
         raise UserError(f"--tokenizer-file {args.tokenizer_file}: no such file")
+    if args.tokenizer_file and Path(args.tokenizer_file).stat().st_size > TOKENIZER_FILE_BYTES:  # before it is hashed
+        raise UserError(f"--tokenizer-file {args.tokenizer_file}: larger than the {TOKENIZER_FILE_BYTES:,} bytes a tokenizer may have")
     try:
         request = CreateDataset(
             name=args.name,
