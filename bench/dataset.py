@@ -37,7 +37,7 @@ from computeall.dataset import builder, tokenizer as bpe
 from computeall.dataset.data_roots import DataRoots
 from computeall.dataset.sources import Reader
 from computeall.protocol import dataset_client as client
-from computeall.protocol.dataset_api import SPECIAL_TOKENS, BatchRequest, CreateDataset
+from computeall.protocol.dataset_api import SPECIAL_TOKENS, BatchRequest, CreateDataset, user_subject
 from computeall.protocol.subjects import Subjects
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,15 +115,17 @@ def bench_train(corpus: Path, vocab: int, repeats: int) -> dict:
 
 
 async def _batch_latencies(server: EmbeddedNats, corpus: Path, requests: int) -> list[float]:
-    nc = await bus.connect(server.credential("user"), name="bench-dataset")
+    credential = server.credential("user")
+    nc = await bus.connect(credential, name="bench-dataset")
     subjects = Subjects("ca")
     try:
-        await client.create_dataset(nc, subjects, CreateDataset(name="bench", files=[str(corpus)], vocab_size=4096), timeout=600)
+        create = CreateDataset(name="bench", files=[str(corpus)], vocab_size=4096)
+        await client.create_dataset(nc, subjects, credential.name, create, timeout=600)
         latencies = []
         for step in range(requests + 10):
             request = BatchRequest(dataset="bench", split="train", seed=0, step=step, batch=16, context=256)
             start = time.perf_counter()
-            await client.fetch_batch(nc, subjects, request, timeout=10)
+            await client.fetch_batch(nc, user_subject(subjects, credential.name, "batch"), request, timeout=10)
             if step >= 10:  # the first requests open the memory maps
                 latencies.append(time.perf_counter() - start)
         return latencies

@@ -71,7 +71,7 @@ class Step:
 async def run_sessions(client, configs: list[SessionConfig]) -> list[list[Step]]:
     """Run the sessions side by side to their end; each one's steps (from the second on). The corpus
     is uploaded first (once: the parts are content-addressed), as `computeall run` does."""
-    configs = [await with_sent_data(client.nc, client.subjects, c, progress=False) for c in configs]
+    configs = [await with_sent_data(client, c, progress=False) for c in configs]
 
     async def one(config: SessionConfig) -> list[Step]:
         sid, command = await start_session(client, config)

@@ -80,7 +80,7 @@ def base_config(steps: int, batch: int) -> SessionConfig:
 
 async def measure(client, steps: int, warmup: int, batch: int, replicas: int, sync: ReplicaSync) -> dict:
     config = base_config(steps + warmup, batch).model_copy(update={"replicas": replicas, "sync": sync})
-    config = await with_sent_data(client.nc, client.subjects, config, progress=False)  # uploaded once, then found
+    config = await with_sent_data(client, config, progress=False)  # uploaded once, then found
     sid, command_id = await start_session(client, config)
     outcome = await follow_session(client, sid, config.steps, None, False, command_id)
     if not outcome.ok:

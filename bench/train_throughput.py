@@ -117,7 +117,7 @@ async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes
         # one PNode takes every core, as the anchor does; several share them
         listen = f"127.0.0.1:{free_port()}" if tls else None
         async with running_cluster(Path(tmp), pnodes, processes_on_machine=pnodes, listen=listen) as (client, supervisor):
-            config = await with_sent_data(client.nc, client.subjects, config, progress=False)  # as `run --data` does
+            config = await with_sent_data(client, config, progress=False)  # as `run --data` does
             sid, command_id = await start_session(client, config)
             metrics = Path(tmp) / "m.jsonl"
             outcome = await follow_session(client, sid, config.steps, metrics, False, command_id)

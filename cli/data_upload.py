@@ -4,8 +4,9 @@ Whether the client is "on the service's host" is the service's answer to `ca.ds.
 counts when the service finds the same bytes at it, inside its data roots. That holds on the same
 machine, in a container with the folder mounted, on a shared file system; a file anywhere else,
 or outside the service's roots, travels through the Object Store (`protocol.uploads`: in parts,
-digested, a retry resumes). Folders are expanded here by the service's own rule, so an uploaded
-folder is the folder the service would have read.
+digested, a retry resumes), into the user's own uploads bucket, which the service makes on the
+client's first `uploads` request. Folders are expanded here by the service's own rule, so an uploaded
+folder is the folder the service would have read. Every file's size is checked before it is read.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import nats.errors
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.data_files import folder_files
 from computeall.protocol.dataset_api import LocalFile, LocateFiles
-from computeall.protocol.dataset_client import DatasetError, locate_files
-from computeall.protocol.limits import DATA_FILES_PER_REQUEST
+from computeall.protocol.dataset_client import DatasetError, locate_files, open_uploads
+from computeall.protocol.limits import DATA_FILES_PER_REQUEST, UPLOAD_FILE_BYTES
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.object_store import uploads_bucket
 from computeall.protocol.uploads import UploadedFile, UploadError, manifest_of, upload
 
+from .client import Client
 from .errors import UserError
 
 
@@ -38,7 +39,8 @@ class SentData:
 
 
 def expand(paths: list[str]) -> list[Path]:
-    """Each named file, and the text files inside each named folder; a `UserError` for a path that is not there."""
+    """Each named file, and the text files inside each named folder; a `UserError` for a path that is not
+    there or a file over the size limit (told by its size alone, before anything reads it)."""
     files: list[Path] = []
     for name in paths:
         path = Path(name).resolve()
@@ -51,22 +53,37 @@ def expand(paths: list[str]) -> list[Path]:
             files.append(path)
         else:
             raise UserError(f"data not found: {name}")
+    for path in files:
+        _check_size(path)
     return files
 
 
-async def send_files(nc, subjects: Subjects, paths: list[str], progress: bool = True, wait_s: float = 60.0) -> SentData:
-    """Ask the service which files it reads as they are, upload the others; `wait_s` for the service to come up."""
+def _check_size(path: Path) -> None:
+    size = path.stat().st_size
+    if size > UPLOAD_FILE_BYTES:
+        raise UserError(f"{path}: {size:,} bytes, more than the {UPLOAD_FILE_BYTES:,} one file of a dataset may hold "
+                        "(the dataset service holds a file whole while it reads it); split it into smaller files")
+
+
+async def send_files(nc, subjects: Subjects, user: str, paths: list[str], progress: bool = True,
+                     wait_s: float = 60.0) -> SentData:
+    """Ask the service which files it reads as they are, upload the others into `user`'s bucket; `wait_s`
+    for the service to come up."""
     files = expand(paths)
     manifests = {p: await asyncio.to_thread(manifest_of, p) for p in files}
     local = [LocalFile(path=str(p), sha256=m.sha256, size=m.size) for p, m in manifests.items()]
     readable: set[str] = set()
     for start in range(0, len(local), DATA_FILES_PER_REQUEST):
         request = LocateFiles(files=local[start:start + DATA_FILES_PER_REQUEST])
-        readable.update(await _locate(nc, subjects, request, wait_s))
+        readable.update(await _locate(nc, subjects, user, request, wait_s))
     missing = [p for p in files if str(p) not in readable]
     uploads, sent = [], 0
     if missing:
-        store = await nc.jetstream().object_store(uploads_bucket(subjects))
+        try:
+            bucket = await open_uploads(nc, subjects, user, timeout=60.0)
+        except DatasetError as exc:
+            raise UserError(str(exc)) from None
+        store = await nc.jetstream().object_store(bucket)
         bar = _bar(sum(manifests[p].size for p in missing), progress)
         try:
             for path in missing:
@@ -81,20 +98,20 @@ async def send_files(nc, subjects: Subjects, paths: list[str], progress: bool = 
     return SentData([str(p) for p in files if str(p) in readable], uploads, sent)
 
 
-async def with_sent_data(nc, subjects: Subjects, config: SessionConfig, progress: bool = True) -> SessionConfig:
+async def with_sent_data(client: Client, config: SessionConfig, progress: bool = True) -> SessionConfig:
     """`config` with its data files as the dataset service gets them (a config naming a dataset is unchanged)."""
     if not config.data.files:
         return config
-    sent = await send_files(nc, subjects, config.data.files, progress)
+    sent = await send_files(client.nc, client.subjects, client.user, config.data.files, progress)
     data = config.data.model_copy(update={"files": sent.files, "uploads": sent.uploads})
     return config.model_copy(update={"data": data})
 
 
-async def _locate(nc, subjects: Subjects, request: LocateFiles, wait_s: float) -> list[str]:
+async def _locate(nc, subjects: Subjects, user: str, request: LocateFiles, wait_s: float) -> list[str]:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return await locate_files(nc, subjects, request, timeout=600.0)  # it hashes what it finds
+            return await locate_files(nc, subjects, user, request, timeout=600.0)  # it hashes what it finds
         except DatasetError as exc:
             raise UserError(str(exc)) from None
         except nats.errors.NoRespondersError:

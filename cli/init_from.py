@@ -2,7 +2,7 @@
 
 SID[@STEP] is a session's kept checkpoint (the newest when no step is named), pinned in the
 config. DIR is a local Hugging Face Llama directory, converted here (`tensorcore.hf_import`) and
-put in the Object Store's uploads bucket (a user may write there, not in the checkpoints'); the config names the objects and their
+put in the user's own uploads bucket (a user may write there, not in the checkpoints'); the config names the objects and their
 digests. Either way the weights are checked against the new network here, so a mismatch is
 refused, naming the tensor, before anything is created. torch is imported only for --init-from.
 """
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import nats.errors
 from nats.js.errors import BucketNotFoundError
 
 from computeall.protocol.config import InitFrom, UploadedWeights
-from computeall.protocol.object_store import CheckpointObject, existing_bucket, uploads_bucket
+from computeall.protocol.dataset_client import DatasetError, open_uploads
+from computeall.protocol.object_store import CheckpointObject, existing_bucket
 from computeall.protocol.wire import digest
 
 from .client import Client
@@ -59,11 +61,11 @@ async def _from_directory(client: Client, directory: Path, network_yaml: str, si
         objects = llama_objects(inference_network(network_yaml), directory)
     except (WeightsMismatch, ModelLoadError) as exc:
         raise UserError(f"--init-from {directory} does not fit the network: {exc}") from None
-    bucket = uploads_bucket(client.subjects)
     try:
+        bucket = await open_uploads(client.nc, client.subjects, client.user, timeout=60.0)  # the user's own
         store = await existing_bucket(client.js, bucket)
-    except BucketNotFoundError:
-        raise UserError(f"bucket {bucket} does not exist yet: the dataset service makes it; is it running?") from None
+    except (DatasetError, BucketNotFoundError, nats.errors.NoRespondersError) as exc:
+        raise UserError(f"your uploads bucket cannot be opened ({exc or type(exc).__name__}); is the dataset service running?") from None
     uploaded = []
     for vid, data in objects.items():
         name = f"init/{sid}/{vid}.safetensors"

@@ -50,6 +50,11 @@ class SubjectRow:
     args: tuple[str, ...] = ()  # leading arguments given as is; the rest become <placeholders>
 
 
+def _dataset_request(verb: str) -> Callable[[Subjects, str], str]:
+    """`<prefix>.ds.user.<user>.<verb>`: the user is the placeholder, the verb fixed."""
+    return lambda subjects, user: dataset_api.user_subject(subjects, user, verb)
+
+
 def _user_read(verb: str) -> Callable[[Subjects, str], str]:
     """`<prefix>.api.<user>.<verb>`: the user is the placeholder, the verb fixed."""
     return lambda subjects, user: session_reads.reads_subject(subjects, user, verb)
@@ -70,21 +75,22 @@ SUBJECTS = [
                "replica sums, spot checks' material; only `<src>` may publish here", (wire.TensorHeader,)),
     SubjectRow("pnode_probe", "data", "a PNode's own loop through the bus: zero bytes it publishes and reads back "
                "to time its link (`Throughput`, in `PNodeJoined` and heartbeats)", (throughput.Throughput,)),
-    SubjectRow("dataset_api", "request/reply", "train a tokenizer, tokenize, cut splits; replies when done",
-               (dataset_api.CreateDataset, dataset_api.DatasetReply), args=("create",)),
-    SubjectRow("dataset_api", "request/reply", "a dataset's manifest", (dataset_api.GetDataset,), args=("get",)),
-    SubjectRow("dataset_api", "request/reply", "every dataset's manifest", (dataset_api.ListDatasets,), args=("list",)),
-    SubjectRow("dataset_api", "request/reply", "one batch of token ids, as a tensor frame", (dataset_api.BatchRequest,),
-               args=("batch",)),
-    SubjectRow("dataset_api", "request/reply", "decoded text of a few samples", (dataset_api.SampleRequest,),
-               args=("sample",)),
-    SubjectRow("dataset_api", "request/reply", "which files the service reads as they are (the client uploads the rest)",
-               (dataset_api.LocateFiles,), args=("locate",)),
-    SubjectRow("dataset_api", "request/reply", "prompts as the token ids a generation continues",
-               (dataset_api.EncodePrompts,), args=("encode",)),
-    SubjectRow("dataset_api", "request/reply", "generated token ids as text", (dataset_api.DecodeTokens,),
-               args=("decode",)),
-    SubjectRow(dataset_api.progress_subject, "event", "progress of a `create`, for progress bars",
+    *(SubjectRow(_dataset_request(verb), "request/reply", what, models)
+      for verb, models, what in [
+          ("create", (dataset_api.CreateDataset, dataset_api.DatasetReply), "train a tokenizer, tokenize, cut splits; replies when done"),
+          ("get", (dataset_api.GetDataset,), "a dataset's manifest (the user's own, or a public one)"),
+          ("list", (dataset_api.ListDatasets,), "the manifests of the user's datasets and the public ones"),
+          ("share", (dataset_api.ShareDataset,), "make one's dataset public (read only for everyone else), or private"),
+          ("batch", (dataset_api.BatchRequest,), "one batch of token ids, as a tensor frame"),
+          ("sample", (dataset_api.SampleRequest,), "decoded text of a few samples"),
+          ("locate", (dataset_api.LocateFiles,), "which files the service reads as they are (the client uploads the rest)"),
+          ("uploads", (dataset_api.OpenUploads,), "the user's uploads bucket, created on first use"),
+          ("encode", (dataset_api.EncodePrompts,), "prompts as the token ids a generation continues"),
+          ("decode", (dataset_api.DecodeTokens,), "generated token ids as text"),
+      ]),
+    SubjectRow(dataset_api.pnode_batch_subject, "request/reply", "a PNode's batch, for a session whose grant names it "
+               "(`ca-batch-grants`)", (dataset_api.BatchRequest,)),
+    SubjectRow(dataset_api.progress_subject, "event", "progress of a user's `create`, for progress bars (to that user only)",
                (dataset_api.DatasetProgress,)),
     *(SubjectRow(monitor_api.monitor_subject, "request/reply", what, (model, monitor_api.MonitorReply), args=(verb,))
       for verb, model, what in [
@@ -260,8 +266,9 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
         "pnode_requests": lambda: page.models([*members(pnode_api.PNodeRequest), pnode_api.PNodeReply]),
         "tensor_header": lambda: page.models([wire.TensorHeader]),
         "dataset_api": lambda: page.models([
-            dataset_api.CreateDataset, dataset_api.GetDataset, dataset_api.ListDatasets, dataset_api.BatchRequest,
-            dataset_api.SampleRequest, dataset_api.LocateFiles, dataset_api.DatasetProgress, dataset_api.DatasetReply,
+            dataset_api.CreateDataset, dataset_api.GetDataset, dataset_api.ListDatasets, dataset_api.ShareDataset,
+            dataset_api.BatchRequest, dataset_api.SampleRequest, dataset_api.LocateFiles, dataset_api.OpenUploads,
+            dataset_api.DatasetProgress, dataset_api.DatasetReply,
             uploads.UploadManifest]),
         "monitor_api": lambda: page.models([
             monitor_api.UserCreate, monitor_api.Auth, monitor_api.Rebuild, monitor_api.MonitorReply]),

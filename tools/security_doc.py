@@ -27,15 +27,17 @@ TOKEN = "_NAME_"  # an identity's name while the table is built (a valid subject
 NAME = "<name>"  # ... and as the page shows it
 SESSION_TOKEN = "_SESSION_"  # a session its role is granted (`roles.GRANTED`): the PNodes hosting it, the orchestrators ...
 SESSION = "<session>"  # ... and as the page shows it
+USER_TOKEN, USER = "_USER_", "<user>"  # each user of the deployment, in the lists that name them all
 
 
 def shown(subject: str) -> str:
-    return subject.replace(TOKEN, NAME).replace(SESSION_TOKEN, SESSION)
+    return subject.replace(TOKEN, NAME).replace(SESSION_TOKEN, SESSION).replace(USER_TOKEN, USER)
 
 
 def role_permissions(role: str, s: Subjects) -> Permissions:
-    """What the page shows of a role: an identity named `<name>`, granted session `<session>` if its role may be."""
-    return permissions(role, TOKEN, s, (SESSION_TOKEN,) if role in GRANTED else ())
+    """What the page shows of a role: an identity named `<name>`, granted session `<session>` if its role may
+    be, in a deployment whose users are `<user>`."""
+    return permissions(role, TOKEN, s, (SESSION_TOKEN,) if role in GRANTED else (), [USER_TOKEN])
 
 
 def _subjects(items: tuple[str, ...]) -> str:

@@ -45,7 +45,7 @@ async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int,
     diloco = ReplicaSync(mode="diloco", inner_steps=inner_steps)
     async with running_cluster(directory, pnodes=0) as cloud:  # NATS and the services, no PNodes
         client, _ = cloud
-        config = await with_sent_data(client.nc, client.subjects, config.model_copy(update={"steps": steps + warmup + 1}),
+        config = await with_sent_data(client, config.model_copy(update={"steps": steps + warmup + 1}),
                                       progress=False)
         ones, twos = [], []
         for _ in range(rounds):

@@ -1,4 +1,7 @@
-"""`computeall dataset create|list|show|sample`: a thin client of the dataset service over NATS."""
+"""`computeall dataset create|list|show|sample|share`: a thin client of the dataset service over NATS.
+
+A dataset is its creator's: `list` shows yours and the public ones, `share NAME` makes yours public
+(read only for everyone else), `share NAME --private` takes it back."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pydantic import ValidationError
 
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import CreateDataset, DatasetProgress, SampleRequest, SplitSpec, progress_subject
+from computeall.protocol.limits import TOKENIZER_FILE_BYTES
 
 from ..cluster_file import add_data_dir_argument
 from ..client import connect
@@ -53,7 +57,7 @@ def register(subparsers) -> None:
     common(create)
     create.set_defaults(func=_create, timeout=3600.0)
 
-    listing = sub.add_parser("list", help="every dataset")
+    listing = sub.add_parser("list", help="your datasets and the public ones")
     common(listing)
     listing.set_defaults(func=_list)
 
@@ -71,6 +75,12 @@ def register(subparsers) -> None:
     common(sample)
     sample.set_defaults(func=_sample)
 
+    share = sub.add_parser("share", help="make your dataset public (every user may read and train on it, none may change it)")
+    share.add_argument("name")
+    share.add_argument("--private", action="store_true", help="make it yours alone again")
+    common(share)
+    share.set_defaults(func=_share)
+
 
 def _run(args, work) -> object:
     async def main():
@@ -78,7 +88,9 @@ def _run(args, work) -> object:
 
         async with connect(user_credential(args), args.prefix) as bus:
             try:
-                return await work(bus.nc, bus.subjects)
+                return await work(bus.nc, bus.subjects, bus.user)
+            except ValidationError as exc:  # a name the service would refuse, refused here
+                raise _invalid(exc) from None
             except client.DatasetError as exc:
                 raise UserError(str(exc)) from None
             except nats.errors.NoRespondersError:
@@ -93,6 +105,8 @@ def _create(args) -> int:
     expand(args.files)  # a missing file is reported before anything is sent
     if args.tokenizer_file and not Path(args.tokenizer_file).is_file():
         raise UserError(f"--tokenizer-file {args.tokenizer_file}: no such file")
+    if args.tokenizer_file and Path(args.tokenizer_file).stat().st_size > TOKENIZER_FILE_BYTES:  # before it is hashed
+        raise UserError(f"--tokenizer-file {args.tokenizer_file}: larger than the {TOKENIZER_FILE_BYTES:,} bytes a tokenizer may have")
     try:
         request = CreateDataset(
             name=args.name,
@@ -108,22 +122,22 @@ def _create(args) -> int:
             if_exists="reuse" if args.reuse else "error",
         )
     except ValidationError as exc:
-        raise UserError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        raise _invalid(exc) from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
-    async def work(nc, subjects):
-        sent = await send_files(nc, subjects, request.files, progress=not args.quiet)
+    async def work(nc, subjects, user):
+        sent = await send_files(nc, subjects, user, request.files, progress=not args.quiet)
         creation = request.model_copy(update={"files": sent.files, "uploads": sent.uploads})
         if args.tokenizer_file:
-            tokenizer = await send_files(nc, subjects, [args.tokenizer_file], progress=False)
+            tokenizer = await send_files(nc, subjects, user, [args.tokenizer_file], progress=False)
             creation = creation.model_copy(update={
                 "tokenizer_file": next(iter(tokenizer.files), None), "tokenizer_upload": next(iter(tokenizer.uploads), None),
             })
         bars = _ProgressBars(enabled=not args.quiet)
-        sub = await nc.subscribe(progress_subject(subjects, args.name), cb=bars.on_message)
+        sub = await nc.subscribe(progress_subject(subjects, user, args.name), cb=bars.on_message)
         try:
-            return await client.create_dataset(nc, subjects, creation, timeout=args.timeout)
+            return await client.create_dataset(nc, subjects, user, creation, timeout=args.timeout)
         finally:
             await sub.unsubscribe()
             bars.close()
@@ -134,7 +148,7 @@ def _create(args) -> int:
 
 
 def _list(args) -> int:
-    datasets = _run(args, lambda nc, s: client.list_datasets(nc, s, timeout=args.timeout))
+    datasets = _run(args, lambda nc, s, user: client.list_datasets(nc, s, user, timeout=args.timeout))
     if args.json:
         print(json.dumps([_summary(d) for d in datasets], indent=2))
         return 0
@@ -143,19 +157,32 @@ def _list(args) -> int:
     for d in datasets:
         s = _summary(d)
         splits = ", ".join(f"{k} {v:,}" for k, v in s["tokens"].items())
-        print(f"{s['name']:<24} vocab {s['vocab_size']:>7,}  {s['documents']:>9,} docs  tokens: {splits}")
+        whose = f"{s['owner']}{', public' if s['public'] else ''}"
+        print(f"{s['name']:<24} {whose:<20} vocab {s['vocab_size']:>7,}  {s['documents']:>9,} docs  tokens: {splits}")
     return 0
 
 
 def _show(args) -> int:
-    manifest = _run(args, lambda nc, s: client.get_dataset(nc, s, args.name, timeout=args.timeout))
+    manifest = _run(args, lambda nc, s, user: client.get_dataset(nc, s, user, args.name, timeout=args.timeout))
     _print_manifest(manifest, args.json)
     return 0
 
 
+def _share(args) -> int:
+    public = not args.private
+    manifest = _run(args, lambda nc, s, user: client.share_dataset(nc, s, user, args.name, public, timeout=args.timeout))
+    if args.json:
+        print(json.dumps(_summary(manifest), indent=2))
+    else:
+        print(f"dataset {manifest['name']} is {'public: every user may read it' if manifest['public'] else 'yours alone'}")
+    return 0
+
+
 def _sample(args) -> int:
-    request = SampleRequest(dataset=args.name, split=args.split, n=args.n, context=args.context, seed=args.seed)
-    texts = _run(args, lambda nc, s: client.sample_text(nc, s, request, timeout=args.timeout))
+    def request() -> SampleRequest:
+        return SampleRequest(dataset=args.name, split=args.split, n=args.n, context=args.context, seed=args.seed)
+
+    texts = _run(args, lambda nc, s, user: client.sample_text(nc, s, user, request(), timeout=args.timeout))
     if args.json:
         print(json.dumps(texts, indent=2))
         return 0
@@ -165,9 +192,15 @@ def _sample(args) -> int:
     return 0
 
 
+def _invalid(exc: ValidationError) -> UserError:
+    return UserError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+
+
 def _summary(manifest: dict) -> dict:
     return {
         "name": manifest["name"],
+        "owner": manifest["owner"],
+        "public": manifest["public"],
         "vocab_size": manifest["vocab_size"],
         "documents": manifest["documents"],
         "dtype": manifest["dtype"],
@@ -181,7 +214,7 @@ def _print_manifest(manifest: dict, as_json: bool) -> None:
         return
     tok = manifest["tokenizer"]
     source = f"from {tok['tokenizer_from']}" if tok.get("tokenizer_from") else "trained"
-    print(f"dataset   {manifest['name']}")
+    print(f"dataset   {manifest['name']} ({manifest['owner']}'s{', public' if manifest['public'] else ''})")
     print(f"vocab     {manifest['vocab_size']:,} ({source}; requested {manifest['requested_vocab_size']:,}), shards of {manifest['dtype']}")
     print(f"tokenizer digest {tok['digest']}")
     print(f"documents {manifest['documents']:,} from {len(manifest['files'])} files ({manifest['text_bytes']:,} bytes)")

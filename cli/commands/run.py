@@ -173,7 +173,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         async with running_cluster(data_dir, args.pnodes, listen=args.listen, faults=faults,
                                    processes_on_machine=args.processes_on_machine) as (client, _):
-            config = await with_sent_data(client.nc, client.subjects, config, progress=not args.no_progress)
+            config = await with_sent_data(client, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(
                 client, sid, config.steps, args.metrics_out, not args.no_progress, command_id, args.tensorboard

@@ -103,7 +103,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 async def _create(args: argparse.Namespace) -> int:
     config = session_config(args, min_pnodes=args.min_pnodes)
     async with connect(user_credential(args), args.prefix) as client:
-        config = await with_sent_data(client.nc, client.subjects, config)
+        config = await with_sent_data(client, config)
         sid = new_session_id()
         if args.init_from:
             config = config.model_copy(update={"init_from": await init_from(client, args.init_from, config.network_yaml, sid)})

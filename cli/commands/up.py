@@ -210,7 +210,7 @@ async def _train(client: Client, config, stop: asyncio.Event, tensorboard: Path 
         print(f"  training   session {same.id} again (it runs this network already); "
               f"`computeall session stop {same.id}` ends it, then `--train` starts a new one")
     else:
-        config = await with_sent_data(client.nc, client.subjects, config)
+        config = await with_sent_data(client, config)
         sid, command_id = await start_session(client, config)
     follow = asyncio.create_task(follow_session(client, sid, config.steps, command_id=command_id, tensorboard=tensorboard))
     stopped = asyncio.create_task(stop.wait())

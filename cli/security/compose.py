@@ -77,7 +77,8 @@ def nats_config(cluster_index: int | None = None) -> str:
     sections = cluster_settings(cluster_index).sections() if cluster_index is not None else ()
     settings = ServerSettings(host="0.0.0.0", port=CLIENT_PORT, store_dir="/data", sections=sections)
     # no authority follows placement here: the orchestrator and the PNodes get every session's bucket
-    users = [(f"${{{variable('NKEY', name)}}}", permissions(role, name, Subjects(), EVERY_SESSION.reach(role, name)))
+    names = [name for role, name in identities() if role == "user"]  # whose uploads the dataset service reads
+    users = [(f"${{{variable('NKEY', name)}}}", permissions(role, name, Subjects(), EVERY_SESSION.reach(role, name), names))
              for role, name in identities()]
     return re.sub(r"\$(?!\{CA_)", "$$", server_config(settings, users))
 

@@ -20,6 +20,7 @@ import secrets
 from pathlib import Path
 
 from computeall.protocol.credentials import (
+    LOCAL_USER,
     Credential,
     CredentialError,
     Role,
@@ -35,7 +36,6 @@ from .members import LockedJson, Member, MemberStore
 from .session_grants import SessionGrants
 
 OPERATOR = "operator"  # the admin identity of the machine that runs `computeall up`
-LOCAL_USER = "local"  # the user a client on that machine acts as unless told otherwise
 
 
 class Security:

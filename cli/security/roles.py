@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from computeall.protocol.batch_grants import grants_bucket
 from computeall.protocol.credentials import Role
+from computeall.protocol.dataset_api import pnode_batch_subject, pnode_requests, progress_all, user_requests
 from computeall.protocol.membership_api import SESSION_HOSTS, membership_subject
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
@@ -100,12 +102,24 @@ def checkpoint_buckets(s: Subjects, sessions: Sessions) -> list[str]:
     return [ANY_BUCKET] if sessions == EVERY else [checkpoint_bucket(s, sid) for sid in sessions]
 
 
-def other_streams(s: Subjects) -> list[str]:
+def other_streams(s: Subjects, users: Iterable[str]) -> list[str]:
     """What a grant on every bucket must not reach: the deployment's streams that are no session's bucket."""
-    data = [dataset_bucket(s), uploads_bucket(s)]
+    data = [dataset_bucket(s), *(uploads_bucket(s, user) for user in sorted(users))]
     streams = [LOG_STREAM, TEL_STREAM, *(f"OBJ_{bucket}" for bucket in data)]
     return [*(subject for stream in streams for subject in (*read_stream(stream), f"$JS.API.STREAM.PURGE.{stream}")),
             *(f"$O.{bucket}.>" for bucket in data)]
+
+
+def read_kv(bucket: str) -> list[str]:
+    """Look keys of a key-value bucket up (`KeyValue.get`: direct gets)."""
+    stream = f"KV_{bucket}"
+    return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
+            f"$JS.API.STREAM.MSG.GET.{stream}"]
+
+
+def manage_kv(bucket: str) -> list[str]:
+    """Create a key-value bucket, put and delete its keys."""
+    return [*read_kv(bucket), *manage_stream(f"KV_{bucket}"), f"$KV.{bucket}.>"]
 
 
 def event_log_setup() -> list[str]:
@@ -114,35 +128,47 @@ def event_log_setup() -> list[str]:
 
 
 # -- the roles -----------------------------------------------------------------------------
-def orchestrator(name: str, s: Subjects, sessions: Sessions = ()) -> Permissions:
+def orchestrator(name: str, s: Subjects, sessions: Sessions = (), users: Iterable[str] = ()) -> Permissions:
     """Drives the sessions: creates, prunes and reads the checkpoint bucket of every session that was ever
-    placed (`sessions`, from the authority's session grants); no one else deletes from them."""
+    placed (`sessions`, from the authority's session grants); no one else deletes from them. Reads every
+    user's uploads bucket (`users`), for the weights a session starts from, which it copies into its bucket."""
     p = s.prefix
     return Permissions(
         publish=(
             f"{p}.evt.session.>", f"{p}.evt.pnode.>",  # session and PNode events
             f"{p}.pn.*.ctl",  # requests to PNodes
-            f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
+            f"{p}.orch.hb.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
             membership_subject(s, SESSION_HOSTS),  # who may reach a session's checkpoints, at every placement
+            user_requests(s),  # the dataset service, on a session owner's subject: as that owner
             *event_log_setup(), *read_stream(LOG_STREAM),
             *use_bucket(dataset_bucket(s)),  # a session's tokenizer, for its owner's reads
-            *read_stream(f"OBJ_{uploads_bucket(s)}"),  # weights uploaded to start a session from, copied into its bucket
+            *manage_kv(grants_bucket(s)),  # which PNodes read a session's dataset
+            # weights a user uploaded to start a session from, copied into the session's bucket
+            *(subject for user in sorted(users) for subject in read_stream(f"OBJ_{uploads_bucket(s, user)}")),
             *(subject for bucket in checkpoint_buckets(s, sessions) for subject in manage_bucket(bucket)),
         ),
         subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>", reads_all(s), _inbox("orchestrator", name)),
         notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",
+               f"asks the dataset service on any user's subject (`{user_requests(s)}`), for the owner of the session it "
+               "prepares, after checking the session is theirs: the service takes it for that user",
                "reaches the bucket of every session that has been placed: each is one more grant in the server's "
                "configuration, since a subject cannot name \"the checkpoint buckets\" and no others (a wildcard "
                "stands for a whole token, and a bucket's name is one)"),
     )
 
 
-def dataset(name: str, s: Subjects) -> Permissions:
+def dataset(name: str, s: Subjects, users: Iterable[str] = ()) -> Permissions:
+    """The dataset service. It creates and reads each user's uploads bucket (below for a user `<user>`):
+    its lists name every user of the deployment, recomputed from the members at every change as a leaf's are."""
     p = s.prefix
     return Permissions(
-        publish=(f"{p}.evt.dataset.>", f"{p}.ds.progress.*", ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s)),
-                 *manage_bucket(uploads_bucket(s))),
-        subscribe=(f"{p}.ds.*", _inbox("dataset", name)),
+        publish=(f"{p}.evt.dataset.>", progress_all(s), ANY_INBOX, *event_log_setup(), *manage_bucket(dataset_bucket(s)),
+                 *(subject for user in sorted(users) for subject in manage_bucket(uploads_bucket(s, user))),
+                 *read_kv(grants_bucket(s))),
+        subscribe=(user_requests(s), pnode_requests(s), _inbox("dataset", name)),
+        notes=("decides itself who reads a dataset: NATS cannot see an object's owner. The requester is the user "
+               "or PNode its subject names; a user reads their own datasets and public ones (read only), a PNode "
+               "those the orchestrator granted to a session whose plan it holds",),
     )
 
 
@@ -156,20 +182,21 @@ def monitor(name: str, s: Subjects) -> Permissions:
     )
 
 
-def pnode(name: str, s: Subjects, sessions: Sessions = ()) -> Permissions:
+def pnode(name: str, s: Subjects, sessions: Sessions = (), users: Iterable[str] = ()) -> Permissions:
     """Hosts VNodes: reaches the checkpoint buckets of the sessions it hosts now (`sessions`, from the
-    authority's session grants, which change at every placement), to put and read, never to delete."""
+    authority's session grants, which change at every placement), to put and read, never to delete. With
+    every bucket (`EVERY`), the deployment's other streams, the users' uploads among them, are carved out."""
     p = s.prefix
     return Permissions(
         publish=(
             s.heartbeat(name), f"{p}.tel.{name}.>",  # its own liveness and telemetry
             f"{p}.pn.*.tensor.{name}",  # tensors to other PNodes, as itself: the receiver reads the sender here
             s.pnode_probe(name),  # bytes to itself through the bus, to time its link
-            s.dataset_api("batch"),
+            pnode_batch_subject(s, name),  # batches of the sessions it hosts (the orchestrator's grants)
             "_INBOX.orchestrator.>",  # replies to the orchestrators' requests, the only ones it gets
             *(subject for bucket in checkpoint_buckets(s, sessions) for subject in put_objects(bucket)),
         ),
-        publish_deny=tuple(other_streams(s)) if sessions == EVERY else (),
+        publish_deny=tuple(other_streams(s, users)) if sessions == EVERY else (),
         subscribe=(f"{p}.pn.{name}.>", f"{p}.orch.hb.*", _inbox("pnode", name)),
         notes=(
             f"may send tensors to any PNode, but only as itself (`{p}.pn.*.tensor.<name>`): a plan changes at every "
@@ -222,17 +249,17 @@ def user(name: str, s: Subjects) -> Permissions:
         publish=(
             f"{p}.cmd.{name}.session.*",  # its own commands, recorded (the JetStream ack comes to its inbox)
             f"{p}.api.{name}.*",  # reads of its own sessions, answered by the orchestrator
-            s.dataset_api("*"), f"{p}.mon.auth",
-            *use_bucket(uploads_bucket(s)),  # the files of `dataset create --files` / `session create --data`
+            user_requests(s, name),  # its own dataset requests
+            f"{p}.mon.auth",
+            # its own uploads; never a stream's setup (one could capture another's subjects): the dataset service creates it
+            *use_bucket(uploads_bucket(s, name)),
         ),
-        subscribe=(f"{p}.ds.progress.*", _inbox("user", name)),
+        subscribe=(progress_all(s, name), _inbox("user", name)),
         notes=(
             "reads no stream itself: NATS cannot filter the event log or the Object Store by owner, so a "
             "user's reads go through the orchestrator, which checks ownership",
-            "datasets are shared: any user may create, list and sample them",
-            f"may read and replace any object of `{uploads_bucket(s)}`, others' uploads too: the Object Store names "
-            "chunks by random ids, so a subject cannot say whose they are. Parts are named by their digest and the "
-            "dataset service checks every one, so a replaced part is refused (and removed), never used",
+            "lists the names of every stream (`$JS.API.STREAM.NAMES`, which opening its own bucket needs), so it "
+            f"sees which users have an uploads bucket (its own is stream `OBJ_{uploads_bucket(s, name)}`), never what is in one",
         ),
     )
 
@@ -270,8 +297,12 @@ ROLES: dict[Role, Callable[[str, Subjects], Permissions]] = {
 
 # the roles whose reach into checkpoint buckets follows the session grants
 GRANTED: frozenset[Role] = frozenset({"orchestrator", "pnode"})
+# the roles whose allow-lists name each user of the deployment (the users' uploads buckets)
+PER_USER: frozenset[Role] = frozenset({"orchestrator", "dataset", "pnode"})
 
 
-def permissions(role: Role, name: str, subjects: Subjects, sessions: Sessions = ()) -> Permissions:
-    """`sessions`: the checkpoint buckets a role of `GRANTED` reaches (no other role reaches any)."""
-    return ROLES[role](name, subjects, sessions) if role in GRANTED else ROLES[role](name, subjects)
+def permissions(role: Role, name: str, subjects: Subjects, sessions: Sessions = (), users: Iterable[str] = ()) -> Permissions:
+    """`sessions`: the checkpoint buckets a role of `GRANTED` reaches (no other role reaches any); `users`:
+    the deployment's users, whom the lists of a `PER_USER` role name one by one."""
+    reach = {**({"sessions": sessions} if role in GRANTED else {}), **({"users": tuple(users)} if role in PER_USER else {})}
+    return ROLES[role](name, subjects, **reach)

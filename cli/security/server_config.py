@@ -120,12 +120,15 @@ def server_config(settings: ServerSettings, users: list[tuple[str, Permissions]]
 
 def member_users(members: list[Member], subjects: Subjects, grants: SessionGrants) -> list[tuple[str, Permissions]]:
     """The active `members` as users of this server, with the checkpoint buckets `grants` give them. A leaf
-    may carry what its site's PNodes may do; those PNodes connect to their leaf server, never to this one."""
+    may carry what its site's PNodes may do; those PNodes connect to their leaf server, never to this one.
+    The lists of the roles that read users' uploads buckets name every user."""
+    users = [m.name for m in members if m.role == "user"]
+
     def of(m: Member) -> Permissions:
         if m.role == "leaf":
             site = [p.name for p in members if p.site == m.name and p.role == "pnode"]
             return leaf(m.name, subjects, site, {p: grants.reach("pnode", p) for p in site})
-        return permissions(m.role, m.name, subjects, grants.reach(m.role, m.name))
+        return permissions(m.role, m.name, subjects, grants.reach(m.role, m.name), users)
 
     return [(m.public_key, of(m)) for m in members if m.site is None]
 

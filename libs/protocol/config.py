@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .dataset_names import DatasetName
 from .micro_tree import replica_problem
 from .object_store import CheckpointObject
 from .replica_sync import Replicas, ReplicaSync
@@ -93,7 +94,7 @@ class DataConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset: str | None = None
+    dataset: DatasetName | None = Field(None, description="yours, or one its owner made public")
     files: list[str] = Field(default_factory=list, description="paths the dataset service reads, inside its data roots")
     uploads: list[UploadedFile] = Field(default_factory=list, description="files the client put in the uploads bucket")
     split: str = "train"

@@ -1,23 +1,32 @@
-"""Dataset service requests on `ca.ds.<verb>` (request/reply, not recorded).
+"""Dataset service requests (request/reply, not recorded), on a subject that says who asks:
+
+    ca.ds.user.<user>.<verb>   a user's request (only that user's credential may publish there; the
+                               orchestrator asks on a session owner's subject, for that owner)
+    ca.ds.pnode.<pid>.batch    a PNode's batch, for a session whose plan gave it the dataset (`batch_grants`)
+
+Datasets belong to the user who created them: another user may read one only once its owner made it
+public (`share`), and only read it. Uploads are each user's own (`object_store.uploads_bucket`).
 
 Replies to `batch` are a tensor frame (see `wire`): token ids, shape (B, T+1),
 uint16 or uint32. Every other reply is a `DatasetReply` JSON. A failed request
 answers `{"ok": false, "error": "..."}`, never silence.
 
 While `create` runs, the service publishes `DatasetProgress` on
-`ca.ds.progress.<name>` so a client can draw progress bars.
+`ca.ds.progress.<user>.<name>` so the user's client can draw progress bars.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .config import DataConfig
-from .limits import DATA_FILES_PER_REQUEST
+from .dataset_names import DatasetName, SplitName
+from .limits import DATA_FILES_PER_REQUEST, UPLOAD_FILE_BYTES
 from .subjects import Subjects, check_token
 from .uploads import SHA256, UploadedFile
 
@@ -28,7 +37,7 @@ SPECIAL_TOKENS = [EOT_TOKEN, PAD_TOKEN]
 MIN_VOCAB = BYTE_ALPHABET + len(SPECIAL_TOKENS)
 MAX_VOCAB = 262144
 SPLIT_METHODS = ("random-doc", "tail", "hash-doc")
-MANIFEST_FILE = "manifest.json"  # the dataset service publishes `<dataset>/manifest.json` in its bucket, last
+SESSION_ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 class _Request(BaseModel):
@@ -45,7 +54,7 @@ class SplitSpec(BaseModel):
 
     method: Literal["random-doc", "tail", "hash-doc"] = "random-doc"
     fraction: float = Field(0.1, gt=0, lt=1)
-    name: str = Field("val", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    name: SplitName = "val"
 
     @field_validator("name")
     @classmethod
@@ -73,12 +82,12 @@ class CreateDataset(_Request):
     The corpus is `files` (paths the service reads, inside its data roots) then `uploads`.
     """
 
-    name: str = Field(..., pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    name: DatasetName
     files: list[str] = Field(default_factory=list, description="files or folders on the service's machine, inside its data roots")
     uploads: list[UploadedFile] = Field(default_factory=list, description="files the client put in the uploads bucket")
     vocab_size: int = Field(4096, le=MAX_VOCAB)
     split: SplitSpec = Field(default_factory=SplitSpec)
-    tokenizer_from: str | None = Field(None, description="reuse the tokenizer of this dataset instead of training one")
+    tokenizer_from: DatasetName | None = Field(None, description="reuse the tokenizer of this dataset (yours or public) instead of training one")
     tokenizer_file: str | None = Field(None, description="use this tokenizer.json on the service's machine, inside its data roots")
     tokenizer_upload: UploadedFile | None = Field(None, description="use this tokenizer.json the client put in the uploads bucket")
     jsonl_field: str = "text"
@@ -119,7 +128,7 @@ class LocalFile(BaseModel):
 
     path: str = Field(..., min_length=1)
     sha256: str = Field(..., pattern=SHA256)
-    size: int = Field(..., ge=0)
+    size: int = Field(..., ge=0, le=UPLOAD_FILE_BYTES)
 
 
 class LocateFiles(_Request):
@@ -130,24 +139,38 @@ class LocateFiles(_Request):
 
 
 class GetDataset(_Request):
-    """`ca.ds.get`: a dataset's manifest."""
+    """`get`: a dataset's manifest (yours or public)."""
 
-    name: str
+    name: DatasetName
 
 
 class ListDatasets(_Request):
-    """`ca.ds.list`: every dataset's manifest, local or published."""
+    """`list`: the manifests of your datasets and of the public ones."""
+
+
+class ShareDataset(_Request):
+    """`share`: make your dataset public (every user may read it, none may change it) or private again."""
+
+    name: DatasetName
+    public: bool
+
+
+class OpenUploads(_Request):
+    """`uploads`: your uploads bucket, created on first use; replies its name (`bucket`). Only the dataset
+    service creates buckets: a user may put objects into theirs, never set up a stream."""
 
 
 class BatchRequest(_Request):
-    """`ca.ds.batch`: tokens (B, T+1) for (dataset, split, seed, step, micro): a pure function of these.
+    """`batch`: tokens (B, T+1) for (dataset, split, seed, step, micro): a pure function of these.
 
     Sample `b` of the batch is sample ((step * micro_batches) + micro) * batch + b of the
     split's seeded order of non-overlapping windows, so no window repeats inside an epoch.
+    A PNode names the session whose plan gave it the dataset; a user reads their own or public ones.
     """
 
-    dataset: str
-    split: str = "train"
+    dataset: DatasetName
+    session_id: str | None = Field(None, pattern=SESSION_ID, description="a PNode's: the session it reads for")
+    split: SplitName = "train"
     seed: int = 0
     step: int = Field(..., ge=0)
     micro: int = Field(0, ge=0)
@@ -163,34 +186,34 @@ class BatchRequest(_Request):
 
 
 class SampleRequest(_Request):
-    """`ca.ds.sample`: the decoded text of the first `n` samples of a real batch (step 0)."""
+    """`sample`: the decoded text of the first `n` samples of a real batch (step 0)."""
 
-    dataset: str
-    split: str = "val"
+    dataset: DatasetName
+    split: SplitName = "val"
     n: int = Field(2, ge=1, le=64)
     context: int = Field(128, ge=1, le=1 << 16)
     seed: int = 0
 
 
 class EncodePrompts(_Request):
-    """`ca.ds.encode`: texts -> the token ids a generation continues (see `protocol.prompts`), with the
+    """`encode`: texts -> the token ids a generation continues (see `protocol.prompts`), with the
     dataset's end-of-text id and vocabulary size, which bound what generation may draw."""
 
-    dataset: str
+    dataset: DatasetName
     texts: list[Annotated[str, Field(max_length=10_000)]] = Field(..., min_length=1, max_length=64)
 
 
 class DecodeTokens(_Request):
-    """`ca.ds.decode`: generated token ids -> their text (special tokens left out)."""
+    """`decode`: generated token ids -> their text (special tokens left out)."""
 
-    dataset: str
+    dataset: DatasetName
     tokens: list[Annotated[list[int], Field(max_length=1 << 16)]] = Field(..., min_length=1, max_length=64)
 
 
 class DatasetProgress(BaseModel):
     """Progress of one stage of a create: `done` of `total` `unit`s."""
 
-    name: str
+    name: DatasetName
     stage: Literal["scan", "train-tokenizer", "tokenize", "write-splits", "publish"]
     done: int
     total: int
@@ -208,21 +231,72 @@ class DatasetReply(BaseModel):
     texts: list[str] | None = None  # decode
     eot_id: int | None = None  # encode
     vocab_size: int | None = None  # encode
+    bucket: str | None = None  # uploads: the caller's uploads bucket
 
 
-def progress_subject(subjects: Subjects, name: str) -> str:
-    return subjects.dataset_api(f"progress.{check_token(name, 'dataset name')}")
+# -- subjects: who asks is in the subject ------------------------------------------------------
+USER = "user"
+PNODE = "pnode"
+PNODE_VERB = "batch"  # the one request a PNode makes
 
 
-def session_dataset(data: DataConfig, vocab_size: int) -> str:
-    """The dataset a session trains on: the one it names, else the one made from its files."""
-    return data.dataset or files_dataset_name(data, vocab_size)
+def user_subject(subjects: Subjects, user: str, verb: str) -> str:
+    """Where `user` asks for `verb`: only that user's credential (and the orchestrator, for a session's
+    owner) may publish there."""
+    return f"{subjects.prefix}.ds.{USER}.{check_token(user, 'user name')}.{check_token(verb, 'dataset verb')}"
 
 
-def files_dataset_name(data: DataConfig, vocab_size: int) -> str:
-    """The dataset a session on plain files trains on: a stable name for 'these files with this vocabulary',
-    so a rerun reuses the dataset and a client finds the session's tokenizer."""
+def pnode_batch_subject(subjects: Subjects, pnode: str) -> str:
+    return f"{subjects.prefix}.ds.{PNODE}.{check_token(pnode, 'pnode id')}.{PNODE_VERB}"
+
+
+def user_requests(subjects: Subjects, user: str = "*", verb: str = "*") -> str:
+    """A user's requests (every user's: what the dataset service subscribes to, per verb)."""
+    return f"{subjects.prefix}.ds.{USER}.{user}.{verb}"
+
+
+def pnode_requests(subjects: Subjects) -> str:
+    return f"{subjects.prefix}.ds.{PNODE}.*.{PNODE_VERB}"
+
+
+def progress_subject(subjects: Subjects, user: str, name: str) -> str:
+    """Progress of `user`'s create of dataset `name`: only that user may subscribe."""
+    return f"{subjects.prefix}.ds.progress.{check_token(user, 'user name')}.{check_token(name, 'dataset name')}"
+
+
+def progress_all(subjects: Subjects, user: str = "*") -> str:
+    """The progress of a user's creates (of every user's: what the dataset service publishes)."""
+    return f"{subjects.prefix}.ds.progress.{user}.*"
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who sent a dataset request, read from its subject (never from a field)."""
+
+    kind: Literal["user", "pnode"]
+    name: str
+    verb: str
+
+
+def requester_of(subjects: Subjects, subject: str) -> Requester:
+    """The sender of a request on `user_subject` or `pnode_batch_subject`; ValueError for any other subject."""
+    prefix = f"{subjects.prefix}.ds."
+    tokens = subject[len(prefix):].split(".") if subject.startswith(prefix) else []
+    if len(tokens) == 3 and tokens[0] in (USER, PNODE) and (tokens[0] == USER or tokens[2] == PNODE_VERB):
+        return Requester(tokens[0], tokens[1], tokens[2])
+    raise ValueError(f"{subject} is not a dataset request subject of prefix {subjects.prefix}")
+
+
+def session_dataset(data: DataConfig, vocab_size: int, owner: str) -> str:
+    """The dataset a session trains on: the one it names, else the one made from its files for its owner."""
+    return data.dataset or files_dataset_name(data, vocab_size, owner)
+
+
+def files_dataset_name(data: DataConfig, vocab_size: int, owner: str) -> str:
+    """The dataset a session on plain files trains on: a stable name for 'these files with this vocabulary,
+    for this owner', so a rerun reuses the dataset and a client finds the session's tokenizer. The owner
+    is part of it: two users training on the same files each get their own dataset."""
     names = sorted(str(Path(f).resolve()) for f in data.files)
     names += sorted(f"upload:{u.sha256}:{u.name}" for u in data.uploads)
-    key = "\n".join(names) + f"\n{vocab_size}"
+    key = "\n".join(names) + f"\n{vocab_size}\nowner:{owner}"
     return "files-" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()

@@ -1,5 +1,9 @@
 """A small async client of the dataset service, for PNodes, the trainer and the CLI.
 
+Every request goes out on the subject of who asks (`dataset_api.user_subject`: a user, or the
+orchestrator for a session's owner; `pnode_batch_subject`: a PNode), which the server lets only
+them publish to: the service reads the requester from it.
+
 A `batch` reply is either one tensor frame (it starts with `wire.MAGIC`) or a
 `DatasetReply` JSON that says why there is no batch.
 """
@@ -11,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from . import wire
 from .dataset_api import (
     BatchRequest, CreateDataset, DatasetReply, DecodeTokens, EncodePrompts, GetDataset, ListDatasets,
-    LocateFiles, SampleRequest,
+    LocateFiles, OpenUploads, SampleRequest, ShareDataset, user_subject,
 )
 from .subjects import Subjects
 
@@ -35,9 +39,14 @@ def _reply(data: bytes) -> DatasetReply:
     return reply
 
 
-async def fetch_batch(nc, subjects: Subjects, request: BatchRequest, timeout: float) -> tuple[str, list[int], bytearray]:
-    """Token ids of one batch as (dtype, shape (B, T+1), raw little-endian bytes)."""
-    data = await _request(nc, subjects.dataset_api("batch"), request, timeout)
+async def _ask(nc, subjects: Subjects, user: str, verb: str, request: BaseModel, timeout: float) -> DatasetReply:
+    return _reply(await _request(nc, user_subject(subjects, user, verb), request, timeout))
+
+
+async def fetch_batch(nc, subject: str, request: BatchRequest, timeout: float) -> tuple[str, list[int], bytearray]:
+    """Token ids of one batch as (dtype, shape (B, T+1), raw little-endian bytes); `subject` is the
+    asker's: `pnode_batch_subject`, or `user_subject(..., "batch")`."""
+    data = await _request(nc, subject, request, timeout)
     if not data.startswith(wire.MAGIC):
         _reply(data)
         raise DatasetError("the dataset service answered a batch request without a batch")
@@ -47,32 +56,43 @@ async def fetch_batch(nc, subjects: Subjects, request: BatchRequest, timeout: fl
     return tensor.dtype, tensor.shape, tensor.data
 
 
-async def create_dataset(nc, subjects: Subjects, request: CreateDataset, timeout: float) -> dict:
-    """Create (or, with `if_exists="reuse"`, find) a dataset; its manifest."""
-    return _reply(await _request(nc, subjects.dataset_api("create"), request, timeout)).dataset or {}
+async def create_dataset(nc, subjects: Subjects, user: str, request: CreateDataset, timeout: float) -> dict:
+    """Create (or, with `if_exists="reuse"`, find) a dataset of `user`'s; its manifest."""
+    return (await _ask(nc, subjects, user, "create", request, timeout)).dataset or {}
 
 
-async def get_dataset(nc, subjects: Subjects, name: str, timeout: float) -> dict:
-    return _reply(await _request(nc, subjects.dataset_api("get"), GetDataset(name=name), timeout)).dataset or {}
+async def get_dataset(nc, subjects: Subjects, user: str, name: str, timeout: float) -> dict:
+    return (await _ask(nc, subjects, user, "get", GetDataset(name=name), timeout)).dataset or {}
 
 
-async def list_datasets(nc, subjects: Subjects, timeout: float) -> list[dict]:
-    return _reply(await _request(nc, subjects.dataset_api("list"), ListDatasets(), timeout)).datasets or []
+async def list_datasets(nc, subjects: Subjects, user: str, timeout: float) -> list[dict]:
+    """`user`'s datasets and the public ones."""
+    return (await _ask(nc, subjects, user, "list", ListDatasets(), timeout)).datasets or []
 
 
-async def sample_text(nc, subjects: Subjects, request: SampleRequest, timeout: float) -> list[str]:
-    return _reply(await _request(nc, subjects.dataset_api("sample"), request, timeout)).samples or []
+async def share_dataset(nc, subjects: Subjects, user: str, name: str, public: bool, timeout: float) -> dict:
+    """Make `user`'s dataset public (or private again); its manifest."""
+    return (await _ask(nc, subjects, user, "share", ShareDataset(name=name, public=public), timeout)).dataset or {}
 
 
-async def locate_files(nc, subjects: Subjects, request: LocateFiles, timeout: float) -> list[str]:
+async def sample_text(nc, subjects: Subjects, user: str, request: SampleRequest, timeout: float) -> list[str]:
+    return (await _ask(nc, subjects, user, "sample", request, timeout)).samples or []
+
+
+async def locate_files(nc, subjects: Subjects, user: str, request: LocateFiles, timeout: float) -> list[str]:
     """The paths of `request` the service reads as they are (the client uploads the others)."""
-    return _reply(await _request(nc, subjects.dataset_api("locate"), request, timeout)).readable or []
+    return (await _ask(nc, subjects, user, "locate", request, timeout)).readable or []
 
-async def encode_prompts(nc, subjects: Subjects, dataset: str, texts: list[str], timeout: float) -> DatasetReply:
+
+async def open_uploads(nc, subjects: Subjects, user: str, timeout: float) -> str:
+    """`user`'s uploads bucket, created by the service when it is not there yet."""
+    return (await _ask(nc, subjects, user, "uploads", OpenUploads(), timeout)).bucket or ""
+
+
+async def encode_prompts(nc, subjects: Subjects, user: str, dataset: str, texts: list[str], timeout: float) -> DatasetReply:
     """The prompts as token ids (`tokens`), and the dataset's `eot_id` and `vocab_size`."""
-    return _reply(await _request(nc, subjects.dataset_api("encode"), EncodePrompts(dataset=dataset, texts=texts), timeout))
+    return await _ask(nc, subjects, user, "encode", EncodePrompts(dataset=dataset, texts=texts), timeout)
 
 
-async def decode_tokens(nc, subjects: Subjects, dataset: str, tokens: list[list[int]], timeout: float) -> list[str]:
-    request = DecodeTokens(dataset=dataset, tokens=tokens)
-    return _reply(await _request(nc, subjects.dataset_api("decode"), request, timeout)).texts or []
+async def decode_tokens(nc, subjects: Subjects, user: str, dataset: str, tokens: list[list[int]], timeout: float) -> list[str]:
+    return (await _ask(nc, subjects, user, "decode", DecodeTokens(dataset=dataset, tokens=tokens), timeout)).texts or []

@@ -31,7 +31,10 @@ NETWORK_YAML_NODES = Limit(
     200_000, "values in a network YAML, counting each alias as the values it stands for (checked before loading)"
 )
 NETWORK_VNODES = Limit(4096, "VNodes of a network after `repeat` is expanded (counted before expanding)")
-UPLOAD_FILE_BYTES = Limit(64 << 30, "bytes of one file uploaded for a dataset (`UploadedFile.size`)")
+UPLOAD_FILE_BYTES = Limit(
+    4 << 30, "bytes of one file a dataset is made from, uploaded (`UploadedFile.size`) or read by the dataset "
+    "service: it holds a file whole while it cuts it into documents. The client checks it before it reads the file",
+)
 TOKENIZER_FILE_BYTES = Limit(64 << 20, "bytes of a tokenizer.json given to `dataset create --tokenizer-file`")
 DATA_FILES_PER_REQUEST = Limit(1000, "files named in one `ca.ds.locate` request (clients send more in several)")
 TENSORS_PENDING_PER_SENDER = Limit(

@@ -35,9 +35,11 @@ def dataset_bucket(subjects: Subjects) -> str:
     return f"{subjects.prefix}-datasets"
 
 
-def uploads_bucket(subjects: Subjects) -> str:
-    """Where clients put the files a dataset is made from (`protocol.uploads`); the dataset service creates it."""
-    return f"{subjects.prefix}-uploads"
+def uploads_bucket(subjects: Subjects, user: str) -> str:
+    """Where `user` puts the files a dataset is made from (`protocol.uploads`): a bucket per user, so the
+    server's permissions keep each user's uploads from every other user. The dataset service creates it
+    (`dataset_api.OpenUploads`) and reads it."""
+    return f"{subjects.prefix}-uploads-{check_token(user, 'user name')}"
 
 
 async def open_bucket(js: JetStreamContext, bucket: str, replicas: int = 1) -> ObjectStore:

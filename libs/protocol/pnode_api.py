@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .config import OptimizerConfig, PipelineConfig
+from .dataset_names import DatasetName
 from .micro_tree import Exchange, exchanges, replica_block
 from .object_store import CheckpointObject
 from .replica_sync import ReplicaSync
@@ -23,9 +24,9 @@ class _Request(BaseModel):
 
 
 class BatchSource(BaseModel):
-    """Everything a PNode needs to ask the dataset service for a batch."""
+    """Everything a PNode needs to ask the dataset service for a batch (the session's `batch_grants` let it)."""
 
-    dataset: str
+    dataset: DatasetName
     split: str
     seed: int
     micro_batch_size: int

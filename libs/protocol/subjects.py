@@ -94,9 +94,6 @@ class Subjects:
         """A PNode's own loop through the bus: it publishes here and reads it back to time its link."""
         return f"{self.prefix}.pn.{check_token(pid, 'pnode id')}.probe"
 
-    def dataset_api(self, verb: str) -> str:
-        return f"{self.prefix}.ds.{verb}"
-
     def orchestrator_heartbeat(self, orchestrator: str) -> str:
         """Orchestrators' liveness, so that one takes over the sessions of another that died."""
         return f"{self.prefix}.orch.hb.{check_token(orchestrator, 'orchestrator id')}"

@@ -1,8 +1,9 @@
 """Files a client gives the dataset service through the JetStream Object Store, resumably.
 
 A client whose files the dataset service cannot read as they are (another machine, or a path
-outside the service's data roots: `ca.ds.locate` says which) uploads them to the bucket
-`<prefix>-uploads`, which the dataset service creates:
+outside the service's data roots: `locate` says which) uploads them to its own bucket
+`<prefix>-uploads-<user>` (`object_store.uploads_bucket`), which the dataset service creates (`uploads`)
+and only that user and the service may read:
 
     parts/<sha256 of the part>   at most `PART_BYTES` of the file (the Object Store chunks it further)
     files/<sha256 of the file>   the file's `UploadManifest`, put last: the upload is complete
@@ -26,8 +27,9 @@ from typing import BinaryIO
 from nats.js.api import ObjectMeta, ObjectMetaOptions
 from nats.js.errors import DigestMismatchError, NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .dataset_names import RESERVED_FILE_NAMES
 from .limits import UPLOAD_FILE_BYTES
 
 PART_BYTES = 8 << 20
@@ -49,6 +51,13 @@ class UploadedFile(BaseModel):
                       description="the file's own name, without folders; its suffix says how it is read (.jsonl)")
     sha256: str = Field(..., pattern=SHA256, description="of the whole file, hex")
     size: int = Field(..., ge=1, le=UPLOAD_FILE_BYTES)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_FILE_NAMES:
+            raise ValueError(f"{value} is the name of the dataset service's own files; upload it under another name")
+        return value
 
 
 class UploadManifest(BaseModel):
@@ -112,7 +121,10 @@ async def upload(store: ObjectStore, path: Path, manifest: UploadManifest | None
     `manifest` is `manifest_of(path)` when the caller has it already."""
     manifest = manifest or await asyncio.to_thread(manifest_of, path)
     part_bytes = manifest.part_bytes
-    file = UploadedFile(name=path.name.lstrip(".") or "file", sha256=manifest.sha256, size=manifest.size)
+    try:
+        file = UploadedFile(name=path.name.lstrip(".") or "file", sha256=manifest.sha256, size=manifest.size)
+    except ValidationError as exc:
+        raise UploadError(f"{path}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     sent = sent_bytes = 0  # every part is looked for, even of a file sent before: one may have been removed
     with open(path, "rb") as f:
         for index, digest in enumerate(manifest.parts):

@@ -2,7 +2,7 @@
 run one dataset service.
 
 It reads paths only inside its data roots: the Python standard library (the demo's corpus) and each
-`--data-root`; uploaded files only for the requests that name them.
+`--data-root`; uploaded files only for their owner's requests that name them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from computeall.protocol.data_files import stdlib_root
 from computeall.protocol.eventlog import ensure_streams
 from computeall.protocol.object_store import dataset_bucket
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.object_store import uploads_bucket
 
 from .data_roots import DataRoots
 from .service import DatasetService
@@ -53,8 +52,7 @@ async def serve(args: argparse.Namespace) -> None:
     await ensure_streams(js, subjects, replicas=replicas(nc))
     store = DatasetStore(args.data_dir, js, args.bucket or dataset_bucket(subjects), min(_OBJECT_CHUNK_BYTES, nc.max_payload // 2))
     await store.open(replicas(nc))
-    uploads = UploadCache(args.data_dir / "uploads", js, uploads_bucket(subjects))
-    await uploads.open(replicas(nc))
+    uploads = UploadCache(args.data_dir / "uploads", js, subjects, replicas(nc))
     roots = DataRoots([stdlib_root(), *args.data_root])
     service = DatasetService(nc, subjects, store, roots, uploads)
     await service.start()

@@ -46,13 +46,14 @@ def recipe_digest(request: CreateDataset, scan: Scan, tokenizer_digest: str | No
 
 def build(
     request: CreateDataset,
+    owner: str,
     scan: Scan,
     reader: Reader,
     staging: Path,
     progress: Progress,
     tokenizer_from: tuple[str, Path] | None = None,
 ) -> BuildResult:
-    """Everything of one dataset into `staging`; `tokenizer_from` is (where it comes from, the tokenizer file)."""
+    """Everything of `owner`'s new dataset into `staging`; `tokenizer_from` is (where it comes from, the tokenizer file)."""
     started = time.monotonic()
     tokenizer_path = staging / TOKENIZER_FILE
     if tokenizer_from:
@@ -85,6 +86,7 @@ def build(
     tokenizer_digest = bpe.file_digest(tokenizer_path)
     manifest = Manifest(
         name=request.name,
+        owner=owner,
         created_at=time.time(),
         files=[str(f.path) for f in scan.files],
         documents=scan.documents,

@@ -53,5 +53,6 @@ def creation_events(manifest: Manifest, result: BuildResult, bucket: str) -> lis
             splits={s.name: s.tokens for s in manifest.splits.values()},
             recipe_digest=manifest.recipe_digest,
             object_store_bucket=bucket,
+            owner=manifest.owner,
         ),
     ]

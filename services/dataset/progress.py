@@ -19,9 +19,10 @@ _MIN_INTERVAL_S = 0.25
 
 
 class ProgressReporter:
-    def __init__(self, nc, subjects: Subjects, name: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, nc, subjects: Subjects, user: str, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        """Progress of `user`'s create of dataset `name`, to that user only."""
         self.nc = nc
-        self.subject = progress_subject(subjects, name)
+        self.subject = progress_subject(subjects, user, name)
         self.name = name
         self.loop = loop
         self._bars: dict[str, tqdm] = {}

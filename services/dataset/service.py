@@ -1,4 +1,6 @@
-"""The dataset service: request handlers on `ca.ds.<verb>`, in a queue group.
+"""The dataset service: request handlers on `ca.ds.user.<user>.<verb>` and `ca.ds.pnode.<pid>.batch`, in a
+queue group. Who asks is read from the subject (`dataset_api.requester_of`); what they may read is
+`access.py`'s rule, checked by every handler that reads a dataset.
 
 Plain nats-py core request/reply, not FastStream: the replies are raw tensor frames
 as often as JSON, the work is answered, not acknowledged (nothing here is a
@@ -30,15 +32,23 @@ from computeall.protocol.dataset_api import (
     GetDataset,
     ListDatasets,
     LocateFiles,
+    OpenUploads,
+    Requester,
     SampleRequest,
+    ShareDataset,
+    pnode_requests,
+    requester_of,
+    user_requests,
 )
 from computeall.protocol.envelope import Envelope
+from computeall.protocol.events import DatasetShared
 from computeall.protocol.prompts import PromptCodec
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.subjects import Subjects, is_inbox
 from computeall.protocol.uploads import sha256_of
 
 from . import builder, tokenizer as bpe
+from .access import Access
 from .batches import make_batch
 from .creation_events import creation_events
 from .data_roots import DataRoots
@@ -62,14 +72,14 @@ class _Open:
     """A dataset ready to serve: its manifest and memory-mapped splits."""
 
     manifest: Manifest
-    root: Path
+    store: DatasetStore
     streams: dict[str, SplitStream] = field(default_factory=dict)
     _codec: PromptCodec | None = None
 
     def codec(self) -> PromptCodec:
         """The dataset's tokenizer, loaded on first use."""
         if self._codec is None:
-            self._codec = PromptCodec(bpe.load(self.root / self.manifest.tokenizer.file))
+            self._codec = PromptCodec(bpe.load(self.store.file(self.manifest, self.manifest.tokenizer.file)))
         return self._codec
 
     def stream(self, split: str) -> SplitStream:
@@ -78,7 +88,7 @@ class _Open:
                 f"dataset {self.manifest.name!r} has no split {split!r}; its splits are {', '.join(self.manifest.splits)}"
             )
         if split not in self.streams:
-            self.streams[split] = SplitStream(self.root, self.manifest.splits[split], self.manifest.dtype)
+            self.streams[split] = SplitStream(self.store.path(self.manifest.name), self.manifest.splits[split], self.manifest.dtype)
         return self.streams[split]
 
 
@@ -90,25 +100,29 @@ class DatasetService:
         self.roots = roots
         self.uploads = uploads
         self.events = EventLog(nc.jetstream(), subjects)
+        self.access = Access(store, nc.jetstream(), subjects)
         self._open: dict[str, _Open] = {}
         self._creating: dict[str, asyncio.Event] = {}  # name -> set when its creation ends
         self._tasks: set[asyncio.Task] = set()
         self._subs = []
-        self._handlers = {
+        self._handlers = {  # verb -> (request, handler(request, who asks)); a PNode asks only for batches
             "create": (CreateDataset, self.create),
             "get": (GetDataset, self.get),
             "list": (ListDatasets, self.list_datasets),
+            "share": (ShareDataset, self.share),
             "batch": (BatchRequest, self.batch),
             "sample": (SampleRequest, self.sample),
             "locate": (LocateFiles, self.locate),
+            "uploads": (OpenUploads, self.open_uploads),
             "encode": (EncodePrompts, self.encode),
             "decode": (DecodeTokens, self.decode),
         }
 
     async def start(self) -> None:
-        for verb in self._handlers:
-            self._subs.append(await self.nc.subscribe(self.subjects.dataset_api(verb), queue=QUEUE_GROUP, cb=self._on_message))
-        log.info("serving %s on %s", ", ".join(self._handlers), self.subjects.dataset_api("*"))
+        for subject in [*(user_requests(self.subjects, verb=verb) for verb in self._handlers), pnode_requests(self.subjects)]:
+            self._subs.append(await self.nc.subscribe(subject, queue=QUEUE_GROUP, cb=self._on_message))
+        log.info("serving %s on %s, batches on %s", ", ".join(self._handlers), user_requests(self.subjects),
+                 pnode_requests(self.subjects))
 
     async def stop(self) -> None:
         """Stop taking requests and let the ones in flight answer."""
@@ -123,11 +137,12 @@ class DatasetService:
         task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, msg) -> None:
-        verb = msg.subject.rsplit(".", 1)[-1]
+        asker = requester_of(self.subjects, msg.subject)  # only subjects it subscribed to arrive
+        verb = asker.verb
         model, handler = self._handlers[verb]
         try:
             request = model.model_validate_json(msg.data)
-            reply = await handler(request)
+            reply = await handler(request, asker)
         except ValidationError as exc:
             reply = _error(f"invalid {verb} request: {_describe(exc)}")
         except DatasetUserError as exc:
@@ -144,39 +159,40 @@ class DatasetService:
             log.exception("could not answer a %s request", verb)
 
     # -- handlers ------------------------------------------------------------
-    async def create(self, request: CreateDataset) -> DatasetReply:
+    async def create(self, request: CreateDataset, asker: Requester) -> DatasetReply:
         while request.name in self._creating:
             if request.if_exists != "reuse":
                 raise DatasetUserError(f"dataset {request.name!r} is being created right now; wait for it or choose another name")
             await self._creating[request.name].wait()  # then reuse what it made, if it is the same recipe
         done = self._creating[request.name] = asyncio.Event()
         try:
-            return await self._create(request)
+            return await self._create(request, asker.name)
         finally:
             del self._creating[request.name]
             done.set()
 
-    async def _create(self, request: CreateDataset) -> DatasetReply:
+    async def _create(self, request: CreateDataset, owner: str) -> DatasetReply:
+        """`owner`'s new dataset, from files in the data roots and `owner`'s own uploads."""
         reader = Reader(request.jsonl_field, request.document_unit, request.on_invalid_utf8)
         for name in request.files:
             self.roots.check(name)  # refused before any upload is fetched
-        uploaded = [await self.uploads.local(u) for u in request.uploads]
+        uploaded = [await self.uploads.local(owner, u) for u in request.uploads]
         readable = self.roots.including([path.parent for path in uploaded])  # just these uploads
         scan = await asyncio.to_thread(reader.scan, [*request.files, *map(str, uploaded)], readable)
-        tokenizer_from = await tokenizer_source(request, self.store, self.roots, self.uploads)
+        tokenizer_from = await tokenizer_source(request, owner, self.store, self.roots, self.uploads)
 
-        existing = self.store.local(request.name) or await self.store.published(request.name)
+        existing = await self.store.current(request.name)
         if existing:
             recipe = builder.recipe_digest(request, scan, tokenizer_from and bpe.file_digest(tokenizer_from[1]))
-            if request.if_exists == "reuse" and existing.recipe_digest == recipe:
+            if request.if_exists == "reuse" and existing.recipe_digest == recipe and existing.readable_by(owner):
                 return DatasetReply(ok=True, dataset=existing.model_dump())
             differs = " with other inputs or settings" if request.if_exists == "reuse" else ""
             raise DatasetUserError(f"dataset {request.name!r} already exists{differs}; choose another name")
 
-        reporter = ProgressReporter(self.nc, self.subjects, request.name, asyncio.get_running_loop())
+        reporter = ProgressReporter(self.nc, self.subjects, owner, request.name, asyncio.get_running_loop())
         staging = self.store.staging()
         try:
-            result = await asyncio.to_thread(builder.build, request, scan, reader, staging, reporter, tokenizer_from)
+            result = await asyncio.to_thread(builder.build, request, owner, scan, reader, staging, reporter, tokenizer_from)
             self.store.commit(staging, result.manifest)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -200,18 +216,39 @@ class DatasetService:
         for event in creation_events(manifest, result, self.store.bucket):
             await self.events.append_event(self.subjects.dataset_evt(manifest.name, event.type), Envelope(actor=ACTOR, payload=event))
 
-    async def get(self, request: GetDataset) -> DatasetReply:
-        return DatasetReply(ok=True, dataset=(await self._dataset(request.name)).manifest.model_dump())
+    async def get(self, request: GetDataset, asker: Requester) -> DatasetReply:
+        manifest = await self.access.check(asker, request.name)
+        await self._dataset(request.name)  # fetched here when it is not yet
+        return DatasetReply(ok=True, dataset=manifest.model_dump())
 
-    async def list_datasets(self, request: ListDatasets) -> DatasetReply:
+    async def list_datasets(self, request: ListDatasets, asker: Requester) -> DatasetReply:
+        """The asker's datasets and the public ones (published, or only here: made before a bucket held them)."""
         found = {m.name: m for m in await self.store.all_published()}
         for folder in sorted(self.store.root.iterdir()):
-            manifest = self.store.local(folder.name) if not folder.name.startswith(".") else None
+            if folder.name.startswith(".") or folder.name in found:
+                continue
+            try:
+                manifest = self.store.local(folder.name)
+            except DatasetUserError as exc:  # one damaged dataset does not hide the others
+                log.warning("%s", exc)
+                continue
             if manifest:
                 found[manifest.name] = manifest
-        return DatasetReply(ok=True, datasets=[found[name].model_dump() for name in sorted(found)])
+        mine = [found[name].model_dump() for name in sorted(found) if found[name].readable_by(asker.name)]
+        return DatasetReply(ok=True, datasets=mine)
 
-    async def batch(self, request: BatchRequest) -> bytes | DatasetReply:
+    async def share(self, request: ShareDataset, asker: Requester) -> DatasetReply:
+        manifest = await self.store.share(await self.access.owned(asker.name, request.name), request.public)
+        event = DatasetShared(name=manifest.name, owner=manifest.owner, public=manifest.public)
+        await self.events.append_event(self.subjects.dataset_evt(manifest.name, event.type), Envelope(actor=asker.name, payload=event))
+        log.info("%s made dataset %s %s", asker.name, manifest.name, "public" if manifest.public else "private")
+        return DatasetReply(ok=True, dataset=manifest.model_dump())
+
+    async def open_uploads(self, request: OpenUploads, asker: Requester) -> DatasetReply:
+        return DatasetReply(ok=True, bucket=await self.uploads.open(asker.name))
+
+    async def batch(self, request: BatchRequest, asker: Requester) -> bytes | DatasetReply:
+        await self.access.check(asker, request.dataset, request.session_id)
         dataset = await self._dataset(request.dataset)
         tokens = make_batch(dataset.stream(request.split), request, f"{request.dataset}/{request.split}")
         key = f"{request.dataset}/{request.split}/{request.seed}/{request.step}/{request.micro}"
@@ -223,14 +260,15 @@ class DatasetService:
             )
         return frames[0]
 
-    async def sample(self, request: SampleRequest) -> DatasetReply:
+    async def sample(self, request: SampleRequest, asker: Requester) -> DatasetReply:
+        await self.access.check(asker, request.dataset)
         dataset = await self._dataset(request.dataset)
         batch_request = BatchRequest(dataset=request.dataset, split=request.split, seed=request.seed, step=0, batch=request.n, context=request.context)
         tokens = make_batch(dataset.stream(request.split), batch_request, f"{request.dataset}/{request.split}")
         texts = [dataset.codec().tokenizer.decode(row.tolist(), skip_special_tokens=False) for row in tokens]
         return DatasetReply(ok=True, samples=texts)
 
-    async def locate(self, request: LocateFiles) -> DatasetReply:
+    async def locate(self, request: LocateFiles, asker: Requester) -> DatasetReply:
         """The paths this service reads with the bytes the client has; outside the roots a path is never looked at."""
         readable = []
         for file in request.files:
@@ -246,21 +284,24 @@ class DatasetService:
                 readable.append(file.path)
         return DatasetReply(ok=True, readable=readable)
 
-    async def encode(self, request: EncodePrompts) -> DatasetReply:
+    async def encode(self, request: EncodePrompts, asker: Requester) -> DatasetReply:
+        await self.access.check(asker, request.dataset)
         codec = await asyncio.to_thread((await self._dataset(request.dataset)).codec)
         tokens = await asyncio.to_thread(lambda: [codec.prompt(t) for t in request.texts])
         return DatasetReply(ok=True, tokens=tokens, eot_id=codec.eot, vocab_size=codec.tokenizer.get_vocab_size())
 
-    async def decode(self, request: DecodeTokens) -> DatasetReply:
+    async def decode(self, request: DecodeTokens, asker: Requester) -> DatasetReply:
+        await self.access.check(asker, request.dataset)
         codec = await asyncio.to_thread((await self._dataset(request.dataset)).codec)
         return DatasetReply(ok=True, texts=await asyncio.to_thread(lambda: [codec.text(ids) for ids in request.tokens]))
 
     async def _dataset(self, name: str) -> _Open:
+        """The dataset ready to serve; who may read it is checked before (`access`)."""
         if name not in self._open:
             manifest = await self.store.find(name)
             if manifest is None:
                 raise DatasetUserError(f"no dataset named {name!r}; `computeall dataset list` shows them, `computeall dataset create` makes one")
-            self._open[name] = _Open(manifest, self.store.path(name))
+            self._open[name] = _Open(manifest, self.store)
         return self._open[name]
 
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import ShardInfo, SplitInfo
-
-SHARD_DIR = "shards"
+from .data_roots import confined
+from .manifest import SHARD_DIR, ShardInfo, SplitInfo
 
 
 class ShardWriter:
@@ -67,7 +66,8 @@ class SplitStream:
 
     def __init__(self, root: Path, split: SplitInfo, dtype: str) -> None:
         self.dtype = np.dtype(dtype).newbyteorder("<")
-        self.maps = [np.memmap(root / s.file, dtype=self.dtype, mode="r") for s in split.shards if s.tokens]
+        self.maps = [np.memmap(confined(root, s.file, f"split {split.name}"), dtype=self.dtype, mode="r")
+                     for s in split.shards if s.tokens]
         self.starts = np.cumsum([0] + [len(m) for m in self.maps])
         self.tokens = int(self.starts[-1])
 

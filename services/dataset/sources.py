@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from computeall.protocol.data_files import binary_at, folder_files
+from computeall.protocol.limits import UPLOAD_FILE_BYTES
 
 from .data_roots import DataRoots
 from .errors import DatasetUserError
@@ -139,6 +140,15 @@ class Reader:
             ) from None
 
 
+def _size(path: Path) -> int:
+    """The file's size, checked against the limit before anything reads it (a file is read whole)."""
+    size = path.stat().st_size
+    if size > UPLOAD_FILE_BYTES:
+        raise DatasetUserError(f"{path}: {size:,} bytes, more than the {UPLOAD_FILE_BYTES:,} of one file of a dataset "
+                               "(the service holds a file whole while it cuts it into documents); split it into smaller files")
+    return size
+
+
 def _expand(paths: list[str], roots: DataRoots) -> tuple[list[SourceFile], list[str]]:
     """Named files must be text; inside folders, binary, empty and hidden files are skipped (and reported)."""
     files: list[SourceFile] = []
@@ -153,11 +163,11 @@ def _expand(paths: list[str], roots: DataRoots) -> tuple[list[SourceFile], list[
             skipped_binary += [str(p) for p in skipped] + [str(p) for p in text if p not in inside]
             if not inside:
                 raise DatasetUserError(f"{name}: the folder holds no non-empty text files")
-            files += [SourceFile(p, p.suffix == ".jsonl", p.stat().st_size) for p in inside]
+            files += [SourceFile(p, p.suffix == ".jsonl", _size(p)) for p in inside]
             continue
         if not os.access(path, os.R_OK):
             raise DatasetUserError(f"{name}: not readable by the dataset service (check its permissions)")
-        size = path.stat().st_size
+        size = _size(path)
         if size == 0:
             raise DatasetUserError(f"{name}: the file is empty; remove it from the list")
         nul = binary_at(path)

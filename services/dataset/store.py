@@ -6,6 +6,10 @@ one step, so a folder with a manifest is always complete. Publication puts the
 manifest last for the same reason: a service on another machine (with another data
 directory) that sees a manifest in the bucket can fetch every file it names, and
 checks each against its digest.
+
+The published manifest is the one that says who may read a dataset (its owner, and everyone
+once it is public): `share` rewrites it there and here, and every instance of the service reads
+it from the bucket before it answers a user. Every path is built through `data_roots.confined`.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ from pathlib import Path
 from nats.js import JetStreamContext
 from nats.js.api import ObjectMeta, ObjectMetaOptions
 from nats.js.errors import NotFoundError, ObjectNotFoundError
+from pydantic import ValidationError
 
+from computeall.protocol.dataset_names import MANIFEST_FILE
 from computeall.protocol.object_store import open_bucket
 
+from .data_roots import confined
 from .errors import DatasetUserError
-from .manifest import MANIFEST_FILE, Manifest
+from .manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +40,8 @@ _STAGING_PREFIX = ".staging-"
 
 class DatasetStore:
     def __init__(self, data_dir: Path, js: JetStreamContext, bucket: str, chunk_bytes: int) -> None:
-        self.root = data_dir / "datasets"
-        self.root.mkdir(parents=True, exist_ok=True)
+        (data_dir / "datasets").mkdir(parents=True, exist_ok=True)
+        self.root = (data_dir / "datasets").resolve()
         self.js = js
         self.bucket = bucket
         self.chunk_bytes = chunk_bytes
@@ -48,11 +55,15 @@ class DatasetStore:
 
     # -- local ---------------------------------------------------------------
     def path(self, name: str) -> Path:
-        return self.root / name
+        return confined(self.root, name, f"dataset {name!r}")
+
+    def file(self, manifest: Manifest, file: str) -> Path:
+        """A file the manifest names, inside the dataset's folder."""
+        return confined(self.path(manifest.name), file, f"dataset {manifest.name!r}")
 
     def local(self, name: str) -> Manifest | None:
-        path = self.path(name) / MANIFEST_FILE
-        return Manifest.model_validate_json(path.read_bytes()) if path.exists() else None
+        path = confined(self.path(name), MANIFEST_FILE, f"dataset {name!r}")
+        return _manifest(name, path.read_bytes(), "here") if path.exists() else None
 
     def staging(self) -> Path:
         path = self.root / f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
@@ -60,7 +71,7 @@ class DatasetStore:
         return path
 
     def commit(self, staging: Path, manifest: Manifest) -> None:
-        (staging / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=1))
+        _write_manifest(staging, manifest)
         target = self.path(manifest.name)
         if target.exists():
             raise DatasetUserError(f"dataset {manifest.name!r} appeared while this one was built; choose another name")
@@ -75,15 +86,30 @@ class DatasetStore:
             result = await self._objects.get(self._object(name, MANIFEST_FILE))
         except (ObjectNotFoundError, NotFoundError):
             return None
-        return Manifest.model_validate_json(result.data)
+        return _manifest(name, result.data, f"in bucket {self.bucket}")
+
+    async def current(self, name: str) -> Manifest | None:
+        """What says who may read the dataset now: the published manifest (shared by every instance of the
+        service), else the local one."""
+        return await self.published(name) or self.local(name)
 
     async def publish(self, manifest: Manifest) -> None:
-        folder = self.path(manifest.name)
         options = ObjectMetaOptions(max_chunk_size=self.chunk_bytes)
         for file, _ in manifest.files_to_fetch():
-            with open(folder / file, "rb") as f:
+            with open(self.file(manifest, file), "rb") as f:
                 await self._objects.put(self._object(manifest.name, file), f, meta=ObjectMeta(options=options))
-        await self._objects.put(self._object(manifest.name, MANIFEST_FILE), (folder / MANIFEST_FILE).read_bytes())
+        await self._put_manifest(manifest)
+
+    async def share(self, manifest: Manifest, public: bool) -> Manifest:
+        """The dataset, public or private from now on: its manifest rewritten here and in the bucket."""
+        shared = manifest.model_copy(update={"public": public})
+        if self.local(manifest.name):
+            _write_manifest(self.path(manifest.name), shared)
+        await self._put_manifest(shared)
+        return shared
+
+    async def _put_manifest(self, manifest: Manifest) -> None:
+        await self._objects.put(self._object(manifest.name, MANIFEST_FILE), manifest.model_dump_json(indent=1).encode())
 
     async def all_published(self) -> list[Manifest]:
         try:
@@ -93,7 +119,11 @@ class DatasetStore:
         out = []
         for info in infos:
             if info.name.endswith(f"/{MANIFEST_FILE}") and not info.deleted:
-                manifest = await self.published(info.name.rsplit("/", 1)[0])
+                try:
+                    manifest = await self.published(info.name.rsplit("/", 1)[0])
+                except DatasetUserError as exc:  # one damaged manifest does not hide the others
+                    log.warning("%s", exc)
+                    continue
                 if manifest:
                     out.append(manifest)
         return out
@@ -115,7 +145,7 @@ class DatasetStore:
         staging = self.staging()
         try:
             for file, digest in manifest.files_to_fetch():
-                target = staging / file
+                target = confined(staging, file, f"dataset {name!r}")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with open(target, "wb") as out:
                     await self._objects.get(self._object(name, file), writeinto=out)
@@ -126,6 +156,28 @@ class DatasetStore:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return manifest
+
+
+def _manifest(name: str, data: bytes, where: str) -> Manifest:
+    """The manifest of dataset `name`; a `DatasetUserError` when it is not a valid one, or another dataset's."""
+    try:
+        manifest = Manifest.model_validate_json(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        at = ".".join(str(p) for p in error["loc"])
+        raise DatasetUserError(f"dataset {name!r}: its manifest {where} is not valid ({at}: {error['msg']}); "
+                               "the dataset is damaged or forged: recreate it") from None
+    if manifest.name != name:
+        raise DatasetUserError(f"dataset {name!r}: its manifest {where} is dataset {manifest.name!r}'s; "
+                               "the dataset is damaged or forged: recreate it")
+    return manifest
+
+
+def _write_manifest(folder: Path, manifest: Manifest) -> None:
+    """Replaced whole, so a reader never sees half of one."""
+    tmp = folder / f".{MANIFEST_FILE}.tmp"
+    tmp.write_text(manifest.model_dump_json(indent=1))
+    tmp.replace(folder / MANIFEST_FILE)
 
 
 def _file_digest(path: Path) -> str:

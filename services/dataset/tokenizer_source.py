@@ -22,18 +22,21 @@ from .uploads import UploadCache
 
 
 async def tokenizer_source(
-    request: CreateDataset, store: DatasetStore, roots: DataRoots, uploads: UploadCache
+    request: CreateDataset, owner: str, store: DatasetStore, roots: DataRoots, uploads: UploadCache
 ) -> tuple[str, Path] | None:
-    """(what `tokenizer_from` records, the tokenizer file) when the request names one; None: train one."""
+    """(what `tokenizer_from` records, the tokenizer file) when `owner`'s request names one; None: train one.
+    A `tokenizer_from` dataset is one `owner` may read: theirs or a public one."""
     if request.tokenizer_from:
-        source = await store.find(request.tokenizer_from)
+        current = await store.current(request.tokenizer_from)
+        source = await store.find(request.tokenizer_from) if current and current.readable_by(owner) else None
         if source is None:
-            raise DatasetUserError(f"--tokenizer-from {request.tokenizer_from!r}: no such dataset; `computeall dataset list` shows them")
-        return source.name, store.path(source.name) / source.tokenizer.file
+            raise DatasetUserError(f"--tokenizer-from {request.tokenizer_from!r}: no such dataset of yours or public; "
+                                   "`computeall dataset list` shows them")
+        return source.name, store.file(source, source.tokenizer.file)
     if request.tokenizer_file:
         path = roots.check(request.tokenizer_file)
     elif request.tokenizer_upload:
-        path = await uploads.local(request.tokenizer_upload)
+        path = await uploads.local(owner, request.tokenizer_upload)
     else:
         return None
     await asyncio.to_thread(_check_file, path)

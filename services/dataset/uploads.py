@@ -1,9 +1,13 @@
-"""Files clients uploaded, fetched once each from the uploads bucket into the service's uploads folder.
+"""Files users uploaded, fetched once each from the user's own uploads bucket into the service's uploads folder.
 
-The folder is a data root: `<uploads>/<sha256>/<name>`, content-addressed, so a file named by
-several requests is fetched once, and a dataset rebuilt or reused later finds it without the
-bucket. A fetch lands in a hidden staging file that is renamed into place only once every digest
-matched (`protocol.uploads.fetch`).
+Each user has a bucket (`object_store.uploads_bucket(subjects, user)`), which this service creates when
+the user's client asks (`open`): a user may put objects into theirs but never set up a stream, since a
+stream's configuration decides which subjects it captures. A request reads only its requester's bucket.
+
+The folder is `<uploads>/<user>/<sha256>/<name>`, content-addressed within each user's part, so a file
+named by several of one user's requests is fetched once, and a dataset rebuilt or reused later finds it
+without the bucket; one user naming another's digest finds nothing of theirs. A fetch lands in a hidden
+staging file that is renamed into place only once every digest matched (`protocol.uploads.fetch`).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import uuid
 from pathlib import Path
 
 from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError
 
-from computeall.protocol.object_store import open_bucket
+from computeall.protocol.object_store import existing_bucket, open_bucket, uploads_bucket
+from computeall.protocol.subjects import Subjects
 from computeall.protocol.uploads import UploadError, UploadedFile, fetch
 
+from .data_roots import confined
 from .errors import DatasetUserError
 
 log = logging.getLogger(__name__)
@@ -27,35 +34,45 @@ _STAGING_PREFIX = ".staging-"
 
 
 class UploadCache:
-    def __init__(self, root: Path, js: JetStreamContext, bucket: str) -> None:
-        self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
+    def __init__(self, root: Path, js: JetStreamContext, subjects: Subjects, replicas: int = 1) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root.resolve()
         self.js = js
-        self.bucket = bucket
-        self._store = None
-        self._fetching: dict[str, asyncio.Lock] = {}
-        for stale in self.root.glob(f"{_STAGING_PREFIX}*"):  # left by a crash mid-fetch
+        self.subjects = subjects
+        self.replicas = replicas
+        self._fetching: dict[tuple[str, str], asyncio.Lock] = {}
+        for stale in self.root.glob(f"*/{_STAGING_PREFIX}*"):  # left by a crash mid-fetch
             stale.unlink(missing_ok=True)
 
-    async def open(self, replicas: int = 1) -> None:
-        """Create the bucket clients upload to (clients only put objects in it)."""
-        self._store = await open_bucket(self.js, self.bucket, replicas)
+    async def open(self, user: str) -> str:
+        """`user`'s uploads bucket, created when it is not there yet (at `replicas` copies); its name."""
+        bucket = uploads_bucket(self.subjects, user)
+        await open_bucket(self.js, bucket, self.replicas)
+        return bucket
 
-    async def local(self, file: UploadedFile) -> Path:
-        """The uploaded file in the uploads folder, fetched and checked first when it is not there yet."""
-        target = self.root / file.sha256 / file.name
-        lock = self._fetching.setdefault(file.sha256, asyncio.Lock())
+    async def local(self, user: str, file: UploadedFile) -> Path:
+        """`user`'s uploaded file in the uploads folder, fetched and checked first when it is not there yet."""
+        folder = confined(self.root, user, f"the uploads of {user}")
+        target = confined(folder, f"{file.sha256}/{file.name}", f"upload {file.name}")
+        lock = self._fetching.setdefault((user, file.sha256), asyncio.Lock())
         async with lock:  # one fetch per file, however many requests name it
             if not target.exists():
-                await self._fetch(file, target)
+                await self._fetch(user, file, folder, target)
         return target
 
-    async def _fetch(self, file: UploadedFile, target: Path) -> None:
-        log.info("fetching upload %s (%d bytes) from bucket %s", file.name, file.size, self.bucket)
-        staging = self.root / f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
+    async def _fetch(self, user: str, file: UploadedFile, folder: Path, target: Path) -> None:
+        bucket = uploads_bucket(self.subjects, user)
+        log.info("fetching upload %s (%d bytes) from bucket %s", file.name, file.size, bucket)
+        try:
+            store = await existing_bucket(self.js, bucket)
+        except BucketNotFoundError:
+            raise DatasetUserError(f"{file.name}: you have uploaded nothing yet (there is no bucket {bucket}); upload it "
+                                   "(`computeall dataset create --files` and `session create --data` do)") from None
+        folder.mkdir(exist_ok=True)
+        staging = folder / f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
             with open(staging, "wb") as out:
-                await fetch(self._store, file, out)
+                await fetch(store, file, out)
             target.parent.mkdir(exist_ok=True)
             os.replace(staging, target)
         except UploadError as exc:

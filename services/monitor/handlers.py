@@ -11,7 +11,7 @@ import json
 
 from computeall.protocol.commands import CreateSession
 from computeall.protocol.events import (
-    Allocated, CheckpointCommitted, ChecksCompleted, CommandRejected, DatasetCreated, LossScaleChanged, PNodeJoined,
+    Allocated, CheckpointCommitted, ChecksCompleted, CommandRejected, DatasetCreated, DatasetShared, LossScaleChanged, PNodeJoined,
     PNodeLeft, PNodeLost, PNodeQuarantined, Reallocated, ResultsDiscarded, SamplesGenerated, SessionCompleted,
     SessionCreated, SessionFailed, SessionPaused, SessionQueued, SessionResumed, SplitCreated, StepCompleted, Tokenized,
     TokenizerTrained,
@@ -219,8 +219,10 @@ def pnode_gone(batch: Batch, h: Header, p: PNodeLeft | PNodeLost, msg: Message) 
 # -- datasets -----------------------------------------------------------------
 
 
-@projects(DatasetCreated, TokenizerTrained, Tokenized, SplitCreated)
-def dataset(batch: Batch, h: Header, p: DatasetCreated | TokenizerTrained | Tokenized | SplitCreated, msg: Message) -> None:
+@projects(DatasetCreated, TokenizerTrained, Tokenized, SplitCreated, DatasetShared)
+def dataset(batch: Batch, h: Header, p: DatasetCreated | TokenizerTrained | Tokenized | SplitCreated | DatasetShared,
+            msg: Message) -> None:
+    """One row per dataset, its details merged from each event: who owns it and whether it is public too."""
     batch.ops.append(
         (
             "INSERT INTO datasets VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET ts = excluded.ts, "

@@ -115,3 +115,4 @@ class SessionDriver:
                           checks, quarantine, self.shutdown).train()
         finally:
             sampler.abandon()
+            await placement.batch_access.end()

@@ -36,8 +36,8 @@ class SourceError(ValueError):
 async def check_source(eventlog: EventLog, init: InitFrom | None, owner: str) -> None:
     """At create: refuse a source session that does not exist, is another user's, or keeps no such checkpoint,
     and uploaded weights anywhere but the uploads bucket (the one place a user may write)."""
-    if init is not None and init.uploaded is not None and init.uploaded.bucket != uploads_bucket(eventlog.subjects):
-        raise Rejected(f"--init-from: uploaded weights are read from bucket {uploads_bucket(eventlog.subjects)} only")
+    if init is not None and init.uploaded is not None and init.uploaded.bucket != uploads_bucket(eventlog.subjects, owner):
+        raise Rejected(f"--init-from: uploaded weights are read from your uploads bucket {uploads_bucket(eventlog.subjects, owner)} only")
     if init is None or init.session_id is None:
         return
     try:
@@ -95,9 +95,9 @@ class InitialWeights:
                 vocab = load_network(source.config.network_yaml).vocab_size
             except NetworkError as exc:
                 raise SessionError(f"the network of session {source.id} does not load: {exc}") from None
-            name = session_dataset(source.config.data, vocab)
+            name = session_dataset(source.config.data, vocab, source.owner)
             calls = self.pnodes.calls
-            manifest = await dataset_call(lambda: get_dataset(calls.nc, calls.subjects, name, timeout=30.0))
+            manifest = await dataset_call(lambda: get_dataset(calls.nc, calls.subjects, source.owner, name, timeout=30.0))
             theirs, whose = manifest["tokenizer"]["digest"], f"session {source.id}'s dataset {name}"
             hint = f"`computeall dataset create NAME --files ... --tokenizer-from {name}`, then --dataset NAME"
         if theirs != self.prepared.tokenizer_digest:

@@ -18,6 +18,7 @@ from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNod
 from computeall.protocol.pnode_api import BatchSource, LoadPlan, ReplicaPlan
 
 from .allocator import AllocationError
+from .batch_access import BatchAccess
 from .errors import DriverDone
 from .network_jobs import NetworkJobs
 from .pnodes import PNodeRegistry
@@ -55,6 +56,7 @@ class Placement:
         self.storage = storage
         self.allocation: ReplicatedAllocation | None = None
         self.plans: dict[str, LoadPlan] = {}  # by PNode: each gets its replica's
+        self.batch_access = BatchAccess(pnodes.calls.nc, pnodes.calls.subjects, recorder.state.id)
 
     @property
     def pnodes(self) -> list[str]:
@@ -128,6 +130,7 @@ class Placement:
             for pnode in self.pnodes
             for r in [allocation.replica_of(pnode)]
         }
+        await self.batch_access.give(self.dataset, self.pnodes)  # before a PNode asks for its first batch
         await self.load_plan()
 
     async def load_plan(self) -> None:

@@ -37,17 +37,18 @@ async def prepare(state: SessionState, nc: NATS, subjects: Subjects, jobs: Netwo
         log.info("session %s: %s", state.id, line)
     spec = graph.spec
     config = state.config
+    owner = state.owner  # the dataset service is asked as the session's owner: theirs, or a public one
     if config.data.dataset:
-        manifest = await dataset_call(lambda: get_dataset(nc, subjects, config.data.dataset, timeout=30.0))
+        manifest = await dataset_call(lambda: get_dataset(nc, subjects, owner, config.data.dataset, timeout=30.0))
     else:
         request = CreateDataset(
-            name=files_dataset_name(config.data, spec.vocab_size),
+            name=files_dataset_name(config.data, spec.vocab_size, owner),
             files=config.data.files,
             uploads=config.data.uploads,
             vocab_size=spec.vocab_size,
             if_exists="reuse",
         )
-        manifest = await dataset_call(lambda: create_dataset(nc, subjects, request, timeout=3600.0))
+        manifest = await dataset_call(lambda: create_dataset(nc, subjects, owner, request, timeout=3600.0))
     if manifest["vocab_size"] > spec.vocab_size:
         raise SessionError(
             f"dataset {manifest['name']} has {manifest['vocab_size']} tokens but network {spec.name} "

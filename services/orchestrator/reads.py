@@ -23,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 
 from computeall.network import NetworkError, load_network
 from computeall.protocol import session_reads as api
-from computeall.protocol.dataset_api import MANIFEST_FILE, session_dataset
+from computeall.protocol.dataset_api import session_dataset
+from computeall.protocol.dataset_names import MANIFEST_FILE
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import CheckpointCommitted, DatasetCreated, EventEnvelope, SessionCreated
 from computeall.protocol.subjects import Subjects, command_sender, is_inbox
@@ -195,4 +196,4 @@ def _dataset_name(created: SessionCreated | None) -> str:
         vocab = load_network(created.config.network_yaml).vocab_size
     except NetworkError as exc:
         raise Refused(f"the session's network does not load: {exc}") from None
-    return session_dataset(created.config.data, vocab)
+    return session_dataset(created.config.data, vocab, created.owner)

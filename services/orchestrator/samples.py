@@ -54,7 +54,8 @@ class Sampler:
         if not self.enabled:
             return
         config = self.recorder.state.config
-        encoded = await dataset_call(lambda: encode_prompts(self.calls.nc, self.calls.subjects, self.placement.dataset,
+        owner = self.recorder.state.owner
+        encoded = await dataset_call(lambda: encode_prompts(self.calls.nc, self.calls.subjects, owner, self.placement.dataset,
                                                             config.sample_prompts, timeout=30.0))
         self.prompts = encoded.tokens
         self.sampling = config.sampling.for_tokenizer(encoded.eot_id, encoded.vocab_size)
@@ -91,8 +92,8 @@ class Sampler:
             self.checkpoints.pinned.discard(step)
             try:
                 reply = task.result()
-                texts = await dataset_call(lambda: decode_tokens(self.calls.nc, self.calls.subjects, self.placement.dataset,
-                                                                 reply.samples, timeout=30.0))
+                texts = await dataset_call(lambda: decode_tokens(self.calls.nc, self.calls.subjects, self.recorder.state.owner,
+                                                                 self.placement.dataset, reply.samples, timeout=30.0))
             except (PNodeFailure, SessionError) as exc:  # training goes on; a re-run of this step samples again
                 log.warning("session %s: no samples for step %d: %s", self.recorder.state.id, step, exc)
                 continue

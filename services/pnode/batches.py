@@ -1,5 +1,8 @@
 """Batches for the VNodes that read the dataset, fetched over NATS and prefetched a step ahead.
 
+The PNode asks on its own subject (`dataset_api.pnode_batch_subject`) and names its session: the
+dataset service serves the session's dataset to the PNodes the orchestrator granted it to.
+
 A request or its answer lost with a nats-server (the dataset service's or this PNode's) is asked
 again (`through_failover`): a batch is a pure function of its request, so asking twice is safe.
 """
@@ -15,7 +18,6 @@ from computeall.protocol.bus_failover import through_failover
 from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch
 from computeall.protocol.pnode_api import BatchSource
-from computeall.protocol.subjects import Subjects
 from computeall.protocol.wire import Tensor
 from computeall.tensorcore.wire import tensor_from_wire
 
@@ -24,9 +26,10 @@ PATIENCE_S = 60.0
 
 
 class BatchFeed:
-    def __init__(self, nc: NATS, subjects: Subjects, source: BatchSource, split: str, micro_batches: int) -> None:
+    def __init__(self, nc: NATS, subject: str, session_id: str, source: BatchSource, split: str, micro_batches: int) -> None:
         self.nc = nc
-        self.subjects = subjects
+        self.subject = subject
+        self.session_id = session_id
         self.source = source
         self.split = split
         self.micro_batches = micro_batches
@@ -39,6 +42,7 @@ class BatchFeed:
         if key not in self._tasks:
             request = BatchRequest(
                 dataset=self.source.dataset,
+                session_id=self.session_id,
                 split=self.split,
                 seed=self.source.seed,
                 step=self.start_step + step,
@@ -47,7 +51,7 @@ class BatchFeed:
                 batch=self.source.micro_batch_size,
                 context=self.source.context,
             )
-            self._tasks[key] = asyncio.ensure_future(fetch_batch(self.nc, self.subjects, request, timeout=TRY_S))
+            self._tasks[key] = asyncio.ensure_future(fetch_batch(self.nc, self.subject, request, timeout=TRY_S))
         return self._tasks[key]
 
     async def get(self, step: int, micro: int, prefetch: bool = True) -> torch.Tensor:

@@ -14,6 +14,7 @@ import torch
 
 from computeall.network.memory_model import hosting_bytes
 from computeall.protocol.credentials import Credential
+from computeall.protocol.dataset_api import pnode_batch_subject
 from computeall.protocol.pnode_api import (
     ApplyStep,
     GenerateSamples,
@@ -124,7 +125,8 @@ class PNode(BusMember):
             return PNodeReply(ok=True, pnode=self.name)
         if isinstance(request, LoadPlan):
             def feeds(split: str, micro_batches: int) -> BatchFeed:
-                return BatchFeed(self.nc, self.subjects, request.batches, split, micro_batches)
+                return BatchFeed(self.nc, pnode_batch_subject(self.subjects, self.name), request.session_id, request.batches,
+                                 split, micro_batches)
 
             stage = await asyncio.get_running_loop().run_in_executor(
                 self.executor,

@@ -9,7 +9,7 @@ import torch
 from computeall.cli.follow import follow_session, start_session
 from computeall.cli.session_view import session_events
 from computeall.network import Graph, NetworkSpec
-from computeall.protocol.dataset_api import files_dataset_name
+from computeall.protocol.dataset_api import files_dataset_name, user_subject
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch
@@ -33,15 +33,17 @@ async def run_session(client, config: SessionConfig) -> tuple[Allocated, list[St
 
 
 async def fetch_batches(client, config: SessionConfig, spec: NetworkSpec) -> dict:
-    """The batches the PNodes trained on, asked of the same dataset service: (step, micro) -> tokens."""
-    dataset = files_dataset_name(config.data, spec.vocab_size)
+    """The batches the PNodes trained on, asked of the same dataset service by the session's owner
+    (the client's user): (step, micro) -> tokens."""
+    dataset = files_dataset_name(config.data, spec.vocab_size, client.user)
     out = {}
     for step in range(config.steps):
         for micro in range(config.micro_batches):
             request = BatchRequest(dataset=dataset, split="train", seed=config.seed, step=step, micro=micro,
                                    micro_batches=config.micro_batches, batch=config.micro_batch_size,
                                    context=spec.context)
-            dtype, shape, data = await fetch_batch(client.nc, client.subjects, request, timeout=30)
+            dtype, shape, data = await fetch_batch(client.nc, user_subject(client.subjects, client.user, "batch"), request,
+                                                   timeout=30)
             out[(step, micro)] = tensor_from_wire(Tensor("b", dtype, shape, data, {})).long()
     return out
 

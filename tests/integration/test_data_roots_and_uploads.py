@@ -17,11 +17,10 @@ from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import CreateDataset, LocalFile, LocateFiles, SampleRequest
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.object_store import uploads_bucket
 from computeall.protocol.uploads import UploadedFile, manifest_of, part_object, upload
 
 from .identities import connect_as
-from .test_dataset_service import DatasetProcess
+from .test_dataset_service import USER, DatasetProcess
 
 SUBJECTS = Subjects("ca")
 
@@ -61,12 +60,12 @@ def test_paths_outside_the_data_roots_are_refused_and_the_service_keeps_answerin
         refusals = []
         for path in ("/etc/passwd", str(mine), str(link), str(tmp_path / "missing.txt"), str(uploads)):
             with pytest.raises(client.DatasetError) as info:
-                await client.create_dataset(nc, SUBJECTS, CreateDataset(name="leak", files=[path], vocab_size=300), timeout=30)
+                await client.create_dataset(nc, SUBJECTS, USER, CreateDataset(name="leak", files=[path], vocab_size=300), timeout=30)
             refusals.append(str(info.value))
         probe = LocateFiles(files=[LocalFile(path="/etc/passwd", sha256="0" * 64, size=1)])
-        located = await client.locate_files(nc, SUBJECTS, probe, timeout=30)
+        located = await client.locate_files(nc, SUBJECTS, USER, probe, timeout=30)
         started = time.monotonic()
-        datasets = await client.list_datasets(nc, SUBJECTS, timeout=30)
+        datasets = await client.list_datasets(nc, SUBJECTS, USER, timeout=30)
         return refusals, located, datasets, time.monotonic() - started
 
     refusals, located, datasets, answered_s = asyncio.run(connected(nats_server, story))
@@ -86,7 +85,7 @@ def test_an_interrupted_upload_resumes_and_a_bad_part_is_sent_again(service, nat
         pass
 
     async def story(nc):
-        store = await nc.jetstream().object_store(uploads_bucket(SUBJECTS))
+        store = await nc.jetstream().object_store(await client.open_uploads(nc, SUBJECTS, USER, timeout=30))
         done = []
 
         def stop_after_three(size: int) -> None:
@@ -100,9 +99,9 @@ def test_an_interrupted_upload_resumes_and_a_bad_part_is_sent_again(service, nat
         await store.put(part_object(manifest.parts[1]), b"forged" * 1000)
         forged = CreateDataset(name="forged", uploads=[resumed.file], vocab_size=300)
         with pytest.raises(client.DatasetError, match=r"part 2 of big.txt does not match its digest \(it was removed\)"):
-            await client.create_dataset(nc, SUBJECTS, forged, timeout=60)
+            await client.create_dataset(nc, SUBJECTS, USER, forged, timeout=60)
         again = await upload(store, path, manifest)
-        built = await client.create_dataset(nc, SUBJECTS, forged.model_copy(update={"name": "fixed"}), timeout=60)
+        built = await client.create_dataset(nc, SUBJECTS, USER, forged.model_copy(update={"name": "fixed"}), timeout=60)
         return resumed, again, built
 
     resumed, again, built = asyncio.run(connected(nats_server, story))
@@ -110,7 +109,7 @@ def test_an_interrupted_upload_resumes_and_a_bad_part_is_sent_again(service, nat
     assert (again.parts_found, again.parts_sent) == (len(manifest.parts) - 1, 1)
     assert resumed.file == UploadedFile(name="big.txt", sha256=manifest.sha256, size=path.stat().st_size)
     assert built["documents"] == 3000
-    local = tmp_path / "service" / "uploads" / manifest.sha256 / "big.txt"
+    local = tmp_path / "service" / "uploads" / USER / manifest.sha256 / "big.txt"
     assert local.read_bytes() == path.read_bytes(), "the service's copy is the client's file"
 
 
@@ -131,11 +130,11 @@ def test_the_cli_uploads_what_the_service_cannot_read_and_uses_paths_it_can(serv
     assert manifest["documents"] == 400 + 200, "the folder's text and JSONL files, read as the service reads them"
     assert all(f.startswith(str(tmp_path / "service" / "uploads")) for f in manifest["files"]), manifest["files"]
     samples = asyncio.run(connected(nats_server, lambda nc: client.sample_text(
-        nc, SUBJECTS, SampleRequest(dataset="remote", split="val", n=2, context=32), timeout=30)))
+        nc, SUBJECTS, USER, SampleRequest(dataset="remote", split="val", n=2, context=32), timeout=30)))
     assert len(samples) == 2
 
     stdlib = sorted(Path(json.__file__).parent.parent.glob("*.py"))[:3]  # the stdlib is a root of every service
-    sent = asyncio.run(connected(nats_server, lambda nc: send_files(nc, SUBJECTS, [str(p) for p in stdlib], progress=False)))
+    sent = asyncio.run(connected(nats_server, lambda nc: send_files(nc, SUBJECTS, USER, [str(p) for p in stdlib], progress=False)))
     assert sent.files == [str(p.resolve()) for p in stdlib] and sent.uploads == [] and sent.uploaded_bytes == 0
 
     missing = cli("create", "nothing", "--files", str(tmp_path / "nope.txt"))

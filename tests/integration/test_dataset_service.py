@@ -16,7 +16,8 @@ from tokenizers import Tokenizer, models
 
 from computeall.cli.data_upload import send_files
 from computeall.protocol import dataset_client as client
-from computeall.protocol.dataset_api import BatchRequest, CreateDataset, SampleRequest, SplitSpec
+from computeall.protocol.credentials import LOCAL_USER
+from computeall.protocol.dataset_api import BatchRequest, CreateDataset, SampleRequest, SplitSpec, user_subject
 from computeall.cli.nats_server import EmbeddedNats
 from computeall.protocol.subjects import Subjects
 
@@ -24,6 +25,7 @@ from .identities import connect_as
 from .waiting import wait_until
 
 SUBJECTS = Subjects("ca")
+USER = LOCAL_USER  # whom `connect_as(server)` connects as
 
 
 class DatasetProcess:
@@ -71,20 +73,26 @@ def service(nats_server: EmbeddedNats, tmp_path: Path):
         proc.stop()
 
 
-async def send(nc, subjects, paths, timeout):
-    return await send_files(nc, subjects, paths, progress=False, wait_s=timeout)
+async def send(nc, subjects, user, paths, timeout):
+    return await send_files(nc, subjects, user, paths, progress=False, wait_s=timeout)
 
 
-async def call(server: EmbeddedNats, fn, *args, timeout: float = 60.0):
-    nc = await connect_as(server)
+async def call(server: EmbeddedNats, fn, *args, timeout: float = 60.0, user: str = USER):
+    """`fn(nc, subjects, user, *args)` of `dataset_client`, connected as `user`."""
+    nc = await connect_as(server, "user", user)
     try:
-        return await fn(nc, SUBJECTS, *args, timeout=timeout)
+        return await fn(nc, SUBJECTS, user, *args, timeout=timeout)
     finally:
         await nc.close()
 
 
-def batch_array(server: EmbeddedNats, request: BatchRequest) -> np.ndarray:
-    dtype, shape, data = asyncio.run(call(server, client.fetch_batch, request))
+async def fetch_batch(nc, subjects: Subjects, user: str, request: BatchRequest, timeout: float):
+    """A user's batch (PNodes ask on their own subject, for a session)."""
+    return await client.fetch_batch(nc, user_subject(subjects, user, "batch"), request, timeout)
+
+
+def batch_array(server: EmbeddedNats, request: BatchRequest, user: str = USER) -> np.ndarray:
+    dtype, shape, data = asyncio.run(call(server, fetch_batch, request, user=user))
     return np.frombuffer(bytes(data), dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
 
 
@@ -129,9 +137,9 @@ def test_bad_requests_get_clear_errors(service: DatasetProcess, nats_server: Emb
         finally:
             await nc.close()
 
-    bad = asyncio.run(raw("ca.ds.batch", b"not json"))
+    bad = asyncio.run(raw(user_subject(SUBJECTS, USER, "batch"), b"not json"))
     assert bad["ok"] is False and "invalid batch request" in bad["error"]
-    bad = asyncio.run(raw("ca.ds.create", json.dumps({"name": "x", "files": ["a"], "vocab_size": 100}).encode()))
+    bad = asyncio.run(raw(user_subject(SUBJECTS, USER, "create"), json.dumps({"name": "x", "files": ["a"], "vocab_size": 100}).encode()))
     assert "below the byte alphabet" in bad["error"]
     with pytest.raises(client.DatasetError, match="no dataset named 'nope'"):
         batch_array(nats_server, BatchRequest(dataset="nope", step=0, batch=1, context=8))
@@ -172,7 +180,7 @@ def test_jsonl_duplicate_name_tokenizer_reuse_and_events(service: DatasetProcess
         asyncio.run(call(nats_server, client.create_dataset, request.model_copy(update={"vocab_size": 300, "if_exists": "reuse"})))
     reused = asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="js2", files=[str(data)], jsonl_field="content", tokenizer_from="js")))
     assert reused["tokenizer"]["digest"] == first["tokenizer"]["digest"] and reused["tokenizer"]["tokenizer_from"] == "js"
-    with pytest.raises(client.DatasetError, match="--tokenizer-from 'nope': no such dataset"):
+    with pytest.raises(client.DatasetError, match="--tokenizer-from 'nope': no such dataset of yours or public"):
         asyncio.run(call(nats_server, client.create_dataset, CreateDataset(name="js3", files=[str(data)], jsonl_field="content", tokenizer_from="nope")))
 
     async def events() -> list[str]:
@@ -226,6 +234,11 @@ def test_cli_create_list_show_sample(service: DatasetProcess, nats_server: Embed
     assert 20 <= json.loads(created.stdout)["splits"]["val"]["documents"] <= 25  # the last ~fifth of 120 documents
     listed = json.loads(cli("list", "--json").stdout)
     assert [d["name"] for d in listed] == ["fox"] and listed[0]["tokens"]["val"] > 0
+    assert (listed[0]["owner"], listed[0]["public"]) == (USER, False)
+    shared = cli("share", "fox")
+    assert shared.returncode == 0 and "dataset fox is public" in shared.stdout, shared.stderr
+    assert json.loads(cli("list", "--json").stdout)[0]["public"] is True
+    assert "yours alone" in cli("share", "fox", "--private").stdout
     shown = cli("show", "fox")
     assert shown.returncode == 0 and "tail:0.2" in shown.stdout and "shards/val-00000.bin" in shown.stdout
     sampled = cli("sample", "fox", "--split", "val", "--n", "2", "--context", "16")
@@ -267,7 +280,7 @@ def test_two_instances_share_the_load_and_agree(service: DatasetProcess, nats_se
         async def together():
             nc = await connect_as(nats_server)
             try:
-                return await asyncio.gather(*(client.fetch_batch(nc, SUBJECTS, r, timeout=30) for r in requests))
+                return await asyncio.gather(*(fetch_batch(nc, SUBJECTS, USER, r, timeout=30) for r in requests))
             finally:
                 await nc.close()
 

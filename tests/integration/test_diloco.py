@@ -29,7 +29,7 @@ async def payloads(client, sid):
 
 async def test_diloco_is_within_3_percent_of_synchronous_and_deterministic(tmp_path, shakespeare):
     async with running_cluster(tmp_path, pnodes=2) as (client, supervisor):
-        sent = await send_files(client.nc, client.subjects, [str(shakespeare)], progress=False)  # once, for every run
+        sent = await send_files(client.nc, client.subjects, client.user, [str(shakespeare)], progress=False)  # once, for every run
         shakespeare = DataConfig(files=sent.files, uploads=sent.uploads)
         synchronous = await payloads(client, await run_to_end(client, on_shakespeare(shakespeare, ReplicaSync())))
         diloco = await payloads(client, await run_to_end(client, on_shakespeare(shakespeare, DILOCO)))

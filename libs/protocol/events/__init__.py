@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..envelope import Envelope
 from .base import DomainEvent, recorded_as, union_of
-from .dataset import DatasetCreated, SplitCreated, TokenizerTrained, Tokenized
+from .dataset import DatasetCreated, DatasetShared, SplitCreated, TokenizerTrained, Tokenized
 from .failover import PNodeSlow, Reallocated, RolledBack, StepAborted
 from .membership import PNodeJoined, PNodeLeft, PNodeLost
 from .session import (
@@ -63,7 +63,7 @@ EventEnvelope = Envelope[Event]
 __all__ = [
     "Allocated", "CheckOutcome", "ChecksCompleted", "CheckpointCommitted", "CheckpointDiscarded", "CheckpointObject",
     "CheckpointPruned", "CommandRejected",
-    "DatasetCreated", "DatasetEvent", "DomainEvent", "EdgeTraffic", "Event", "EventEnvelope",
+    "DatasetCreated", "DatasetEvent", "DatasetShared", "DomainEvent", "EdgeTraffic", "Event", "EventEnvelope",
     "InitializedFrom", "LossScaleChanged", "PNodeEvent", "PNodeJoined", "PNodeLeft", "PNodeLost", "PNodeQuarantined",
     "PNodeSlow", "PauseRequested", "Reallocated", "ResultsDiscarded", "RolledBack", "Sample", "SamplesGenerated",
     "SessionClaimed", "SessionCompleted",

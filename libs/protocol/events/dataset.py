@@ -1,4 +1,4 @@
-"""A dataset being made; `DatasetCreated` comes last."""
+"""A dataset being made (`DatasetCreated` comes last), and who may read it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..credentials import LOCAL_USER
 from .base import DomainEvent, recorded_as
 
 
@@ -61,3 +62,15 @@ class DatasetCreated(DomainEvent):
     splits: dict[str, int] = Field(default_factory=dict)  # split name -> tokens
     recipe_digest: str = ""
     object_store_bucket: str = ""
+    # who asked for it (the user token of the request's subject); datasets made before they had owners are the local user's
+    owner: str = LOCAL_USER
+
+
+@recorded_as("dataset")
+class DatasetShared(DomainEvent):
+    """Its owner made the dataset public (every user may read it, none may change it) or private again."""
+
+    type: Literal["DatasetShared"] = "DatasetShared"
+    name: str
+    owner: str
+    public: bool

@@ -20,7 +20,7 @@ def _build(tmp_path: Path, request: CreateDataset):
     scan = reader.scan(request.files, DataRoots([tmp_path, *(Path(f).parent for f in request.files)]))
     staging = tmp_path / "staging"
     staging.mkdir()
-    return builder.build(request, scan, reader, staging, lambda *a: None).manifest, staging
+    return builder.build(request, "alice", scan, reader, staging, lambda *a: None).manifest, staging
 
 
 def test_tokenizer_round_trip_on_real_text(tmp_path, shakespeare):
