@@ -5,6 +5,7 @@ from __future__ import annotations
 from computeall.cli.security.members import Member
 from computeall.cli.security.roles import permissions
 from computeall.cli.security.server_config import member_users
+from computeall.cli.security.session_grants import SessionGrants
 from computeall.protocol.batch_grants import grants_bucket
 from computeall.protocol.credentials import new_nkey_seed, nkey_public
 from computeall.protocol.dataset_api import pnode_batch_subject, progress_subject, user_subject
@@ -57,7 +58,7 @@ def test_the_dataset_service_reads_every_users_uploads_recomputed_from_the_membe
     after = [*before, member("user", "carol")]
 
     def dataset_lists(members) -> tuple[str, ...]:
-        return next(p for key, p in member_users(members, S) if key == members[0].public_key).publish
+        return next(p for key, p in member_users(members, S, SessionGrants()) if key == members[0].public_key).publish
 
     carols = f"$JS.API.STREAM.CREATE.OBJ_{uploads_bucket(S, 'carol')}"
     assert allowed(f"$O.{uploads_bucket(S, 'alice')}.C.x", dataset_lists(before))

@@ -15,7 +15,7 @@ from computeall.cli.security.server_config import ServerSettings, member_users, 
 from computeall.cli.security.session_grants import EVERY_SESSION, SessionGrant, SessionGrants
 from computeall.protocol.credentials import new_nkey_seed, nkey_public
 from computeall.protocol.membership_api import SessionHosts
-from computeall.protocol.object_store import checkpoint_bucket
+from computeall.protocol.object_store import checkpoint_bucket, uploads_bucket
 from computeall.protocol.subjects import Subjects
 
 S = Subjects("ca")
@@ -81,11 +81,12 @@ def test_the_server_config_carries_the_grants_kept_in_the_security_dir(tmp_path)
 
 
 def test_where_nothing_follows_placement_every_bucket_is_granted_but_not_the_other_streams():
-    p = permissions("pnode", "p1", S, EVERY_SESSION.reach("pnode", "p1"))
+    p = permissions("pnode", "p1", S, EVERY_SESSION.reach("pnode", "p1"), users=["alice"])
     assert "$O.*.>" in p.publish and "$JS.API.STREAM.INFO.*" in p.publish
     assert not any("PURGE" in s for s in p.publish)
-    for denied in ("$JS.API.CONSUMER.CREATE.CA_LOG.>", "$JS.API.DIRECT.GET.CA_TEL", "$O.ca-uploads.>", "$O.ca-datasets.>",
-                   "$JS.API.STREAM.INFO.OBJ_ca-uploads"):
+    alices = uploads_bucket(S, "alice")
+    for denied in ("$JS.API.CONSUMER.CREATE.CA_LOG.>", "$JS.API.DIRECT.GET.CA_TEL", f"$O.{alices}.>", "$O.ca-datasets.>",
+                   f"$JS.API.STREAM.INFO.OBJ_{alices}"):
         assert denied in p.publish_deny, denied
     text = server_config(ServerSettings(host="127.0.0.1", port=1, store_dir="/d"), [("UKEY", p)])
     block = json.loads(text.split("authorization: ", 1)[1].split("\n}\n", 1)[0] + "\n}")["users"][0]["permissions"]
