@@ -4,6 +4,7 @@ members list, and answers membership requests (`computeall.protocol.membership_a
 It applies a change (a reload: the server refuses a revoked member and closes its connections)
 when the monitor reports the active API keys, when the orchestrator or the operator revokes a
 PNode, when `computeall invite` edits members.json (it is watched), and when a member expires.
+It also tells the orchestrator how much memory a joining PNode may offer (its record's cap).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class Authority:
         """Serve requests and watch the members file until cancelled."""
         nc = await bus.connect(self.server.credential("authority"), name="computeall-authority", max_reconnect_attempts=-1)
         subjects = self.server.security.subjects
-        handlers = {api.USERS: (api.UsersSync, self._sync_users), api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode)}
+        handlers = {api.USERS: (api.UsersSync, self._sync_users), api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode),
+                    api.PNODE_MEMORY: (api.PNodeMemory, self._pnode_memory)}
         for verb, (model, handler) in handlers.items():
             await nc.subscribe(api.membership_subject(subjects, verb), cb=self._responder(model, handler))
         try:
@@ -81,6 +83,9 @@ class Authority:
         log.warning("revoked PNode %s (%s)", request.pnode, request.reason or "no reason given")
         await self._apply()
         return api.MembershipReply(revoked=revoked)
+
+    async def _pnode_memory(self, request: api.PNodeMemory) -> api.MembershipReply:
+        return api.MembershipReply(memory_bytes=self.members.read().pnode_memory(request.pnode))
 
     async def _watch(self) -> None:
         """Apply edits made by other processes (`computeall invite`) and expiries as they come."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from computeall.protocol.credentials import Role
+from computeall.protocol.membership_api import PNODE_MEMORY, REVOKE_PNODE, membership_subject
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
@@ -87,11 +88,14 @@ def orchestrator(name: str, s: Subjects) -> Permissions:
         publish=(
             f"{p}.evt.session.>", f"{p}.evt.pnode.>",  # session and PNode events
             f"{p}.pn.*.ctl",  # requests to PNodes
-            f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
+            f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX,
+            membership_subject(s, REVOKE_PNODE), membership_subject(s, PNODE_MEMORY),  # quarantine; a joining PNode's cap
             *event_log_setup(), *read_stream(LOG_STREAM), *manage_bucket(checkpoint_bucket(s)),
             *use_bucket(dataset_bucket(s)),  # a session's tokenizer, for its owner's reads
         ),
-        subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>", reads_all(s), _inbox("orchestrator", name)),
+        subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>",
+                   s.pnode_evt_of_type("PNodeQuarantined"),  # by any orchestrator: none gives it work again
+                   reads_all(s), _inbox("orchestrator", name)),
         notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",),
     )
 

@@ -5,9 +5,15 @@ authority: the process that owns the NATS server's configuration (`computeall up
                              revoked on the dashboard connects, or is cut off, within seconds)
     pnode.revoke RevokePNode the orchestrator (quarantine) or the operator: a PNode's credential
                              is revoked and its connections closed
+    pnode.memory PNodeMemory the orchestrator, when a PNode joins: the most memory its credential
+                             allows it to offer (`memory_bytes`), whatever its heartbeats claim
 
-Only the monitor may publish `users` and only the orchestrator and the operator `pnode.revoke`
+Only the monitor may publish `users` and only the orchestrator and the operator `pnode.*`
 (their credentials' permissions); every reply is a `MembershipReply`.
+
+A PNode's memory cap is the member record's (`computeall invite pnode --memory`, or what `computeall
+up` gave the PNodes it starts), else `DEFAULT_PNODE_MEMORY`: an invite that names no memory, a PNode
+with no record, and every PNode where no authority answers (docker-compose) get the default.
 """
 
 from __future__ import annotations
@@ -20,6 +26,11 @@ from .subjects import Subjects
 
 USERS = "users"
 REVOKE_PNODE = "pnode.revoke"
+PNODE_MEMORY = "pnode.memory"
+
+# The most a PNode may offer when its member record names no cap: what an ordinary lent machine
+# has. Its offer is only its word; this bounds how much of a network one credential can claim.
+DEFAULT_PNODE_MEMORY = 16 * 2**30
 
 
 def membership_subject(subjects: Subjects, verb: str) -> str:
@@ -51,10 +62,17 @@ class RevokePNode(_Request):
     reason: str = Field("", max_length=500)
 
 
+class PNodeMemory(_Request):
+    """The most memory this PNode may offer, from its member record."""
+
+    pnode: str = Field(..., pattern=NAME_PATTERN)
+
+
 class MembershipReply(BaseModel):
     ok: bool = True
     error: str | None = None
     revoked: list[str] = Field(default_factory=list, description="member ids revoked by this request")
+    memory_bytes: int | None = Field(None, ge=0, description="pnode.memory: the PNode's cap")
 
 
 class MembershipError(RuntimeError):
@@ -78,3 +96,10 @@ async def revoke_pnode(nc: NATS, subjects: Subjects, pnode: str, reason: str = "
     connections before this returns (the verification work calls it to quarantine a PNode).
     Raises `MembershipError` when refused, nats-py's errors when no authority answers."""
     return await _ask(nc, subjects, REVOKE_PNODE, RevokePNode(pnode=pnode, reason=reason), timeout)
+
+
+async def pnode_memory(nc: NATS, subjects: Subjects, pnode: str, timeout: float = 2.0) -> int:
+    """The most memory PNode `pnode` may offer (bytes). Raises nats-py's errors when no authority
+    answers: the caller then applies `DEFAULT_PNODE_MEMORY`."""
+    reply = await _ask(nc, subjects, PNODE_MEMORY, PNodeMemory(pnode=pnode), timeout)
+    return DEFAULT_PNODE_MEMORY if reply.memory_bytes is None else reply.memory_bytes

@@ -98,7 +98,7 @@ class Placement:
             moves = {key: p for key, p in _placed(allocation).items() if before.get(key) != p}
             await self.recorder.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
-        self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0))
+        self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0), allocation.step_time_s)
         config = self.config
         batches = BatchSource(
             dataset=self.dataset, split=config.data.split, seed=config.seed, micro_batch_size=config.micro_batch_size,

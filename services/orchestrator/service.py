@@ -50,7 +50,7 @@ from .driver import SessionDriver
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
 from .initial_weights import check_source
-from .membership import MembershipRecorder
+from .membership import MembershipRecorder, ask_authority
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 from .reads import SessionReads
@@ -89,7 +89,8 @@ class Orchestrator:
         await ensure_streams(self.js, self.subjects, replicas=bus.replicas(self.nc))
         await open_bucket(self.js, checkpoint_bucket(self.subjects), bus.replicas(self.nc))  # the PNodes write into it
         self.eventlog = EventLog(self.js, self.subjects)
-        self.membership = MembershipRecorder(self.eventlog, actor=f"orchestrator:{self.id}")
+        self.membership = MembershipRecorder(self.eventlog, f"orchestrator:{self.id}", self.registry,
+                                             ask_authority(self.nc, self.subjects))
         self.reads = SessionReads(self.nc, self.eventlog, self.subjects)
         await self.reads.start()
         self.calls = PNodeCalls(self.nc, self.subjects, self.registry)
