@@ -115,7 +115,8 @@ class EmbeddedNats:
         """A local identity's credential for this server (created on first use; a running server
         learns of a new one before this returns); `memory`: a PNode's cap (`Security.issue`)."""
         trust = self.tls.trust() if self.tls else None
-        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), self.urls or [self.url], trust, memory)
+        name = name or DEFAULT_NAMES.get(role, role)
+        credential = self.security.issue(role, name, self.urls or [self.url], trust, memory)
         self.apply_members()
         return credential
 

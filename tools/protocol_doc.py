@@ -103,7 +103,7 @@ SUBJECTS = [
       for verb, model, what in [
           (membership_api.USERS, membership_api.UsersSync, "the monitor's list of active API-key identities"),
           (membership_api.REVOKE_PNODE, membership_api.RevokePNode, "revoke a PNode's credential, close its connections"),
-          (membership_api.PNODE_MEMORY, membership_api.PNodeMemory, "the most memory a PNode's credential lets it offer"),
+          (membership_api.PNODE_MEMORY, membership_api.PNodeMemory, "a PNode's memory cap, from its credential's record"),
       ]),
 ]
 

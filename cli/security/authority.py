@@ -36,8 +36,11 @@ class Authority:
         """Serve requests and watch the members file until cancelled."""
         nc = await bus.connect(self.server.credential("authority"), name="computeall-authority", max_reconnect_attempts=-1)
         subjects = self.server.security.subjects
-        handlers = {api.USERS: (api.UsersSync, self._sync_users), api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode),
-                    api.PNODE_MEMORY: (api.PNodeMemory, self._pnode_memory)}
+        handlers = {
+            api.USERS: (api.UsersSync, self._sync_users),
+            api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode),
+            api.PNODE_MEMORY: (api.PNodeMemory, self._pnode_memory),
+        }
         for verb, (model, handler) in handlers.items():
             await nc.subscribe(api.membership_subject(subjects, verb), cb=self._responder(model, handler))
         try:

@@ -89,7 +89,8 @@ def orchestrator(name: str, s: Subjects) -> Permissions:
             f"{p}.evt.session.>", f"{p}.evt.pnode.>",  # session and PNode events
             f"{p}.pn.*.ctl",  # requests to PNodes
             f"{p}.orch.hb.*", f"{p}.ds.*", ANY_INBOX,
-            membership_subject(s, REVOKE_PNODE), membership_subject(s, PNODE_MEMORY),  # quarantine; a joining PNode's cap
+            membership_subject(s, REVOKE_PNODE),  # quarantine
+            membership_subject(s, PNODE_MEMORY),  # a joining PNode's memory cap
             *event_log_setup(), *read_stream(LOG_STREAM), *manage_bucket(checkpoint_bucket(s)),
             *use_bucket(dataset_bucket(s)),  # a session's tokenizer, for its owner's reads
         ),

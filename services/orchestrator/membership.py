@@ -60,7 +60,8 @@ class MembershipRecorder:
         key = (beat.pnode, beat.incarnation)
         if beat.left:
             self._joined.discard(key)
-            self._background(self._append(f"left-{beat.pnode}-{beat.incarnation}", PNodeLeft(pnode=beat.pnode), beat.pnode))
+            left = PNodeLeft(pnode=beat.pnode)
+            self._background(self._append(f"left-{beat.pnode}-{beat.incarnation}", left, beat.pnode))
         elif key not in self._joined:
             self._joined.add(key)
             self._background(self._join(beat))

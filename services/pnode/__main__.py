@@ -61,7 +61,8 @@ def members(args: argparse.Namespace, credentials: list[Credential], memory: int
 
     set_cpu_threads(max(1, args.processes_on_machine))
     if args.fault:
-        logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode misbehaves on purpose", args.fault)
+        logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode misbehaves on purpose",
+                                                      args.fault)
     return [PNode(credentials[0], memory, select_device(args.device), subjects, args.step_deadline, fault=args.fault)]
 
 

@@ -52,7 +52,8 @@ class BusMember:
     failures: tuple[type[BaseException], ...] = (KeyError, ValueError, RuntimeError, nats.errors.Error)
 
     def __init__(self, credential: Credential, memory_bytes: int, device: str, subjects: Subjects,
-                 heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0, fault: FaultSpec | None = None) -> None:
+                 heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0,
+                 fault: FaultSpec | None = None) -> None:
         self.credential = credential
         self.name = credential.name  # the identity the server knows it by: its subjects carry it
         self.memory_bytes = memory_bytes

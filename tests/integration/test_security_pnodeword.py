@@ -124,7 +124,10 @@ async def test_a_pnode_that_accepts_requests_and_never_answers_is_replaced_withi
         clean = await run_to_end(client, cfg)
         clean_losses, clean_digests = await losses(client, clean), final_digests(await session_events(client, clean))
 
-        for hostage, fault, hangs_after in (("pnode-x", "mute:RunStep@5", 4), ("pnode-y", "mute:ApplyStep", None)):
+        # each hostage, its fault, and what was recorded last before it took the request it never answers
+        hostages = (("pnode-x", "mute:RunStep@5", lambda p: isinstance(p, StepCompleted) and p.step == 4),
+                    ("pnode-y", "mute:ApplyStep", lambda p: isinstance(p, Allocated)))
+        for hostage, fault, before_it in hostages:
             args = [*supervisor.credential_args("pnode", hostage), "--processes-on-machine", "3", "--fault", fault]
             process = pnode_process(args, tmp_path / f"{hostage}.log")
             try:
@@ -143,9 +146,7 @@ async def test_a_pnode_that_accepts_requests_and_never_answers_is_replaced_withi
             assert f"{hostage} heartbeat but did not answer" in aborted.reason, aborted.reason
             moved = next(e for e in events if isinstance(e.payload, Reallocated))
             assert hostage not in moved.payload.pnodes
-            # from the moment the hostage took the request it never answers, to its work moved elsewhere
-            hung = next(e.ts for e in events if isinstance(e.payload, StepCompleted) and e.payload.step == hangs_after) \
-                if hangs_after is not None else allocated.ts
+            hung = next(e.ts for e in events if before_it(e.payload))
             print(f"{hostage} ({fault}) replaced {moved.ts - hung:.1f}s after it took the request it never answered")
             assert moved.ts - hung < 60, f"replaced {moved.ts - hung:.0f}s after the request it never answered"
             assert await losses(client, sid) == clean_losses, "every step once, with a clean run's losses"

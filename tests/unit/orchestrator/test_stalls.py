@@ -191,6 +191,6 @@ async def test_a_pass_is_told_to_give_up_on_its_inputs_before_the_deadline():
     pnodes.adopt(["p0", "p1"])
     await pnodes.all(run_step)
     await pnodes.all(lambda p: ApplyStep(session_id="s", step=3, lr=0.1))
-    sent = [RunStep.model_validate_json(d) if b'"RunStep"' in d else ApplyStep.model_validate_json(d) for _, d in bus.sent]
+    sent = [(RunStep if b'"RunStep"' in d else ApplyStep).model_validate_json(d) for _, d in bus.sent]
     assert [r.give_up_s for r in sent if isinstance(r, RunStep)] == [FIRST_ANSWER_S / 2] * 2
     assert all(not hasattr(r, "give_up_s") for r in sent if isinstance(r, ApplyStep))
