@@ -87,8 +87,8 @@ class NatsCluster:
         self.apply_members()
         return credential
 
-    def credential_file(self, role: Role, name: str | None = None) -> Path:
-        path = self.servers[0].credential_file(role, name)
+    def credential_file(self, role: Role, name: str | None = None, memory: str | None = None) -> Path:
+        path = self.servers[0].credential_file(role, name, memory)
         self.apply_members()
         return path
 

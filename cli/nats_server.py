@@ -121,11 +121,12 @@ class EmbeddedNats:
         self.process: subprocess.Popen | None = None
         self._leaf_users: dict[str, Permissions] = {}  # the leaves' permissions the running server has
 
-    def credential(self, role: Role, name: str | None = None) -> Credential:
+    def credential(self, role: Role, name: str | None = None, memory: str | None = None) -> Credential:
         """A local identity's credential for this server (created on first use; a running server
-        learns of a new one before this returns)."""
+        learns of a new one before this returns); `memory`: a PNode's cap (`Security.issue`)."""
         trust = self.tls.trust() if self.tls else None
-        credential = self.security.issue(role, name or DEFAULT_NAMES.get(role, role), self.urls or [self.url], trust)
+        name = name or DEFAULT_NAMES.get(role, role)
+        credential = self.security.issue(role, name, self.urls or [self.url], trust, memory)
         self.apply_members()
         return credential
 
@@ -137,10 +138,10 @@ class EmbeddedNats:
         self.apply_members()
         return [self.security.credential_path(role, name) for name in names]
 
-    def credential_file(self, role: Role, name: str | None = None) -> Path:
+    def credential_file(self, role: Role, name: str | None = None, memory: str | None = None) -> Path:
         """The file of that credential, for `--credential` of a process this server's owner starts."""
         name = name or DEFAULT_NAMES.get(role, role)
-        self.credential(role, name)
+        self.credential(role, name, memory)
         return self.security.credential_path(role, name)
 
     def local_api_key_file(self) -> Path:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Protocol
 
+from computeall.pnode.options import share_of_ram
 from computeall.protocol.credentials import Credential, Role
 
 from .cluster_file import ClusterInfo, ServiceStatus, write
@@ -61,6 +62,10 @@ class ServiceSpec:
         return [sys.executable, "-m", f"computeall.{self.kind}", "--nats", nats_url,
                 "--data-dir", str(data_dir / self.kind), *self.args]
 
+    def option(self, flag: str) -> str | None:
+        """The value given for `flag`, if any."""
+        return self.args[self.args.index(flag) + 1] if flag in self.args else None
+
     def with_arg(self, flag: str, value: str) -> "ServiceSpec":
         args = list(self.args)
         if flag in args:
@@ -99,7 +104,8 @@ def add_processes_on_machine(p: argparse.ArgumentParser) -> None:
 
 def pnode_services(names: list[str], processes_on_machine: int | None = None, memory: str | None = None) -> list[ServiceSpec]:
     """PNodes of this machine, sharing its cores as `processes_on_machine` processes (default: as many as
-    there are of them) and offering `memory` each (default: their share of the RAM)."""
+    there are of them) and offering `memory` each (default: their share of the RAM). What they are
+    given is also the most they may offer: their credentials' cap (`Supervisor._spawn`)."""
     share = ["--processes-on-machine", str(processes_on_machine or len(names))]
     offer = ["--memory", memory] if memory else []
     return [ServiceSpec(name, "pnode", ["--name", name, *share, *offer]) for name in names]
@@ -111,7 +117,7 @@ class Credentials(Protocol):
 
     def credential(self, role: Role, name: str | None = None) -> Credential: ...
 
-    def credential_file(self, role: Role, name: str | None = None) -> Path: ...
+    def credential_file(self, role: Role, name: str | None = None, memory: str | None = None) -> Path: ...
 
     def local_api_key_file(self) -> Path: ...
 
@@ -147,12 +153,17 @@ class Supervisor:
             self._spawn(self.services[spec.name])
 
     def _spawn(self, running: _Running) -> None:
+        if running.spec.kind == "pnode" and running.spec.own_credential and running.spec.option("--memory") is None:
+            # what it would offer itself, said here: its credential's cap is what it was given
+            share = int(running.spec.option("--processes-on-machine") or 1)
+            running.spec = running.spec.with_arg("--memory", str(share_of_ram(share)))
         spec = running.spec
         (self.data_dir / spec.kind).mkdir(parents=True, exist_ok=True)
         logfile = open(self.logs / f"{spec.name}.log", "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         running.process = subprocess.Popen(
-            spec.argv(self.nats_url, self.data_dir) + (self.credential_args(spec.kind, spec.name) if spec.own_credential else []),
+            spec.argv(self.nats_url, self.data_dir)
+            + (self.credential_args(spec.kind, spec.name, spec.option("--memory")) if spec.own_credential else []),
             stdout=logfile, stderr=subprocess.STDOUT,
             env=env, start_new_session=True,
         )
@@ -173,11 +184,12 @@ class Supervisor:
                 return int(line.split()[1]) * 1024  # kB
         return None
 
-    def credential_args(self, role: Role, name: str) -> list[str]:
-        """`--credential FILE` for a process of this machine: its own identity, issued on first use."""
+    def credential_args(self, role: Role, name: str, memory: str | None = None) -> list[str]:
+        """`--credential FILE` for a process of this machine: its own identity, issued on first use (a
+        PNode's capped at `memory`, what it is given to offer)."""
         if self.credentials is None:
             return []
-        args = ["--credential", str(self.credentials.credential_file(role, name))]
+        args = ["--credential", str(self.credentials.credential_file(role, name, memory))]
         if role == "monitor":  # the local user's key, so that it logs into the dashboard
             args += ["--local-key-file", str(self.credentials.local_api_key_file())]
         return args

@@ -111,6 +111,7 @@ SUBJECTS = [
           (membership_api.REVOKE_PNODE, membership_api.RevokePNode, "revoke a PNode's credential, close its connections"),
           (membership_api.SESSION_HOSTS, membership_api.SessionHosts,
            "the PNodes that host a session: only they reach its checkpoint bucket"),
+          (membership_api.PNODE_MEMORY, membership_api.PNodeMemory, "a PNode's memory cap, from its credential's record"),
       ]),
 ]
 

@@ -13,6 +13,7 @@ import datetime
 import json
 
 from computeall.protocol.invites import Invite
+from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY
 
 from ..cluster_file import add_data_dir_argument, deployment_dir, read
 from ..errors import UserError
@@ -27,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pnode = verbs.add_parser("pnode", help="a token for `computeall pnode --join TOKEN` on another machine")
     pnode.add_argument("--name", default=None, help="the PNode's name (default: pnode-<id>)")
     pnode.add_argument("--expires", default=None, help="how long the invite works, e.g. 30m, 24h, 7d (default: until revoked)")
-    pnode.add_argument("--memory", default=None, help="memory the PNode offers, e.g. 4GiB (default: its own choice)")
+    pnode.add_argument("--memory", default=None,
+                       help="the most memory the PNode may offer, e.g. 4GiB: the allocator never counts on more, "
+                            f"whatever it claims (default: {DEFAULT_PNODE_MEMORY // 2**30}GiB)")
     pnode.set_defaults(func=_pnode)
     leaf = verbs.add_parser("leaf", help="a token for `computeall up --leaf TOKEN` on a remote site")
     leaf.add_argument("--name", default=None, help="the site's leaf name (default: leaf-<id>); its PNodes are NAME-0, ...")

@@ -40,9 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--listen", metavar="HOST:PORT", default=None,
                    help="serve NATS here with TLS, as `up --listen` does (default: 127.0.0.1, plain)")
-    p.add_argument("--fault", action="append", default=[], metavar="PNODE=corrupt:P",
+    p.add_argument("--fault", action="append", default=[], metavar="PNODE=corrupt:P|PNODE=mute:REQUEST[@STEP]",
                    help="TESTING ONLY: make PNode PNODE (pnode-0, pnode-1, ...) perturb a share P of its results, "
-                        "to watch spot checks catch it (with --verify-rate)")
+                        "to watch spot checks catch it (with --verify-rate), or never answer a kind of request")
     p.set_defaults(func=lambda args: asyncio.run(run(args)))
 
 

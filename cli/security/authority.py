@@ -7,6 +7,7 @@ PNode, when `computeall invite` edits members.json (it is watched), and when a m
 and when the orchestrator places a session or ends it (who reaches its checkpoints: `session_grants`).
 nats-server gives a live connection its new permissions at the reload, so a PNode granted a bucket
 uses it at once, and one no longer granted is refused from then on, without reconnecting.
+It also tells the orchestrator how much memory a joining PNode may offer (its record's cap).
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ class Authority:
         """Serve requests and watch the members file until cancelled."""
         nc = await bus.connect(self.server.credential("authority"), name="computeall-authority", max_reconnect_attempts=-1)
         subjects = self.server.security.subjects
-        handlers = {api.USERS: (api.UsersSync, self._sync_users), api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode),
-                    api.SESSION_HOSTS: (api.SessionHosts, self._host_session)}
+        handlers = {
+            api.USERS: (api.UsersSync, self._sync_users),
+            api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode),
+            api.SESSION_HOSTS: (api.SessionHosts, self._host_session),
+            api.PNODE_MEMORY: (api.PNodeMemory, self._pnode_memory),
+        }
         for verb, (model, handler) in handlers.items():
             await nc.subscribe(api.membership_subject(subjects, verb), cb=self._responder(model, handler))
         try:
@@ -94,6 +99,9 @@ class Authority:
                                                          f"log position {request.as_of}")
         await self._apply()
         return api.MembershipReply()
+
+    async def _pnode_memory(self, request: api.PNodeMemory) -> api.MembershipReply:
+        return api.MembershipReply(memory_bytes=self.members.read().pnode_memory(request.pnode))
 
     async def _watch(self) -> None:
         """Apply edits made by other processes (`computeall invite`) and expiries as they come."""

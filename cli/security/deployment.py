@@ -66,8 +66,10 @@ class Security:
     def credential_path(self, role: Role, name: str) -> Path:
         return self.directory / "credentials" / role / f"{name}.json"
 
-    def issue(self, role: Role, name: str, servers: list[str], tls: TlsTrust | None = None) -> Credential:
-        """The credential of the local identity `role`/`name` at `servers`, written to its file."""
+    def issue(self, role: Role, name: str, servers: list[str], tls: TlsTrust | None = None,
+              memory: str | None = None) -> Credential:
+        """The credential of the local identity `role`/`name` at `servers`, written to its file; a PNode's
+        `memory`, when given, is the most it may offer (its record's cap, as an invite's)."""
         path = self.credential_path(role, name)
         local_user = (role, name) == ("user", LOCAL_USER)
         seed = api_key_seed(self.local_api_key()) if local_user else _existing_seed(path)
@@ -75,7 +77,10 @@ class Security:
             known = members.by_key(nkey_public(seed)) if seed else None
             if known is None or (known.role, known.name) != (role, name):
                 seed = seed if local_user else new_nkey_seed()
-                members.members.append(Member(role=role, name=name, public_key=nkey_public(seed), source="local"))
+                known = Member(role=role, name=name, public_key=nkey_public(seed), source="local")
+                members.members.append(known)
+            if memory is not None:
+                known.memory = memory
         credential = Credential(role=role, name=name, servers=servers, nkey_seed=seed, tls=tls)
         credential.save(path)
         return credential

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from computeall.protocol.credentials import TlsTrust, new_nkey_seed, nkey_public
 from computeall.protocol.invites import Invitable, Invite, SitePNode
+from computeall.protocol.sizes import parse_size
 
 from .deployment import Security
 from .members import Member
@@ -41,6 +42,11 @@ def invite(security: Security, role: Invitable, servers: list[str], tls: TlsTrus
     `site_pnodes` PNodes (`<leaf>-0`, ...), members that reach this server only through that leaf."""
     if (role == "leaf") != (site_pnodes > 0):
         raise InvitationError("a leaf invite names at least one PNode of its site (--pnodes N), and only a leaf invite")
+    if memory is not None:
+        try:
+            parse_size(memory)
+        except ValueError as exc:
+            raise InvitationError(f"--memory: {exc}") from None
     invite_id = uuid.uuid4().hex[:10]
     name = name or f"{role}-{invite_id[:6]}"
     seed = new_nkey_seed()

@@ -20,6 +20,8 @@ from typing import Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from computeall.protocol.credentials import NAME_PATTERN, Role
+from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY
+from computeall.protocol.sizes import parse_size
 
 Source = Literal["local", "invite", "api-key"]
 M = TypeVar("M", bound=BaseModel)
@@ -36,7 +38,7 @@ class Member(BaseModel):
     created: float = Field(default_factory=time.time)
     expires: float | None = None
     revoked: float | None = None
-    memory: str | None = None  # what an invited PNode offers, when the invite says
+    memory: str | None = None  # the most a PNode may offer (an invite's --memory, what `up` gave its own)
     site: str | None = None  # a PNode of a remote site: the leaf it reaches this server through, and only it
 
     def active(self, now: float | None = None) -> bool:
@@ -58,6 +60,12 @@ class Members(BaseModel):
     def site(self, leaf: str, now: float | None = None) -> list[Member]:
         """The active PNodes of `leaf`'s site."""
         return [m for m in self.active(now) if m.site == leaf]
+
+    def pnode_memory(self, pnode: str, now: float | None = None) -> int:
+        """The most PNode `pnode` may offer: its record's cap, `DEFAULT_PNODE_MEMORY` where it names
+        none. The server cannot say which of a name's credentials connected, so the smallest counts."""
+        return min((parse_size(m.memory) if m.memory else DEFAULT_PNODE_MEMORY
+                    for m in self.active(now) if m.role == "pnode" and m.name == pnode), default=DEFAULT_PNODE_MEMORY)
 
     def find(self, member_id: str) -> Member | None:
         return next((m for m in self.members if m.id == member_id), None)

@@ -18,7 +18,7 @@ from typing import Literal
 from computeall.protocol.batch_grants import grants_bucket
 from computeall.protocol.credentials import Role
 from computeall.protocol.dataset_api import pnode_batch_subject, pnode_requests, progress_all, user_requests
-from computeall.protocol.membership_api import SESSION_HOSTS, membership_subject
+from computeall.protocol.membership_api import PNODE_MEMORY, REVOKE_PNODE, SESSION_HOSTS, membership_subject
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
@@ -137,7 +137,9 @@ def orchestrator(name: str, s: Subjects, sessions: Sessions = (), users: Iterabl
         publish=(
             f"{p}.evt.session.>", f"{p}.evt.pnode.>",  # session and PNode events
             f"{p}.pn.*.ctl",  # requests to PNodes
-            f"{p}.orch.hb.*", ANY_INBOX, f"{p}.sec.pnode.revoke",
+            f"{p}.orch.hb.*", ANY_INBOX,
+            membership_subject(s, REVOKE_PNODE),  # quarantine
+            membership_subject(s, PNODE_MEMORY),  # a joining PNode's memory cap
             membership_subject(s, SESSION_HOSTS),  # who may reach a session's checkpoints, at every placement
             user_requests(s),  # the dataset service, on a session owner's subject: as that owner
             *event_log_setup(), *read_stream(LOG_STREAM),
@@ -147,7 +149,9 @@ def orchestrator(name: str, s: Subjects, sessions: Sessions = (), users: Iterabl
             *(subject for user in sorted(users) for subject in read_stream(f"OBJ_{uploads_bucket(s, user)}")),
             *(subject for bucket in checkpoint_buckets(s, sessions) for subject in manage_bucket(bucket)),
         ),
-        subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>", reads_all(s), _inbox("orchestrator", name)),
+        subscribe=(f"{p}.hb.*", f"{p}.orch.hb.*", f"{p}.evt.session.>",
+                   s.pnode_evt_of_type("PNodeQuarantined"),  # by any orchestrator: none gives it work again
+                   reads_all(s), _inbox("orchestrator", name)),
         notes=("serves users' reads of their own sessions (`<prefix>.api.<user>.*`), checking ownership itself",
                f"asks the dataset service on any user's subject (`{user_requests(s)}`), for the owner of the session it "
                "prepares, after checking the session is theirs: the service takes it for that user",

@@ -59,7 +59,8 @@ class Invite(BaseModel):
     nkey_seed: str
     tls: TlsTrust
     expires: float | None = None
-    memory: str | None = Field(None, description="the memory the PNode offers, unless `--memory` says otherwise")
+    memory: str | None = Field(None, description="the memory the PNode offers, unless `--memory` says otherwise; "
+                                                 "the server's record of the invite caps any offer at it")
     pnodes: list[SitePNode] = Field(default_factory=list, description="a leaf's: the PNodes its site may run")
 
     @model_validator(mode="after")

@@ -7,10 +7,16 @@ authority: the process that owns the NATS server's configuration (`computeall up
                              is revoked and its connections closed
     session.hosts SessionHosts the orchestrator, at every placement of a session and when it ends:
                              the PNodes that host it, the only ones that reach its checkpoint bucket
+    pnode.memory PNodeMemory the orchestrator, when a PNode joins: the most memory its credential
+                             allows it to offer (`memory_bytes`), whatever its heartbeats claim
 
-Only the monitor may publish `users`, only the orchestrator and the operator `pnode.revoke`, and
-only the orchestrator `session.hosts` (their credentials' permissions); every reply is a
+Only the monitor may publish `users`, only the orchestrator and the operator `pnode.*`, and only
+the orchestrator `session.hosts` (their credentials' permissions); every reply is a
 `MembershipReply`, sent once the server applies the change.
+
+A PNode's memory cap is the member record's (`computeall invite pnode --memory`, or what `computeall
+up` gave the PNodes it starts), else `DEFAULT_PNODE_MEMORY`: an invite that names no memory, a PNode
+with no record, and every PNode where no authority answers (docker-compose) get the default.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ from .subjects import Subjects
 USERS = "users"
 REVOKE_PNODE = "pnode.revoke"
 SESSION_HOSTS = "session.hosts"
+PNODE_MEMORY = "pnode.memory"
+
+# The most a PNode may offer when its member record names no cap: what an ordinary lent machine
+# has. Its offer is only its word; this bounds how much of a network one credential can claim.
+DEFAULT_PNODE_MEMORY = 16 * 2**30
 
 
 def membership_subject(subjects: Subjects, verb: str) -> str:
@@ -67,10 +78,17 @@ class SessionHosts(_Request):
                        "latest wins, so a driver that lost the session cannot undo its successor's grants")
 
 
+class PNodeMemory(_Request):
+    """The most memory this PNode may offer, from its member record."""
+
+    pnode: str = Field(..., pattern=NAME_PATTERN)
+
+
 class MembershipReply(BaseModel):
     ok: bool = True
     error: str | None = None
     revoked: list[str] = Field(default_factory=list, description="member ids revoked by this request")
+    memory_bytes: int | None = Field(None, ge=0, description="pnode.memory: the PNode's cap")
 
 
 class MembershipError(RuntimeError):
@@ -101,3 +119,10 @@ async def host_session(nc: NATS, subjects: Subjects, session_id: str, pnodes: li
     """Grant the PNodes that host `session_id` its checkpoint bucket, and take it from every other PNode;
     returns once the server applies it. Raises `MembershipError` when refused (a later placement won)."""
     return await _ask(nc, subjects, SESSION_HOSTS, SessionHosts(session_id=session_id, pnodes=pnodes, as_of=as_of), timeout)
+
+
+async def pnode_memory(nc: NATS, subjects: Subjects, pnode: str, timeout: float = 2.0) -> int:
+    """The most memory PNode `pnode` may offer (bytes). Raises nats-py's errors when no authority
+    answers: the caller then applies `DEFAULT_PNODE_MEMORY`."""
+    reply = await _ask(nc, subjects, PNODE_MEMORY, PNodeMemory(pnode=pnode), timeout)
+    return DEFAULT_PNODE_MEMORY if reply.memory_bytes is None else reply.memory_bytes

@@ -91,7 +91,15 @@ class LoadPlan(_Request):
         return exchanges(self.micro_batches, self.replicas.count, self.replicas.index)
 
 
-class RunStep(_Request):
+class PassRequest(_Request):
+    """A pass over micro-batches: it waits for inputs from other PNodes and the dataset service."""
+
+    give_up_s: float | None = Field(
+        None, gt=0, description="stop waiting for inputs this long after the request came and answer `starved` "
+                                "(or at the PNode's own --step-deadline, when that is sooner)")
+
+
+class RunStep(PassRequest):
     """Forward and backward of every micro-batch of `step`; reply once the local backward is done."""
 
     type: Literal["RunStep"] = "RunStep"
@@ -123,7 +131,7 @@ class Unload(_Request):
     session_id: str
 
 
-class RunValidation(_Request):
+class RunValidation(PassRequest):
     """Forward only, on `batches` micro-batches of the validation split; no parameter update."""
 
     type: Literal["RunValidation"] = "RunValidation"
@@ -211,6 +219,9 @@ class PNodeReply(BaseModel):
     # it holds no plan for the session: it restarted (or was reset) since the plan was loaded, and
     # what it held is gone; the orchestrator treats it as a lost PNode, not a broken session
     state_lost: bool = False
+    # a pass gave up waiting for inputs that never came (`error` says which): its step runs again,
+    # the PNode is not at fault (one that does not answer at all is)
+    starved: bool = False
     step: int | None = None
     loss_sum: float | None = None  # summed over the tokens of the loss VNodes this PNode hosts
     micro_losses: dict[int, float] = Field(default_factory=dict)  # loss_sum by micro-batch: summed in order

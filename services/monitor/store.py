@@ -56,13 +56,13 @@ def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats
                                          json.dumps(s.bytes_by_category), s.pending_requests, json.dumps(s.hosted_vnodes), s.ts)],
         )
     if heartbeats:  # one statement for all of them: hundreds of PNodes beat every second
+        # not their memory: a heartbeat's is the PNode's claim; PNodeJoined's is what it may be given
         con.execute(
-            "INSERT INTO pnodes (id, host, os_pid, device, memory_bytes, state, last_heartbeat, throughput) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, 'live', ?, ?)"] * len(heartbeats))
+            "INSERT INTO pnodes (id, host, os_pid, device, state, last_heartbeat, throughput) VALUES "
+            + ", ".join(["(?, ?, ?, ?, 'live', ?, ?)"] * len(heartbeats))
             + " ON CONFLICT (id) DO UPDATE SET host = excluded.host, os_pid = excluded.os_pid, device = excluded.device, "
-            "memory_bytes = excluded.memory_bytes, last_heartbeat = excluded.last_heartbeat, "
-            "throughput = coalesce(excluded.throughput, pnodes.throughput)",
-            [v for hb in heartbeats for v in (hb.pnode, hb.host, hb.os_pid, hb.device, hb.memory_bytes, hb.ts,
+            "last_heartbeat = excluded.last_heartbeat, throughput = coalesce(excluded.throughput, pnodes.throughput)",
+            [v for hb in heartbeats for v in (hb.pnode, hb.host, hb.os_pid, hb.device, hb.ts,
                                               hb.throughput.model_dump_json() if hb.throughput else None)],
         )
     malformed: dict[str, int] = {}

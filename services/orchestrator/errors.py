@@ -17,10 +17,16 @@ class PNodeFailure(RuntimeError):
         self.pnodes = pnodes
 
 
+class Unanswered(PNodeFailure):
+    """PNodes that heartbeat but left a request unanswered long past what its kind takes (`stalls.py`):
+    treated as lost, as silent ones are; this incarnation of each gets no more work."""
+
+
 class StepStalled(PNodeFailure):
-    """Requests to PNodes went unanswered after a connection to the bus was lost and made again: their
-    messages (core NATS, at most once) were lost with a nats-server, no PNode is. A step's RunStep is
-    run again in place (`TrainingStep`); anything else recovers as from a lost PNode, losing none."""
+    """Requests to PNodes went unanswered after a connection to the bus was lost and made again (their
+    messages, core NATS, at most once, were lost with a nats-server), or every PNode answered and some
+    gave up waiting for inputs that never came: no PNode is at fault. A step's RunStep is run again in
+    place (`TrainingStep`); anything else recovers as from a lost PNode, losing none."""
 
     def __init__(self, reason: str) -> None:
         super().__init__([], reason)

@@ -104,7 +104,7 @@ class Placement:
             moves = {key: p for key, p in _placed(allocation).items() if before.get(key) != p}
             await self.recorder.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
-        self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0))
+        self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0), allocation.step_time_s)
         await self.storage.host(self.pnodes, self.recorder.state.last_seq)
         config = self.config
         batches = BatchSource(

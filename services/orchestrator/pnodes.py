@@ -1,10 +1,16 @@
-"""Which PNodes are alive, leaving or lost, from their heartbeats; and when the bus last lost messages."""
+"""Which PNodes are alive, leaving or lost, from their heartbeats; what memory each may be given;
+and when the bus last lost messages.
+
+A PNode's offered memory is only its word: the allocator counts at most its credential's cap
+(`membership_api.pnode_memory`, asked when the PNode joins: `admit`), and `DEFAULT_PNODE_MEMORY`
+until the answer is in."""
 
 from __future__ import annotations
 
 import time
 
 from computeall.network.memory_model import hosting_bytes
+from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat
 
 from .step_time import PNodeCapacity
@@ -19,6 +25,8 @@ class PNodeRegistry:
         self._generation: dict[str, int] = {}
         self._dead: dict[str, tuple[str, float]] = {}  # pnode -> (incarnation that stopped listening, when)
         self._quarantined: set[str] = set()
+        self._caps: dict[str, tuple[str, int]] = {}  # pnode -> (incarnation, the most it may offer)
+        self._unresponsive: dict[str, str] = {}  # pnode -> the incarnation that stopped answering requests
         # when a connection to the bus was last made again (a PNode's, by its heartbeat, or the
         # orchestrator's own): core NATS messages in flight then may be lost (`PNodeCalls.all`)
         self.disturbed_at = float("-inf")
@@ -63,21 +71,38 @@ class PNodeRegistry:
         """Changes whenever the PNode restarts: work sent to an older generation is lost."""
         return self._generation.get(pnode, 0)
 
+    def admit(self, pnode: str, incarnation: str, cap_bytes: int) -> None:
+        """The most this incarnation of `pnode` may offer, from its credential's record."""
+        self._caps[pnode] = (incarnation, cap_bytes)
+
+    def memory_bytes(self, hb: Heartbeat) -> int:
+        """What the PNode offered, at most its cap: all the memory it is counted on for."""
+        incarnation, cap = self._caps.get(hb.pnode, ("", DEFAULT_PNODE_MEMORY))
+        return min(hb.memory_bytes, cap if incarnation == hb.incarnation else DEFAULT_PNODE_MEMORY)
+
+    def unresponsive(self, pnode: str) -> None:
+        """It heartbeats but left a request unanswered long past its kind's time: this incarnation
+        gets no more work (a restarted process joins as new)."""
+        seen = self._last.get(pnode)
+        if seen is not None:
+            self._unresponsive[pnode] = seen[1].incarnation
+
     def quarantine(self, pnode: str) -> None:
         """Caught computing wrong results: never offered for work again (it may still heartbeat)."""
         self._quarantined.add(pnode)
 
     def live(self, include_leaving: bool = False) -> list[Heartbeat]:
-        """The PNodes that may be given work: heartbeating, not quarantined (and not leaving)."""
+        """The PNodes that may be given work: heartbeating and answering, not quarantined (and not leaving)."""
         return sorted(
             (hb for _, hb in self._last.values()
-             if self.is_live(hb.pnode) and (include_leaving or not hb.leaving) and hb.pnode not in self._quarantined),
+             if self.is_live(hb.pnode) and (include_leaving or not hb.leaving) and hb.pnode not in self._quarantined
+             and self._unresponsive.get(hb.pnode) != hb.incarnation),
             key=lambda hb: hb.pnode,
         )
 
     def capacities(self, exclude: set[str] = frozenset()) -> list[PNodeCapacity]:
         """What the allocator is given of the live PNodes (but `exclude`): memory and measured speeds."""
-        return [capacity(hb) for hb in self.live() if hb.pnode not in exclude]
+        return [capacity(hb, self.memory_bytes(hb)) for hb in self.live() if hb.pnode not in exclude]
 
     def is_live(self, pnode: str) -> bool:
         seen = self._last.get(pnode)
@@ -102,10 +127,10 @@ class PNodeRegistry:
         return lost
 
 
-def capacity(hb: Heartbeat) -> PNodeCapacity:
-    """A PNode as the allocator sees it: the memory it offered less what its process took before
-    hosting anything; nominal speeds until it has measured its own."""
-    memory = hosting_bytes(hb.memory_bytes, hb.process_bytes)
+def capacity(hb: Heartbeat, memory_bytes: int) -> PNodeCapacity:
+    """A PNode as the allocator sees it: the memory it may be given (`PNodeRegistry.memory_bytes`) less
+    what its process took before hosting anything; nominal speeds until it has measured its own."""
+    memory = hosting_bytes(memory_bytes, hb.process_bytes)
     t = hb.throughput
     if t is None:
         return PNodeCapacity(hb.pnode, memory)

@@ -121,5 +121,6 @@ class Sampler:
 
     def _writer(self) -> str:
         """The session's PNode with the most memory: it holds the whole model while it samples."""
-        live = {hb.pnode: hb.memory_bytes for hb in self.placement.registry.live()}
+        registry = self.placement.registry
+        live = {hb.pnode: registry.memory_bytes(hb) for hb in registry.live()}
         return max(self.placement.pnodes, key=lambda p: (live.get(p, 0), p))

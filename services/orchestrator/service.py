@@ -52,7 +52,7 @@ from .fair_share import FairShare
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
 from .initial_weights import check_source
-from .membership import MembershipRecorder
+from .membership import MembershipRecorder, ask_authority
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 from .reads import SessionReads
@@ -101,7 +101,8 @@ class Orchestrator:
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects, replicas=bus.replicas(self.nc))
         self.eventlog = EventLog(self.js, self.subjects)
-        self.membership = MembershipRecorder(self.eventlog, actor=f"orchestrator:{self.id}")
+        self.membership = MembershipRecorder(self.eventlog, f"orchestrator:{self.id}", self.registry,
+                                             ask_authority(self.nc, self.subjects))
         self.reads = SessionReads(self.nc, self.eventlog, self.subjects)
         await self.reads.start()
         self.calls = PNodeCalls(self.nc, self.subjects, self.registry)

@@ -3,8 +3,9 @@
 Placement decides who they are (`adopt`); the step loop, checkpoints and validation only ask
 them things. A request to all fails with `PNodeFailure` as soon as one goes silent or restarts
 (its generation moved on since it took the plan), and a PNode still working after the
-session's `slow_after_s` is recorded once as `PNodeSlow`. Once the bus lost messages, a request
-unanswered for long beyond what its kind took lately fails with `StepStalled` (`stalls.py`).
+session's `slow_after_s` is recorded once as `PNodeSlow`. A request unanswered for long beyond
+what its kind took lately fails with `Unanswered` (the PNodes at fault are lost) or, once the bus
+lost messages or when a pass's inputs never came, with `StepStalled` (`stalls.py`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from typing import Callable
 from pydantic import BaseModel
 
 from computeall.protocol.events import PNodeSlow
-from computeall.protocol.pnode_api import PNodeReply, Unload
+from computeall.protocol.pnode_api import PassRequest, PNodeReply, Unload
 
-from .errors import PNodeFailure, SessionError, StepStalled
+from .errors import PNodeFailure, SessionError, StepStalled, Unanswered
 from .pnode_calls import PNodeCalls
 from .recorder import SessionRecorder
 from .stalls import StallDeadlines
 
 log = logging.getLogger("computeall.orchestrator.session_pnodes")
+
+PASSES = tuple(kind.model_fields["type"].default for kind in PassRequest.__subclasses__())  # RunStep, RunValidation
 
 
 class SessionPNodes:
@@ -35,8 +38,11 @@ class SessionPNodes:
         self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
         self.deadlines = StallDeadlines()
 
-    def adopt(self, pnodes: list[str], first_replica: list[str] | None = None) -> None:
-        """These PNodes hold the plan from now on, as the incarnations alive right now."""
+    def adopt(self, pnodes: list[str], first_replica: list[str] | None = None, estimated_step_s: float = 0.0) -> None:
+        """These PNodes hold the plan from now on, as the incarnations alive right now; a pass should
+        take about `estimated_step_s` (the allocation's estimate) until one is measured."""
+        for kind in PASSES:
+            self.deadlines.estimate(kind, estimated_step_s)
         self.pnodes = list(pnodes)
         self.first_replica = list(pnodes if first_replica is None else first_replica)
         self.generations = {p: self.calls.registry.generation(p) for p in self.pnodes}
@@ -48,12 +54,16 @@ class SessionPNodes:
         state = self.recorder.state
         requests = {p: make(p) for p in (self.first_replica if first_replica else self.pnodes)}
         kind = next(iter(requests.values())).type if requests else ""
+        allowance = self.deadlines.allowance(kind)
+        # a pass waits for inputs: each PNode says so before the deadline if they never come
+        requests = {p: r.model_copy(update={"give_up_s": allowance.give_up_s}) if isinstance(r, PassRequest) else r
+                    for p, r in requests.items()}
         t0 = time.monotonic()
         try:
             replies = await self.calls.all(list(requests), requests.__getitem__, timeout,
                                            state.config.slow_after_s if report_slow else None, self._slow,
-                                           self.generations, self.deadlines.seconds(kind))
-        except StepStalled:
+                                           self.generations, allowance)
+        except (StepStalled, Unanswered):
             self.deadlines.stalled(kind)
             raise
         self.deadlines.took(kind, time.monotonic() - t0)

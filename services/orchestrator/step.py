@@ -5,11 +5,12 @@ PNodes together. The scaler is kept from
 step to step and rebuilt from the log after any jump (start, resume, rollback), so a re-run
 step decides exactly as it did the first time: same bits.
 
-A RunStep that stalls because its messages were lost with a nats-server (`StepStalled`) is
-recorded as `StepAborted` and sent again: nothing of the step was decided, applied or recorded
-yet, and each PNode drops what it holds of the try it replaces (`SessionStage.run_step`), so the
-step runs again from the same state. A stall later in the step (its ApplyStep: some PNodes may
-have applied it) recovers as from a lost PNode, through the last checkpoint.
+A RunStep that stalls because its messages were lost with a nats-server, or because inputs never
+came to the PNodes that all answered (`StepStalled`), is recorded as `StepAborted` and sent again:
+nothing of the step was decided, applied or recorded yet, and each PNode drops what it holds of the
+try it replaces (`SessionStage.run_step`), so the step runs again from the same state. A PNode that
+does not answer at all (`Unanswered`), and a stall later in the step (its ApplyStep: some PNodes may
+have applied it), recover as from a lost PNode, through the last checkpoint.
 """
 
 from __future__ import annotations

@@ -12,8 +12,6 @@ import os
 import signal
 import socket
 
-import psutil
-
 from computeall.protocol.bus import BusConnectError, process_credential
 from computeall.protocol.invites import Invite, InviteError
 from computeall.protocol.credentials import Credential, CredentialError
@@ -21,7 +19,7 @@ from computeall.protocol.sizes import parse_size
 from computeall.protocol.subjects import Subjects, check_token
 
 from .member import BusMember
-from .options import add_options
+from .options import add_options, share_of_ram
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,7 +61,8 @@ def members(args: argparse.Namespace, credentials: list[Credential], memory: int
 
     set_cpu_threads(max(1, args.processes_on_machine))
     if args.fault:
-        logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode returns wrong results", args.fault)
+        logging.getLogger("computeall.pnode").warning("fault injection is on (%s): this PNode misbehaves on purpose",
+                                                      args.fault)
     return [PNode(credentials[0], memory, select_device(args.device), subjects, args.step_deadline, fault=args.fault)]
 
 
@@ -73,8 +72,7 @@ def run(args: argparse.Namespace) -> None:
     if args.credentials and not args.simulate:
         raise SystemExit("computeall pnode: --credentials is for --simulate; a real PNode takes one --credential")
     credentials = [pnode_credential(args, path) for path in (args.credentials if args.simulate else None) or [None]]
-    share = max(1, args.processes_on_machine)
-    memory = parse_size(args.memory) if args.memory else psutil.virtual_memory().total // share  # an invite may set it
+    memory = parse_size(args.memory) if args.memory else share_of_ram(args.processes_on_machine)  # an invite may set it
     nodes = members(args, credentials, memory)
 
     async def main() -> None:

@@ -25,7 +25,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
-from computeall.protocol.pnode_api import ApplyStep, PNodeReply, PNodeRequest, RunStep
+from computeall.protocol.faults import FaultSpec
+from computeall.protocol.pnode_api import ApplyStep, PassRequest, PNodeReply, PNodeRequest, RunStep
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
 from computeall.protocol.throughput import Throughput
@@ -38,12 +39,23 @@ log = logging.getLogger("computeall.pnode")
 REQUESTS = TypeAdapter(PNodeRequest)
 
 
+class InputsNeverCame(RuntimeError):
+    """A pass gave up waiting for tensors or batches: answered `starved`, so the orchestrator can tell
+    this PNode, which answered, from one that never does (`orchestrator/stalls.py`)."""
+
+
+def pass_deadline(request: PassRequest, step_deadline_s: float) -> float:
+    """How long a pass may wait for its inputs: the PNode's own limit, or sooner when the orchestrator says."""
+    return min(step_deadline_s, request.give_up_s or step_deadline_s)
+
+
 class BusMember:
     # what a failed request raises: answered with ok=False and the reason, never a crash
     failures: tuple[type[BaseException], ...] = (KeyError, ValueError, RuntimeError, nats.errors.Error)
 
     def __init__(self, credential: Credential, memory_bytes: int, device: str, subjects: Subjects,
-                 heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0) -> None:
+                 heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0,
+                 fault: FaultSpec | None = None) -> None:
         self.credential = credential
         self.name = credential.name  # the identity the server knows it by: its subjects carry it
         self.memory_bytes = memory_bytes
@@ -62,6 +74,7 @@ class BusMember:
         self.clock = StepClock(self.name)
         self._stop = asyncio.Event()
         self.refused: str | None = None  # why the bus stopped accepting this PNode (revoked, expired)
+        self.fault = fault  # a testing option, from the command line only (`protocol/faults.py`)
         self.nc: NATS
 
     # -- what a kind of PNode decides ------------------------------------------------
@@ -112,6 +125,8 @@ class BusMember:
 
     async def _on_bus_error(self, exc: Exception) -> None:
         if "authorization violation" in str(exc).lower():  # revoked or expired: no reconnect will help
+            if not hasattr(self, "nc"):
+                return  # refused at the first connect: `bus.connect` raises `BusConnectError`, which says why
             if self.refused is None:
                 self.refused = "the server no longer accepts this PNode's credential (revoked or expired); exiting"
                 log.error("%s", self.refused)
@@ -163,12 +178,18 @@ class BusMember:
             log.warning("rejected a malformed control request: %s", exc.errors()[:3])
             await self._reply(msg, PNodeReply(ok=False, pnode=self.name, error=f"malformed request: {exc.errors()[:3]}"))
             return
+        step = getattr(request, "step", None)
+        if self.fault and self.fault.mutes(request.type, step):
+            log.warning("fault injection: %s of step %s accepted, never to be answered", request.type, step)
+            return
         started = time.time()
         self.pending += 1
-        step = getattr(request, "step", None)
         await self._status(request, "running", step, started)
         try:
             reply = await self._timed(request)
+        except InputsNeverCame as exc:
+            log.warning("%s gave up: %s", request.type, exc)
+            reply = PNodeReply(ok=False, starved=True, pnode=self.name, step=step, error=str(exc))
         except self.failures as exc:
             log.warning("%s failed: %s", request.type, exc)
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")

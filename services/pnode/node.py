@@ -42,7 +42,7 @@ from . import checkpoints, checks, sampling, throughput
 from .batches import BatchFeed
 from .faults import Faults
 from .lean_memory import wants_lean_memory
-from .member import BusMember
+from .member import BusMember, pass_deadline
 from .memory import bytes_by_category
 from .outbox import Link
 from .routing import CheckPartRoute, TensorRoute
@@ -67,7 +67,7 @@ class PNode(BusMember):
         telemetry_s: float = 2.0,
         fault: FaultSpec | None = None,
     ) -> None:
-        super().__init__(credential, memory_bytes, str(device), subjects, heartbeat_s, telemetry_s)
+        super().__init__(credential, memory_bytes, str(device), subjects, heartbeat_s, telemetry_s, fault)
         self.device = device
         self.step_deadline_s = step_deadline_s
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
@@ -77,7 +77,8 @@ class PNode(BusMember):
         self.sampling_executor = sampling.sampling_executor(self.name)
         self.stages: dict[str, SessionStage] = {}
         self.process = psutil.Process()
-        self.faults = Faults(fault, self.name) if fault else None  # a testing option: wrong results on purpose
+        # a testing option: wrong results on purpose
+        self.faults = Faults(fault, self.name) if fault and fault.mode == "corrupt" else None
         self.check_executor = checks.check_executor(self.name)
         self.lean_memory = False  # `lean_memory`: set for good once a plan asks for it
         self.process_bytes = 0  # resident once started, before hosting anything (`Heartbeat.process_bytes`)
@@ -149,11 +150,11 @@ class PNode(BusMember):
         if stage is None:
             return PNodeReply.no_plan(self.name, request.session_id)
         if isinstance(request, RunStep):
-            return await stage.run_step(request, self.step_deadline_s)
+            return await stage.run_step(request, pass_deadline(request, self.step_deadline_s))
         if isinstance(request, ApplyStep):
             return await stage.apply(request)
         if isinstance(request, RunValidation):
-            return await stage.run_validation(request, self.step_deadline_s)
+            return await stage.run_validation(request, pass_deadline(request, self.step_deadline_s))
         if isinstance(request, SaveCheckpoint):
             saved = await checkpoints.save(self.js, stage, request)
             return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=saved)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import psutil
+
 from computeall.protocol.bus import add_bus_arguments
 
 from computeall.protocol.faults import FaultSpec
@@ -16,6 +18,11 @@ def fault_spec(text: str) -> FaultSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def share_of_ram(processes_on_machine: int) -> int:
+    """What a PNode offers unless told: its share of the machine's RAM."""
+    return psutil.virtual_memory().total // max(1, processes_on_machine)
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
     add_bus_arguments(p)
     p.add_argument("--join", metavar="TOKEN", default=None,
@@ -26,9 +33,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--processes-on-machine", type=int, default=1, help="PNodes sharing this machine's cores")
     p.add_argument("--step-deadline", type=float, default=600.0, help="seconds a step may wait for its inputs")
     p.add_argument("--prefix", default=None, help="subject prefix (default ca)")
-    p.add_argument("--fault", type=fault_spec, default=None, metavar="corrupt:P",
-                   help="TESTING ONLY: perturb one value in a share P of this PNode's outputs and gradients "
-                        "(to see spot checks catch it; docs/verification.md)")
+    p.add_argument("--fault", type=fault_spec, default=None, metavar="corrupt:P|mute:REQUEST[@STEP]",
+                   help="TESTING ONLY: corrupt:P perturbs one value in a share P of this PNode's outputs and gradients "
+                        "(to see spot checks catch it; docs/verification.md); mute:RunStep@3 accepts every RunStep "
+                        "from step 3 on and never answers, heartbeating all along (to see it replaced)")
     p.add_argument("--data-dir", default=None, help="where to find cluster.json when --nats is not given")
     sim = p.add_argument_group("simulation (no torch: modelled compute, placeholder tensors; see docs/operations.md)")
     sim.add_argument("--simulate", action="store_true", help="run simulated PNodes that speak the real protocol")

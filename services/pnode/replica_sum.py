@@ -28,6 +28,7 @@ from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire_formats import Encoded, WireFormat, wire_format
 
+from .member import InputsNeverCame
 from .outbox import Link, Outbox
 from .routing import PartialSumKey, TensorRoute
 
@@ -178,8 +179,8 @@ class ReplicaSum:
                 raise SumAborted(f"step {key.step}: the sum of {key.src} was abandoned")
             left = self.give_up - time.monotonic()
             if left <= 0:
-                raise SumAborted(f"step {key.step}: the sum of {key.src} over micro-batches "
-                                 f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
+                raise InputsNeverCame(f"step {key.step}: the sum of {key.src} over micro-batches "
+                                      f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
             self.arrived.clear()
             try:
                 await asyncio.wait_for(self.arrived.wait(), timeout=min(left, 1.0))

@@ -21,6 +21,7 @@ from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunSt
 
 from . import sim_model
 from .admission import Admission
+from .member import InputsNeverCame
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 
 # (pnode to send to, the tensor's real byte count, its route) -> sent
@@ -119,7 +120,7 @@ class SimulatedStage:
             self.arrived.clear()
             now = time.monotonic()
             if now >= give_up:
-                raise SimulatedStepAborted(f"{pass_id}: inputs {keys} did not arrive within {deadline_s:.0f}s")
+                raise InputsNeverCame(f"{pass_id}: inputs {keys} did not arrive within {deadline_s:.1f}s")
             try:
                 await asyncio.wait_for(self.arrived.wait(), timeout=min(give_up - now, 1.0))
             except asyncio.TimeoutError:

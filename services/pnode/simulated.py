@@ -38,7 +38,7 @@ from computeall.protocol.throughput import Throughput
 
 from . import sim_model
 from .checkpoint_objects import CheckpointObjectError, fetch, object_name
-from .member import BusMember
+from .member import BusMember, pass_deadline
 from .routing import TensorRoute
 from .sim_stage import SimulatedStage, SimulatedStepAborted
 
@@ -94,11 +94,11 @@ class SimulatedPNode(BusMember):
         if stage is None:
             return PNodeReply.no_plan(self.name, request.session_id)
         if isinstance(request, RunStep):
-            return await stage.run_step(request, self.step_deadline_s)
+            return await stage.run_step(request, pass_deadline(request, self.step_deadline_s))
         if isinstance(request, ApplyStep):
             return stage.apply(request)
         if isinstance(request, RunValidation):
-            return await stage.run_validation(request, self.step_deadline_s)
+            return await stage.run_validation(request, pass_deadline(request, self.step_deadline_s))
         if isinstance(request, SaveCheckpoint):
             return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=await self._save(stage, request))
         if isinstance(request, LoadCheckpoint):

@@ -50,6 +50,7 @@ from .audit import StepAudit
 from .batches import BatchFeed
 from .checks import CheckInbox
 from .faults import Faults
+from .member import InputsNeverCame
 from .outbox import Link, Outbox
 from .replica_sum import ReplicaSum
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
@@ -289,8 +290,8 @@ class SessionStage:
         t0 = time.monotonic()
         self._check_current(p)
         if t0 >= give_up:
-            raise StepAborted(
-                f"{p.phase} step {p.step}: inputs of {p.schedule.waiting_for()} did not arrive within {deadline_s:.0f}s"
+            raise InputsNeverCame(
+                f"{p.phase} step {p.step}: inputs of {p.schedule.waiting_for()} did not arrive within {deadline_s:.1f}s"
             )
         try:
             await asyncio.wait_for(self.arrived.wait(), timeout=min(give_up - t0, 1.0))

@@ -15,8 +15,9 @@ class PNodeJoined(DomainEvent):
     host: str
     os_pid: int
     device: str
-    memory_bytes: int
+    memory_bytes: int  # what it may be given: its offer, at most its credential's cap
     throughput: Throughput | None = None  # what it measured of its compute and its link to the bus
+    offered_bytes: int | None = None  # what it claimed, when that was more than its cap
 
 
 @recorded_as("pnode")

@@ -33,5 +33,5 @@ def test_a_pnode_not_listening_is_not_live_until_it_restarts_or_keeps_beating(mo
 def test_the_allocator_plans_within_the_offer_less_the_process():
     """A PNode's torch and runtime live in the memory it offers; the memory model counts only training."""
     offered = beat("p", "i").model_copy(update={"memory_bytes": 1536 << 20, "process_bytes": 300 << 20})
-    assert capacity(offered).memory_bytes == 1236 << 20
-    assert capacity(offered.model_copy(update={"process_bytes": 2 << 30})).memory_bytes == 0
+    assert capacity(offered, offered.memory_bytes).memory_bytes == 1236 << 20
+    assert capacity(offered.model_copy(update={"process_bytes": 2 << 30}), offered.memory_bytes).memory_bytes == 0

@@ -1,16 +1,22 @@
-"""Requests to PNodes once the bus lost messages: stalled after a deadline sized from what their kind
-took lately, and only once a reconnect was seen; a PNode not listening for a moment is asked again."""
+"""Requests to PNodes that go unanswered: each kind is allowed a few times what it took lately (a
+stated allowance before anything is measured); past it, a PNode that heartbeats but has not answered
+is at fault and lost, unless a reconnect to the bus excuses it (messages lost with a nats-server) or
+every PNode answered and some passes starved (the step runs again in place)."""
 
 import asyncio
+from types import SimpleNamespace
 
 import nats.errors
 import pytest
 
-from computeall.orchestrator.errors import PNodeFailure, StepStalled
+from computeall.orchestrator.errors import PNodeFailure, StepStalled, Unanswered
 from computeall.orchestrator.pnode_calls import PNodeCalls
 from computeall.orchestrator.pnodes import PNodeRegistry
-from computeall.orchestrator.stalls import STALL_FACTOR, STALL_FLOOR_S, StallDeadlines
-from computeall.protocol.pnode_api import PNodeReply, RunStep
+from computeall.orchestrator.session_pnodes import SessionPNodes
+from computeall.orchestrator.stalls import (
+    ANSWER_FLOOR_S, FIRST_ANSWER_S, STALL_FACTOR, STALL_FLOOR_S, Allowance, StallDeadlines,
+)
+from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import Heartbeat
 
@@ -21,33 +27,45 @@ def beat(name: str, incarnation: str = "i", reconnects: int = 0) -> Heartbeat:
 
 
 class Bus:
-    """Answers a request to `answers` PNodes at once; the others' replies are lost (never come).
-    `not_listening` requests first find nobody listening (a PNode reconnecting); `restarted` PNodes
-    answer from a new process that holds no plan."""
+    """Answers a request to `answers` PNodes at once; the others' replies never come. `starved` PNodes
+    answer that their pass gave up waiting for inputs; `not_listening` requests first find nobody
+    listening (a PNode reconnecting); `restarted` PNodes answer from a new process that holds no
+    plan; `impostors` answer in another PNode's name."""
 
-    def __init__(self, answers: set[str], not_listening: int = 0, restarted: frozenset[str] = frozenset()) -> None:
+    def __init__(self, answers: set[str], not_listening: int = 0, restarted: frozenset[str] = frozenset(),
+                 starved: frozenset[str] = frozenset(), impostors: frozenset[str] = frozenset()) -> None:
         self.answers = answers
         self.not_listening = not_listening
         self.restarted = restarted
+        self.starved = starved
+        self.impostors = impostors
         self.asked = 0
+        self.sent: list[tuple[str, bytes]] = []
 
     async def request(self, subject: str, data: bytes, timeout: float):
         self.asked += 1
+        self.sent.append((subject, data))
         if self.not_listening:
             self.not_listening -= 1
             raise nats.errors.NoRespondersError
         pnode = subject.split(".")[-2]  # ca.pn.<pnode>.ctl
         if pnode in self.restarted:
-            return type("Msg", (), {"data": PNodeReply.no_plan(pnode, "s").model_dump_json().encode()})
-        if pnode not in self.answers:
+            reply = PNodeReply.no_plan(pnode, "s")
+        elif pnode in self.starved:
+            reply = PNodeReply(ok=False, starved=True, pnode=pnode, error="inputs of [...] did not arrive within 1.0s")
+        elif pnode in self.impostors:
+            reply = PNodeReply(ok=True, pnode="p0")
+        elif pnode in self.answers:
+            reply = PNodeReply(ok=True, pnode=pnode)
+        else:
             await asyncio.sleep(timeout)
             raise nats.errors.TimeoutError
-        return type("Msg", (), {"data": PNodeReply(ok=True, pnode=pnode).model_dump_json().encode()})
+        return SimpleNamespace(data=reply.model_dump_json().encode())
 
 
 def calls(bus: Bus) -> PNodeCalls:
     registry = PNodeRegistry()
-    for p in ("p0", "p1"):
+    for p in ("p0", "p1", "p2"):
         registry.beat(beat(p))
     return PNodeCalls(bus, Subjects("ca"), registry)
 
@@ -56,16 +74,64 @@ def run_step(pnode: str) -> RunStep:
     return RunStep(session_id="s", step=3)
 
 
-async def test_a_request_stalls_only_after_a_reconnect():
+async def test_a_pnode_that_heartbeats_but_never_answers_is_lost_while_the_others_answered():
+    c = calls(Bus(answers={"p0", "p2"}))
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(Unanswered, match="p1 heartbeat but did not answer within 0.5s") as failure:
+        await c.all(["p0", "p1", "p2"], run_step, allowance=Allowance(answer_s=0.5, reconnect_s=None))
+    assert 0.5 <= loop.time() - t0 < 1.5
+    assert failure.value.pnodes == ["p1"]
+    assert c.registry.is_live("p1"), "it still heartbeats"
+    assert [hb.pnode for hb in c.registry.live()] == ["p0", "p2"], "but gets no more work"
+    c.registry.beat(beat("p1", incarnation="restarted"))
+    assert "p1" in [hb.pnode for hb in c.registry.live()], "a new process of it joins as new"
+
+
+async def test_pnodes_starved_by_a_silent_one_are_not_at_fault():
+    """p1 never answers, so p0 and p2, waiting for its tensors, give up and say so before the deadline."""
+    c = calls(Bus(answers=set(), starved=frozenset({"p0", "p2"})))
+    with pytest.raises(Unanswered) as failure:
+        await c.all(["p0", "p1", "p2"], run_step, allowance=Allowance(answer_s=0.5, reconnect_s=None))
+    assert failure.value.pnodes == ["p1"]
+
+
+async def test_a_pass_whose_inputs_never_came_runs_again_losing_nobody():
+    c = calls(Bus(answers={"p1"}, starved=frozenset({"p0", "p2"})))
+    with pytest.raises(StepStalled, match="p0: inputs of") as stall:
+        await c.all(["p0", "p1", "p2"], run_step, allowance=Allowance(answer_s=5.0, reconnect_s=None))
+    assert stall.value.pnodes == [] and len(c.registry.live()) == 3
+
+
+async def test_a_request_stalls_early_only_after_a_reconnect():
     c = calls(Bus(answers={"p0"}))
+    allowance = Allowance(answer_s=30.0, reconnect_s=0.3)
     with pytest.raises(asyncio.TimeoutError):  # no reconnect seen: it waits, as for a slow PNode
-        await asyncio.wait_for(c.all(["p0", "p1"], run_step, stall_s=0.3), 1.0)
+        await asyncio.wait_for(c.all(["p0", "p1"], run_step, allowance=allowance), 1.0)
     c.registry.beat(beat("p1", reconnects=1))  # p1's server died; it reconnected to another
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     with pytest.raises(StepStalled, match="p1 did not answer"):
-        await c.all(["p0", "p1"], run_step, stall_s=0.3)
+        await c.all(["p0", "p1"], run_step, allowance=allowance)
     assert 0.3 <= loop.time() - t0 < 1.0
+
+
+async def test_a_reconnect_excuses_a_pnode_that_did_not_answer():
+    """Nothing measured yet (no early stall): at the deadline a reconnect seen meanwhile means its
+    messages may have been lost, so nobody is at fault."""
+    c = calls(Bus(answers={"p0"}))
+    c.registry.beat(beat("p1", reconnects=1))
+    with pytest.raises(StepStalled, match="made again meanwhile"):
+        await c.all(["p0", "p1"], run_step, allowance=Allowance(answer_s=0.5, reconnect_s=None))
+    assert len(c.registry.live()) == 3
+
+
+async def test_a_reply_in_another_pnodes_name_is_refused():
+    """Identity comes from the subject: a PNode answering as another is treated as lost."""
+    c = calls(Bus(answers={"p0"}, impostors=frozenset({"p1"})))
+    with pytest.raises(PNodeFailure, match="p1 answered RunStep as 'p0'") as failure:
+        await c.all(["p0", "p1"], run_step)
+    assert failure.value.pnodes == ["p1"] and "p1" not in [hb.pnode for hb in c.registry.live()]
 
 
 async def test_a_pnode_that_answers_from_a_new_process_is_lost_not_a_broken_session():
@@ -94,18 +160,37 @@ async def test_a_pnode_reconnecting_is_asked_again_not_declared_dead():
     assert reply.ok and bus.asked == 3 and c.registry.is_live("p0")
 
 
-def test_deadlines_follow_what_a_kind_took():
+def test_allowances_follow_what_a_kind_took():
     deadlines = StallDeadlines()
-    assert deadlines.seconds("RunStep") is None  # nothing measured: no early deadline
+    first = deadlines.allowance("RunStep")
+    assert first == Allowance(answer_s=FIRST_ANSWER_S, reconnect_s=None)  # nothing measured: the stated bound
+    assert first.answer_s <= 30 and first.give_up_s == first.answer_s / 2
+    deadlines.estimate("RunStep", 20.0)  # the allocation says a step takes 20 s: allow a few times that
+    assert deadlines.allowance("RunStep").answer_s == STALL_FACTOR * 20.0
     for took in (0.1, 0.1, 5.0):
         deadlines.took("RunStep", took)
-    assert deadlines.seconds("RunStep") == STALL_FLOOR_S  # the median: 4 x 0.1 s is under the floor
+    # the median, 0.1 s: four times that is under either floor
+    assert deadlines.allowance("RunStep") == Allowance(answer_s=ANSWER_FLOOR_S, reconnect_s=STALL_FLOOR_S)
     for took in (3.0, 3.0):
         deadlines.took("RunStep", took)
-    assert deadlines.seconds("RunStep") == STALL_FACTOR * 3.0
+    assert deadlines.allowance("RunStep") == Allowance(answer_s=STALL_FACTOR * 3.0, reconnect_s=STALL_FACTOR * 3.0)
     deadlines.stalled("RunStep")
     deadlines.stalled("RunStep")
-    assert deadlines.seconds("RunStep") == 4 * STALL_FACTOR * 3.0  # doubled at each stall in a row
-    assert deadlines.seconds("ApplyStep") is None
+    assert deadlines.allowance("RunStep").answer_s == 4 * STALL_FACTOR * 3.0  # doubled at each stall in a row
+    assert deadlines.allowance("ApplyStep").answer_s == FIRST_ANSWER_S
     deadlines.took("RunStep", 3.0)
-    assert deadlines.seconds("RunStep") == STALL_FACTOR * 3.0
+    assert deadlines.allowance("RunStep").answer_s == STALL_FACTOR * 3.0
+
+
+async def test_a_pass_is_told_to_give_up_on_its_inputs_before_the_deadline():
+    """Only passes (which wait on other PNodes) carry `give_up_s`: half the kind's allowance."""
+    bus = Bus(answers={"p0", "p1"})
+    c = calls(bus)
+    recorder = SimpleNamespace(state=SimpleNamespace(id="s", next_step=3, config=SimpleNamespace(slow_after_s=60.0)))
+    pnodes = SessionPNodes(c, recorder)
+    pnodes.adopt(["p0", "p1"])
+    await pnodes.all(run_step)
+    await pnodes.all(lambda p: ApplyStep(session_id="s", step=3, lr=0.1))
+    sent = [(RunStep if b'"RunStep"' in d else ApplyStep).model_validate_json(d) for _, d in bus.sent]
+    assert [r.give_up_s for r in sent if isinstance(r, RunStep)] == [FIRST_ANSWER_S / 2] * 2
+    assert all(not hasattr(r, "give_up_s") for r in sent if isinstance(r, ApplyStep))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from computeall.pnode.outbox import Link
+from computeall.pnode.member import InputsNeverCame
 from computeall.pnode.replica_sum import ReplicaSum, SumAborted
 from computeall.pnode.routing import TensorRoute
 from computeall.protocol.config import OptimizerConfig
@@ -120,7 +121,7 @@ def test_a_partner_that_never_answers_fails_the_step_in_time_and_a_wrong_shape_s
         local_step(wired.runtimes[0], micro, block=range(0, 2))
         await wired.sums[0].finish()
 
-    with pytest.raises(SumAborted, match="did not arrive from the other replica in time"):
+    with pytest.raises(InputsNeverCame, match="did not arrive from the other replica in time"):  # answered `starved`
         asyncio.run(alone())
 
     wired = Wired(graph, 2)
