@@ -62,7 +62,7 @@ class PNodeShare:
         return [hb for hb in self.registry.live(include_leaving) if usable is None or hb.pnode in usable]
 
     def capacities(self, exclude: set[str] = frozenset()) -> list[PNodeCapacity]:
-        return [capacity(hb) for hb in self.live() if hb.pnode not in exclude]
+        return [capacity(hb, self.registry.memory_bytes(hb)) for hb in self.live() if hb.pnode not in exclude]
 
     def is_leaving(self, pnode: str) -> bool:
         """Leaving the pool, or over the owner's share now: either way the session moves off it."""
