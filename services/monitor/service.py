@@ -28,6 +28,7 @@ from .auth import Auth
 from .context import Services
 from .db import Database
 from .ingest import Ingestor
+from .login_limits import TooManyAttempts
 from .pubsub import PubSub
 from .rebuild import rebuild
 from .server import MonitorApp
@@ -89,17 +90,20 @@ class Monitor:
             log.info("monitor stopped")
 
     def _handlers(self, db: Database, auth: Auth, ingestor: Ingestor) -> dict:
-        async def user_create(req: api.UserCreate) -> api.MonitorReply:
+        async def user_create(req: api.UserCreate, asker: str) -> api.MonitorReply:
             _, key = await auth.create_key(req.name, label="cli")
             return api.MonitorReply(user=req.name, api_key=key)
 
-        async def authenticate(req: api.Auth) -> api.MonitorReply:
-            user = auth.user_for(req.api_key)
+        async def authenticate(req: api.Auth, asker: str) -> api.MonitorReply:
+            try:
+                user = auth.login(req.api_key, asker)
+            except TooManyAttempts as exc:
+                return api.MonitorReply(ok=False, error=str(exc))
             if user is None:
                 return api.MonitorReply(ok=False, error="unknown or revoked API key")
             return api.MonitorReply(user=user)
 
-        async def do_rebuild(req: api.Rebuild) -> api.MonitorReply:
+        async def do_rebuild(req: api.Rebuild, asker: str) -> api.MonitorReply:
             return await rebuild(db, ingestor)
 
         return {
