@@ -33,6 +33,9 @@ NETWORK_YAML_NODES = Limit(
 NETWORK_VNODES = Limit(4096, "VNodes of a network after `repeat` is expanded (counted before expanding)")
 UPLOAD_FILE_BYTES = Limit(64 << 30, "bytes of one file uploaded for a dataset (`UploadedFile.size`)")
 TOKENIZER_FILE_BYTES = Limit(64 << 20, "bytes of a tokenizer.json given to `dataset create --tokenizer-file`")
+SECRET_INPUT_BYTES = Limit(
+    1 << 20, "bytes of a token read from a file, stdin or the environment (`pnode --join-file`, `up --leaf-file`)"
+)
 DATA_FILES_PER_REQUEST = Limit(1000, "files named in one `ca.ds.locate` request (clients send more in several)")
 GRAPHQL_DOCUMENT_BYTES = Limit(
     64 << 10, "bytes of one GraphQL document (query, mutation or subscription); a longer one is refused unparsed"
