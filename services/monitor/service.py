@@ -140,7 +140,8 @@ class Monitor:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((s.host, s.port))
         # a websocket message over the request limit closes the connection before it is parsed
-        config = uvicorn.Config(app, lifespan="off", log_level="warning", ws_max_size=GRAPHQL_REQUEST_BYTES)
+        tls = {"ssl_certfile": str(s.tls_cert), "ssl_keyfile": str(s.tls_key)} if s.tls_cert else {}
+        config = uvicorn.Config(app, lifespan="off", log_level="warning", ws_max_size=GRAPHQL_REQUEST_BYTES, **tls)
         server = _Server(config)
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not serving.done():
@@ -148,7 +149,7 @@ class Monitor:
         if serving.done():
             serving.result()  # raises why it could not start
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
-        url = f"http://{host}:{sock.getsockname()[1]}"
+        url = f"{'https' if tls else 'http'}://{host}:{sock.getsockname()[1]}"
         tmp = s.address_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"url": url}))
         tmp.replace(s.address_file)

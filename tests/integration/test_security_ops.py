@@ -1,7 +1,8 @@
 """Security stories of operations, against real servers and processes: wrong API keys are rate-limited
 per client and per key prefix (over HTTP and over `ca.mon.auth`) while the owner still logs in from
 elsewhere; invite tokens and the seeds in them never reach a process's argv (what `ps` shows every
-user of the machine), nor the environment of what `up` starts, nor its logs."""
+user of the machine), nor the environment of what `up` starts, nor its logs; the monitor serves HTTPS
+with the deployment's certificate (as docker-compose.yml runs it: tests/unit/test_compose_tls.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from computeall.cli.nats_server import EmbeddedNats, free_port
 from computeall.cli.security.invitations import invite
+from computeall.cli.security.tls import DeploymentTls
 from computeall.protocol import monitor_api as api
 from computeall.protocol.credentials import new_api_key
 from computeall.protocol.invites import Invite
@@ -213,3 +215,21 @@ async def test_a_site_started_from_the_environment_passes_no_secret_to_its_proce
     for log in [tmp_path / "up.log", *(site_dir / "logs").glob("*.log"), *(site_dir / "nats-leaf").rglob("*.log")]:
         text = log.read_text(errors="replace")
         assert not [s for s in secrets_of(made) if s in text], f"a secret in {log}"
+
+
+# -- HTTPS ---------------------------------------------------------------------------
+def test_the_monitor_serves_https_with_the_deployments_certificate(tmp_path):
+    tls = DeploymentTls(tmp_path / "tls")
+    files = tls.ensure()
+    with EmbeddedNats(tmp_path / "nats") as server:
+        monitor = MonitorProcess(server, tmp_path / "data", "--web-dir", str(tmp_path / "no-dashboard"),
+                                 "--tls-cert", files.cert_file, "--tls-key", files.key_file).start()
+        try:
+            assert monitor.url.startswith("https://127.0.0.1:")
+            trusted = httpx.post(f"{monitor.url}/graphql", json={"query": ME}, timeout=10, verify=str(tls.ca_file),
+                                 headers={"Authorization": f"Bearer {monitor.local_key}"})
+            assert trusted.status_code == 200 and trusted.json()["data"] == {"me": {"name": "local"}}
+            with pytest.raises(httpx.HTTPError):  # plain HTTP gets no answer
+                httpx.post(monitor.url.replace("https://", "http://") + "/graphql", json={"query": ME}, timeout=5)
+        finally:
+            assert monitor.stop() == 0, monitor.log()
