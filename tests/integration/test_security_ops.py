@@ -10,6 +10,7 @@ import asyncio
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -226,7 +227,8 @@ def test_the_monitor_serves_https_with_the_deployments_certificate(tmp_path):
                                  "--tls-cert", files.cert_file, "--tls-key", files.key_file).start()
         try:
             assert monitor.url.startswith("https://127.0.0.1:")
-            trusted = httpx.post(f"{monitor.url}/graphql", json={"query": ME}, timeout=10, verify=str(tls.ca_file),
+            trusted = httpx.post(f"{monitor.url}/graphql", json={"query": ME}, timeout=10,
+                                 verify=ssl.create_default_context(cafile=str(tls.ca_file)),
                                  headers={"Authorization": f"Bearer {monitor.local_key}"})
             assert trusted.status_code == 200 and trusted.json()["data"] == {"me": {"name": "local"}}
             with pytest.raises(httpx.HTTPError):  # plain HTTP gets no answer
