@@ -8,7 +8,7 @@ never taken from a message field. Replies come to the identity's own inbox prefi
 (`_INBOX.<role>.<name>`), which no other identity may subscribe to.
 
 A credential is a small JSON file (mode 0600) or the `nats` object `computeall user create --json`
-prints; `computeall pnode --join TOKEN` carries one inside the token.
+prints; an invite token (`computeall pnode --join-file TOKEN_FILE`) carries one inside.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the process's owner may read), and the processes `up` starts inherit none of tho
 One `SecretArg` per kind of token gives a command the three ways, the same everywhere:
 
     --join-file PATH      the token in a file (`-`: stdin)
-    --join -              stdin, as the old `--join TOKEN` reads; any other value is refused, unread
+    --join -              stdin (the flag of the old `--join TOKEN`: any other value is refused, unread)
     $COMPUTEALL_JOIN_TOKEN
 """
 
