@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from computeall.protocol.bus import CREDENTIAL_ENV
 
@@ -30,9 +31,19 @@ def add_credential_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_user_arguments(parser: argparse.ArgumentParser) -> None:
     """How a user command says who it acts as: `--api-key`, else `--credential`, else the local user."""
-    parser.add_argument("--api-key", default=None,
-                        help=f"act as this key's user (default: ${API_KEY_ENV}, else the local user)")
+    add_api_key_argument(parser, f"act as this key's user (default: ${API_KEY_ENV}, else the local user)")
     add_credential_argument(parser)
+
+
+def add_api_key_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--api-key", default=None, type=_api_key_in_argv, metavar="KEY", help=f"{help}; prefer ${API_KEY_ENV}")
+
+
+def _api_key_in_argv(key: str) -> str:
+    """Still accepted (a user's own key, on their own machine), loudly: `ps` shows it to every user."""
+    print(f"computeall: warning: an API key on the command line is visible to every user of this machine (`ps`); "
+          f"set ${API_KEY_ENV} instead", file=sys.stderr)
+    return key
 
 
 def user_credential(args: argparse.Namespace) -> Credential:

@@ -1,4 +1,4 @@
-"""A remote site: `computeall up --leaf TOKEN` runs a leaf nats-server and the site's PNodes.
+"""A remote site: `computeall up --leaf-file TOKEN_FILE` runs a leaf nats-server and the site's PNodes.
 
 The site's PNodes connect to the leaf server on this machine; the leaf server keeps one link to
 the hub (the deployment's nats-server, `up --public` or `--leaf-listen`), authenticated by the

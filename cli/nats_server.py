@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from computeall.protocol.credentials import Credential, Role, nkey_public
+from computeall.protocol.secret_args import without_secrets
 
 from .security.deployment import LOCAL_USER, OPERATOR, Security
 from .security.leaf_links import changed_leaves, close_leaf_links_now, leaf_users
@@ -236,7 +237,8 @@ class EmbeddedNats:
         for role in self.ALWAYS_ADMITTED:
             self.credential(role)
         log = open(self.log_file, "ab")
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        env=without_secrets(os.environ))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from computeall.pnode.options import share_of_ram
 from computeall.protocol.credentials import Credential, Role
+from computeall.protocol.secret_args import without_secrets
 
 from .cluster_file import ClusterInfo, ServiceStatus, write
 
@@ -160,7 +161,7 @@ class Supervisor:
         spec = running.spec
         (self.data_dir / spec.kind).mkdir(parents=True, exist_ok=True)
         logfile = open(self.logs / f"{spec.name}.log", "ab")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**without_secrets(os.environ), "PYTHONUNBUFFERED": "1"}  # each has its credential, by file
         running.process = subprocess.Popen(
             spec.argv(self.nats_url, self.data_dir)
             + (self.credential_args(spec.kind, spec.name, spec.option("--memory")) if spec.own_credential else []),

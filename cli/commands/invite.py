@@ -1,9 +1,10 @@
 """`computeall invite pnode|leaf|list|revoke`: let another machine join, and take it back.
 
 Run on the machine that runs `computeall up --public` (it needs that data dir): `invite pnode`
-prints a token for `computeall pnode --join TOKEN` on the other machine, `invite leaf` one for
-`computeall up --leaf TOKEN` on a remote site (its leaf server and PNodes); `invite revoke ID` cuts
-that PNode or site off (its connections are closed within seconds), as does the invite's expiry.
+prints a token for `computeall pnode --join-file TOKEN_FILE` on the other machine, `invite leaf` one
+for `computeall up --leaf-file TOKEN_FILE` on a remote site (its leaf server and PNodes); a token is
+never passed on a command line (`protocol/secret_args.py`). `invite revoke ID` cuts that PNode or site
+off (its connections are closed within seconds), as does the invite's expiry.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 
 from computeall.protocol.invites import Invite
 from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY
+from computeall.protocol.secret_args import JOIN, LEAF, SecretArg
 
 from ..cluster_file import add_data_dir_argument, deployment_dir, read
 from ..errors import UserError
@@ -25,14 +27,14 @@ from ..security.tls import DeploymentTls
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("invite", help="invite another machine (a PNode) or a remote site (a leaf); list and revoke invitations")
     verbs = p.add_subparsers(dest="verb", required=True)
-    pnode = verbs.add_parser("pnode", help="a token for `computeall pnode --join TOKEN` on another machine")
+    pnode = verbs.add_parser("pnode", help="a token for `computeall pnode --join-file TOKEN_FILE` on another machine")
     pnode.add_argument("--name", default=None, help="the PNode's name (default: pnode-<id>)")
     pnode.add_argument("--expires", default=None, help="how long the invite works, e.g. 30m, 24h, 7d (default: until revoked)")
     pnode.add_argument("--memory", default=None,
                        help="the most memory the PNode may offer, e.g. 4GiB: the allocator never counts on more, "
                             f"whatever it claims (default: {DEFAULT_PNODE_MEMORY // 2**30}GiB)")
     pnode.set_defaults(func=_pnode)
-    leaf = verbs.add_parser("leaf", help="a token for `computeall up --leaf TOKEN` on a remote site")
+    leaf = verbs.add_parser("leaf", help="a token for `computeall up --leaf-file TOKEN_FILE` on a remote site")
     leaf.add_argument("--name", default=None, help="the site's leaf name (default: leaf-<id>); its PNodes are NAME-0, ...")
     leaf.add_argument("--pnodes", type=int, default=2, help="PNodes the site may run (default 2)")
     leaf.add_argument("--expires", default=None, help="how long the invite works, e.g. 30m, 24h, 7d (default: until revoked)")
@@ -52,9 +54,8 @@ def _pnode(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"token": invitation.token(), "id": invitation.id, "name": invitation.name, "expires": invitation.expires}))
     else:
-        print(f"invitation {invitation.id} for PNode {invitation.name}{_until(invitation.expires)}; on the other machine run:\n")
-        print(f"  computeall pnode --join {invitation.token()}\n")
-        print("keep the token secret: it is the PNode's credential")
+        print(f"invitation {invitation.id} for PNode {invitation.name}{_until(invitation.expires)}")
+        _how_to_use(invitation, "the PNode's credential", "the other machine", "computeall pnode", JOIN)
     return 0
 
 
@@ -66,10 +67,15 @@ def _leaf(args: argparse.Namespace) -> int:
                           "expires": invitation.expires}))
     else:
         print(f"invitation {invitation.id} for the site {invitation.name} (PNodes {', '.join(pnodes)})"
-              f"{_until(invitation.expires)}; on the site run:\n")
-        print(f"  computeall up --leaf {invitation.token()}\n")
-        print("keep the token secret: it holds the site's credentials")
+              f"{_until(invitation.expires)}")
+        _how_to_use(invitation, "the site's credentials", "the site", "computeall up", LEAF)
     return 0
+
+
+def _how_to_use(invitation: Invite, holds: str, where: str, command: str, token: SecretArg) -> None:
+    print(f"\nits token (keep it secret: it holds {holds}):\n\n{invitation.token()}\n")
+    print(f"on {where}, put it in a file only you can read, and run:\n\n  {command} {token.flag}-file TOKEN_FILE\n")
+    print(f"(or {token.ways()}: never the token itself on a command line, where `ps` shows it to everyone)")
 
 
 def _invite(args: argparse.Namespace, role: str, **options) -> Invite:

@@ -1,8 +1,9 @@
 """`computeall up`: start NATS (when none is reachable) and every service; keep them running.
 
 Ctrl-C or SIGTERM stops everything cleanly. With `--train NETWORK` it also creates a
-session and shows its progress (what `make demo` does). With `--leaf TOKEN` it runs a remote
-site instead: a leaf nats-server linked to the hub and the site's PNodes (`cli/leaf_site.py`).
+session and shows its progress (what `make demo` does). With a leaf invite token (`--leaf-file PATH`,
+`--leaf -` for stdin, or `$COMPUTEALL_LEAF_TOKEN`) it runs a remote site instead: a leaf nats-server
+linked to the hub and the site's PNodes (`cli/leaf_site.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 from computeall.protocol.credentials import Credential
 from computeall.protocol.fair_share import add_limit_arguments, limit_argv, limits_from_args
 from computeall.protocol.invites import Invite, InviteError
+from computeall.protocol.secret_args import LEAF, SecretArgError
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.session_status import SessionStatus
 
@@ -52,9 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help=f"let other machines join: NATS listens on every address, port {PUBLIC_PORT}, with TLS")
     reach.add_argument("--listen", metavar="HOST:PORT", default=None,
                        help="let other machines join through this address (TLS); default: 127.0.0.1 only")
-    reach.add_argument("--leaf", metavar="TOKEN", default=None,
-                       help="run a remote site: a leaf nats-server linked to the hub, and the site's PNodes "
-                            "(the token of `computeall invite leaf` on the hub)")
+    LEAF.add_to(reach, "run a remote site: a leaf nats-server linked to the hub, and the site's PNodes, with the "
+                       "token of `computeall invite leaf` on the hub")
     p.add_argument("--leaf-listen", metavar="HOST:PORT", default=None,
                    help=f"accept remote sites' leaf servers here (TLS; default with --public: 0.0.0.0:{LEAF_PORT})")
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
@@ -73,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def up(args: argparse.Namespace) -> int:
-    if args.leaf:
+    if LEAF.given(args.leaf):
         return await _site(args)
     args.pnodes = 3 if args.pnodes is None else args.pnodes
     try:
@@ -159,13 +160,13 @@ async def up(args: argparse.Namespace) -> int:
 
 async def _site(args: argparse.Namespace) -> int:
     """A remote site: the leaf server, linked to the hub, and the site's PNodes on it, until stopped."""
-    if args.nats or args.train or args.leaf_listen or args.nats_cluster != 1:
-        raise UserError("--leaf runs a remote site's leaf server and PNodes only: leave out "
-                        "--nats, --train, --leaf-listen and --nats-cluster")
+    if args.nats or args.train or args.leaf_listen or args.nats_cluster != 1 or args.listen:
+        raise UserError(f"a leaf token ({LEAF.ways()}) runs a remote site's leaf server and PNodes only: leave out "
+                        "--nats, --train, --leaf-listen, --nats-cluster, --public and --listen")
     try:
-        invite = Invite.from_token(args.leaf, expect="leaf")
+        invite = Invite.from_token(LEAF.read(args.leaf), expect="leaf")
         names = site_pnodes(invite, args.pnodes)
-    except (InviteError, ValueError) as exc:
+    except (InviteError, SecretArgError, ValueError) as exc:
         raise UserError(str(exc)) from None
     directory = data_dir(args.data_dir)
     server = LeafServer(directory, invite)

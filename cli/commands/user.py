@@ -20,7 +20,7 @@ from computeall.protocol.credentials import Credential
 from ..cluster_file import add_data_dir_argument
 from ..client import connect
 from ..errors import UserError
-from ..identity import API_KEY_ENV, add_credential_argument, admin_credential, user_credential
+from ..identity import API_KEY_ENV, add_api_key_argument, add_credential_argument, admin_credential, user_credential
 
 
 
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.set_defaults(func=_create)
 
     whoami = sub.add_parser("whoami", help=f"the user of an API key (--api-key or ${API_KEY_ENV})")
-    whoami.add_argument("--api-key", default=None)
+    add_api_key_argument(whoami, "the key to look up")
     _common(whoami)
     whoami.set_defaults(func=_whoami)
 
@@ -75,7 +75,8 @@ def _create(args: argparse.Namespace) -> int:
         print(json.dumps({"user": reply.user, "api_key": reply.api_key, "nats": nats_client}))
     else:
         print(f"user {reply.user}: API key (shown once, keep it safe):\n{reply.api_key}")
-        print(f"use it with --api-key KEY, ${API_KEY_ENV}, or `Authorization: Bearer KEY` on the monitor's /graphql;")
+        print(f"use it with ${API_KEY_ENV} (or --api-key KEY, which `ps` shows to everyone), or `Authorization: Bearer KEY` "
+              "on the monitor's /graphql;")
         print("`--json` also prints the `nats` options a plain nats-py client connects with (docs/protocol.md)")
     return 0
 

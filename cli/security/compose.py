@@ -6,11 +6,18 @@ routes (`up --nats-cluster 3`: the same `ClusterSettings`, so the same config bl
 see three URLs and keep their streams at 3 replicas). The `.env` picks one (`COMPOSE_PROFILES`) and
 gives the services its URLs (`CA_NATS`).
 
+Every listener it publishes speaks TLS: the nats-servers' client port (the services, and the CLI on
+the host, trust only the deployment's CA, pinned in their credentials, as an invite pins it) and the
+monitor's HTTPS. The certificates are the deployment's (`tls.DeploymentTls`, in the data dir, the
+ones `up --public` uses), naming the containers too; compose mounts the server's key as a secret and
+the certificate as a config, both read from `${CA_TLS_DIR}`.
+
 The file holds no secret: every public nkey is a `${CA_NKEY_<NAME>}`, every credential a
-`${CA_CREDENTIAL_<NAME>}` and the route secret `${CA_ROUTE_SECRET}`, which
-`computeall compose-env [--nats-cluster 3] > .env` fills in (keeping the identities in the data dir,
-so the CLI on the host connects with the local user's and operator's credentials). Any other `$`
-(JetStream's `$JS.API...` subjects) is written `$$`, which compose reads as a plain `$`.
+`${CA_CREDENTIAL_<NAME>}`, the route secret `${CA_ROUTE_SECRET}` and the TLS files' folder
+`${CA_TLS_DIR}`, which `computeall compose-env [--nats-cluster 3] > .env` fills in (keeping the
+identities and certificates in the data dir, so the CLI on the host connects with the local user's
+and operator's credentials). Any other `$` (JetStream's `$JS.API...` subjects) is written `$$`,
+which compose reads as a plain `$`.
 `python tools/compose_file.py` rewrites docker-compose.yml; a test fails when it is stale.
 """
 
@@ -28,14 +35,20 @@ from ..nats_cluster import CLUSTER_NAME
 from ..supervisor import default_services
 from .deployment import LOCAL_USER, OPERATOR, Security
 from .roles import permissions
-from .server_config import ClusterSettings, ServerSettings, server_config
+from .server_config import ClusterSettings, ServerSettings, TlsFiles, server_config
 from .session_grants import EVERY_SESSION
+from .tls import DeploymentTls
 
 PNODES = 3
 CLUSTER = 3  # the nats-servers of the `cluster` profile
 NATS_IMAGE = "nats:2.11"
 CLIENT_PORT, ROUTE_PORT, HEALTH_PORT = 4222, 6222, 8222
 NEEDS_ENV = "run computeall compose-env > .env"
+# the deployment's server certificate inside a container: the key a secret, the certificate a config
+TLS_IN_CONTAINER = TlsFiles(cert_file="/etc/computeall/tls/server.pem", key_file="/run/secrets/server-key.pem")
+TLS_FILES = {"server_cert": ("config", "server.pem", TLS_IN_CONTAINER.cert_file),
+             "server_key": ("secret", "server-key.pem", TLS_IN_CONTAINER.key_file)}  # name -> (kind, file, target)
+TLS_DIR = f"${{CA_TLS_DIR:?{NEEDS_ENV}}}"
 
 
 def servers(cluster: bool) -> list[str]:
@@ -45,12 +58,21 @@ def servers(cluster: bool) -> list[str]:
 
 def container_urls(cluster: bool) -> list[str]:
     """How the services reach NATS on the compose network."""
-    return [f"nats://{name}:{CLIENT_PORT}" for name in servers(cluster)]
+    return [f"tls://{name}:{CLIENT_PORT}" for name in servers(cluster)]
 
 
 def host_urls(cluster: bool) -> list[str]:
     """How the CLI on the host does: each server's port is published, 4222 on."""
-    return [f"nats://127.0.0.1:{CLIENT_PORT + i}" for i in range(len(servers(cluster)))]
+    return [f"tls://127.0.0.1:{CLIENT_PORT + i}" for i in range(len(servers(cluster)))]
+
+
+def tls_mounts(*names: str) -> dict[str, list[dict[str, str]]]:
+    """A service's `configs` and `secrets` entries for these TLS files."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for name in names:
+        kind, _, target = TLS_FILES[name]
+        out.setdefault(f"{kind}s", []).append({"source": name, "target": target})
+    return out
 
 
 def identities() -> list[tuple[Role, str]]:
@@ -75,7 +97,7 @@ def cluster_settings(index: int) -> ClusterSettings:
 def nats_config(cluster_index: int | None = None) -> str:
     """The config of the single server, or of server `cluster_index` of the cluster."""
     sections = cluster_settings(cluster_index).sections() if cluster_index is not None else ()
-    settings = ServerSettings(host="0.0.0.0", port=CLIENT_PORT, store_dir="/data", sections=sections)
+    settings = ServerSettings(host="0.0.0.0", port=CLIENT_PORT, store_dir="/data", sections=sections, tls=TLS_IN_CONTAINER)
     # no authority follows placement here: the orchestrator and the PNodes get every session's bucket
     names = [name for role, name in identities() if role == "user"]  # whose uploads the dataset service reads
     users = [(f"${{{variable('NKEY', name)}}}", permissions(role, name, Subjects(), EVERY_SESSION.reach(role, name), names))
@@ -84,11 +106,13 @@ def nats_config(cluster_index: int | None = None) -> str:
 
 
 def nats_service(name: str, profile: str, host_port: int) -> dict:
+    mounts = tls_mounts("server_cert", "server_key")
     return {
         "image": NATS_IMAGE,
         "profiles": [profile],
         "command": ["-c", "/etc/nats/nats.conf"],
-        "configs": [{"source": f"{name}_conf", "target": "/etc/nats/nats.conf"}],
+        "configs": [{"source": f"{name}_conf", "target": "/etc/nats/nats.conf"}, *mounts["configs"]],
+        "secrets": mounts["secrets"],
         "ports": [f"{host_port}:{CLIENT_PORT}"],
         "volumes": [f"{name}-data:/data"],
     }
@@ -97,6 +121,7 @@ def nats_service(name: str, profile: str, host_port: int) -> dict:
 def compose_file() -> str:
     services = {"nats": nats_service("nats", "single", CLIENT_PORT)}
     configs = {"nats_conf": {"content": nats_config()}}
+    secrets: dict[str, dict] = {}
     for i, name in enumerate(servers(cluster=True)):
         services[name] = nats_service(name, "cluster", CLIENT_PORT + i)
         configs[f"{name}_conf"] = {"content": nats_config(i)}
@@ -104,8 +129,9 @@ def compose_file() -> str:
     bus = {name: {"condition": "service_started", "required": False} for name in servers(False) + servers(True)}
     for spec in default_services(PNODES, monitor_port=8080):
         args = list(spec.args)
-        if spec.kind == "monitor":
-            args = ["--host", "0.0.0.0", *args]
+        if spec.kind == "monitor":  # HTTPS, with the deployment's certificate
+            args = ["--host", "0.0.0.0", "--tls-cert", TLS_IN_CONTAINER.cert_file, "--tls-key", TLS_IN_CONTAINER.key_file,
+                    *args]
         if spec.kind == "orchestrator":  # no authority here: the server's configuration grants every bucket
             args = [*args, "--storage-grants", "every"]
         service = {
@@ -120,9 +146,12 @@ def compose_file() -> str:
             service["volumes"] = [f"{spec.kind}-data:/data"]
         if spec.kind == "monitor":
             service["ports"] = ["8080:8080"]
+            service.update(tls_mounts("server_cert", "server_key"))
         services[spec.name] = service
     volumes = [f"{name}-data" for name in servers(False) + servers(True)] + ["dataset-data", "monitor-data"]
-    document = {"services": services, "configs": configs, "volumes": dict.fromkeys(volumes)}
+    for name, (kind, file, _) in TLS_FILES.items():
+        (configs if kind == "config" else secrets)[name] = {"file": f"{TLS_DIR}/{file}"}
+    document = {"services": services, "configs": configs, "secrets": secrets, "volumes": dict.fromkeys(volumes)}
     header = ("# Generated by `python tools/compose_file.py` from computeall.cli.security.compose: do not edit.\n"
               "# The services of `computeall up --pnodes 3`, each with its own credential, on one nats-server\n"
               "# (profile `single`) or three clustered ones (`cluster`, as `up --nats-cluster 3`); run\n"
@@ -134,16 +163,18 @@ def compose_file() -> str:
 
 def compose_env(security: Security, nats_cluster: int = 1) -> str:
     """The `.env` for docker compose: the bus's profile and URLs, the route secret (compose reads the
-    whole file, the other profile's servers too), and each identity's public nkey and credential
-    (kept in `security`)."""
+    whole file, the other profile's servers too), where the deployment's TLS files are (made on first
+    use), and each identity's public nkey and credential (kept in `security`), pinning the CA."""
     if nats_cluster not in (1, CLUSTER):
         raise ValueError(f"docker-compose.yml runs 1 or {CLUSTER} nats-servers, not {nats_cluster}")
     cluster = nats_cluster > 1
+    tls = DeploymentTls(security.directory / "tls")
+    tls.ensure([*servers(False), *servers(True), "monitor"])  # the names the containers are reached by
     lines = [f"COMPOSE_PROFILES={'cluster' if cluster else 'single'}", f"CA_NATS={','.join(container_urls(cluster))}",
-             f"CA_ROUTE_SECRET={security.route_secret()}"]
+             f"CA_ROUTE_SECRET={security.route_secret()}", f"CA_TLS_DIR={tls.directory.resolve()}"]
     for role, name in identities():
         inside = role not in ("user", "admin")  # the host's user and operator connect from outside
-        credential = security.issue(role, name, container_urls(cluster) if inside else host_urls(cluster))
+        credential = security.issue(role, name, container_urls(cluster) if inside else host_urls(cluster), tls.trust())
         lines.append(f"{variable('NKEY', name)}={security.public_key(role, name)}")
         if inside:
             inline = json.dumps(credential.model_dump(exclude_none=True), separators=(",", ":"))

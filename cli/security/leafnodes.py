@@ -1,7 +1,7 @@
 """The `leafnodes` blocks of a hub and of a remote site's leaf server (`ConfigSection`s).
 
-A remote site runs its own nats-server (`computeall up --leaf TOKEN`): its PNodes connect to it
-over their LAN, and only the leaf link to the hub crosses the WAN. The hub listens for leaf
+A remote site runs its own nats-server (`computeall up --leaf-file TOKEN_FILE`): its PNodes connect to
+it over their LAN, and only the leaf link to the hub crosses the WAN. The hub listens for leaf
 connections with the same TLS certificate as for clients (`LeafListen`); the leaf dials it with
 its own nkey (a `leaf` member of the hub, allowed only as a leaf-node connection, whose
 permissions bound what crosses) and trusts only the deployment's CA (`LeafRemote`).

@@ -230,7 +230,7 @@ def on_site(p: Permissions) -> Permissions:
 
 
 def leaf(name: str, s: Subjects, site: Iterable[str] = (), sessions: Mapping[str, Sessions] = {}) -> Permissions:
-    """A remote site's leaf nats-server (`computeall up --leaf TOKEN`), connecting only as a leaf node.
+    """A remote site's leaf nats-server (`computeall up --leaf-file TOKEN_FILE`), connecting only as a leaf node.
     What crosses its link is what the PNodes of its site may do, and nothing else: its allow-lists are
     the union of theirs, their JetStream API calls under the hub's domain (below: a site without PNodes)."""
     pnodes = [pnode(member, s, sessions.get(member, ())) for member in sorted(site)]

@@ -8,7 +8,7 @@ never taken from a message field. Replies come to the identity's own inbox prefi
 (`_INBOX.<role>.<name>`), which no other identity may subscribe to.
 
 A credential is a small JSON file (mode 0600) or the `nats` object `computeall user create --json`
-prints; `computeall pnode --join TOKEN` carries one inside the token.
+prints; an invite token (`computeall pnode --join-file TOKEN_FILE`) carries one inside.
 """
 
 from __future__ import annotations
@@ -19,15 +19,27 @@ import re
 import secrets
 import ssl
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import nkeys
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .subjects import INBOX_ROOT
 
 Role = Literal["orchestrator", "dataset", "monitor", "pnode", "leaf", "user", "admin", "authority", "superuser"]
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # one subject token: no dots, spaces or wildcards
 LOCAL_USER = "local"  # the user a client on the machine of `computeall up` acts as unless told otherwise
+
+
+def inbox_owner(reply: str | None) -> str | None:
+    """Whose inbox a reply subject is (`role:name`), by its prefix `_INBOX.<role>.<name>.` (`Credential.
+    inbox_prefix`), which only that identity may subscribe to; None for a subject that is no such inbox."""
+    tokens = (reply or "").split(".")
+    if len(tokens) < 4 or f"{tokens[0]}." != INBOX_ROOT or tokens[1] not in get_args(Role) or not re.match(
+            NAME_PATTERN, tokens[2]):
+        return None
+    return f"{tokens[1]}:{tokens[2]}"
 
 
 class CredentialError(ValueError):
@@ -112,7 +124,7 @@ class Credential(BaseModel):
 
     @property
     def inbox_prefix(self) -> str:
-        return f"_INBOX.{self.role}.{self.name}"
+        return f"{INBOX_ROOT}{self.role}.{self.name}"
 
     @property
     def identity(self) -> str:

@@ -18,10 +18,14 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, AckPolicy, DiscardPolicy,
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from .commands import CommandEnvelope
-from .bus_failover import through_failover
+from .bus_failover import PATIENCE_S, TRANSIENT, Patience, through_failover
 from .events import EventEnvelope
 from .limits import COMMAND_BYTES
 from .subjects import LOG_STREAM, TEL_STREAM, Subjects
+
+
+FETCH_S = 5.0  # the log's messages come at once: a fetch that waits this long was cut off
+NO_MESSAGE = 10037  # JetStream's error code for "no message found"
 
 
 class ConcurrencyError(RuntimeError):
@@ -71,9 +75,10 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, tel_max_age_s
 
 
 class EventLog:
-    def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
+    def __init__(self, js: JetStreamContext, subjects: Subjects, patience_s: float = PATIENCE_S) -> None:
         self.js = js
         self.subjects = subjects
+        self.patience_s = patience_s  # how long a read may go on without progress (`bus_failover.Patience`)
 
     async def append_session_event(self, event: EventEnvelope, expected_seq: int | None) -> int:
         """Append one session event; `expected_seq` is the last sequence of that session's events (0: none)."""
@@ -118,42 +123,71 @@ class EventLog:
 
     async def read(self, filter_subject: str, start_seq: int = 1, batch: int = 512,
                    stream: str = LOG_STREAM, limit: int | None = None) -> list[Recorded]:
-        """Every message on `filter_subject` from `start_seq` up to now (at most `limit`), in log order (or `stream`'s)."""
-        return await through_failover(lambda: self._read(filter_subject, start_seq, batch, stream, limit), f"reading {stream}")
+        """Every message on `filter_subject` from `start_seq` up to the last one recorded when the read
+        began (at most `limit`), in log order (or `stream`'s).
 
-    async def _read(self, filter_subject: str, start_seq: int, batch: int, stream: str, limit: int | None) -> list[Recorded]:
+        Never short. The end is asked of the stream's leader (its last message on the subject), not of
+        the consumer that reads: an ephemeral consumer has one replica, which a failover takes away and
+        a server that has just rejoined serves from a store still catching up. A read cut off before
+        the end (a fetch that times out, a consumer gone with its server) goes on from the message after
+        the last one it got, on a fresh consumer, as long as the bus keeps making progress
+        (`Patience`); `BusUnavailable` when it made none for the whole patience."""
+        patience = Patience(f"reading {filter_subject} from {stream}", self.patience_s)
+        out: list[Recorded] = []
+        end: int | None = None
+        while True:
+            try:
+                if end is None:
+                    end = await self._last_seq(stream, filter_subject)
+                first = out[-1].seq + 1 if out else max(1, start_seq)
+                if first > end or (limit is not None and len(out) >= limit):
+                    return out
+                await self._read_span(filter_subject, stream, first, end, batch, limit, out, patience)
+            except TRANSIENT as exc:
+                await patience.wait(exc)
+
+    async def _last_seq(self, stream: str, filter_subject: str) -> int:
+        """The sequence of the last message on `filter_subject` (0: none), as the stream's leader knows it
+        (`STREAM.MSG.GET`, never a direct get, which any replica may answer)."""
+        try:
+            return (await self.js.get_last_msg(stream, filter_subject, direct=False)).seq
+        except NotFoundError as exc:
+            if exc.err_code == NO_MESSAGE:
+                return 0
+            raise
+
+    async def _read_span(self, filter_subject: str, stream: str, first: int, end: int, batch: int, limit: int | None,
+                         out: list[Recorded], patience: Patience) -> None:
+        """Append to `out`, from one fresh consumer starting at `first`, until a message at `end` or later
+        (or `limit` in all); a fetch that gets nothing within `FETCH_S` raises, with what it got kept."""
         config = ConsumerConfig(
             filter_subject=filter_subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=max(1, start_seq),
+            opt_start_seq=first,
             ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
+            inactive_threshold=30.0,  # what a read cut off leaves behind goes by itself
         )
         sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
-        out: list[Recorded] = []
-        consumer = None
+        finished = False
+        last = first - 1
         try:
-            info = await sub.consumer_info()
-            consumer = info.name
-            pending = info.num_pending if limit is None else min(limit, info.num_pending)
-            while pending > 0:
-                try:
-                    msgs = await sub.fetch(min(batch, pending), timeout=5.0)
-                except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                    break
-                for msg in msgs:
-                    out.append(Recorded(msg.metadata.sequence.stream, msg.subject, msg.data))
-                    pending = msg.metadata.num_pending if limit is None else min(msg.metadata.num_pending, limit - len(out))
+            while last < end and (limit is None or len(out) < limit):
+                wanted = min(batch, end - last, limit - len(out) if limit is not None else batch)
+                msgs = await sub.fetch(wanted, timeout=FETCH_S)
+                out.extend(Recorded(m.metadata.sequence.stream, m.subject, m.data) for m in msgs)
+                last = out[-1].seq
+                patience.progressed()
+            finished = True
         finally:
             try:
                 await sub.unsubscribe()
-                if consumer is not None:
+                if finished:
                     # deleted now, not after its inactive threshold: a stream holds at most 1000 consumers
-                    # (nats-server 2.15's default), and a fast session reads the log many times a second
-                    await self.js.delete_consumer(stream, consumer)
+                    # (nats-server 2.15's default), and a fast session reads the log many times a second.
+                    # One cut off is left to its threshold: its server may be the one that is gone.
+                    await self.js.delete_consumer(stream, config.name)
             except (NotFoundError, nats.errors.Error):
                 pass
-        return out
 
     async def follow(self, filter_subject: str) -> AsyncIterator[Recorded]:
         """Every message on `filter_subject` from the start of the log, then new ones as they come."""

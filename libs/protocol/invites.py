@@ -1,5 +1,6 @@
-"""Invite tokens: how another machine joins a deployment, as a PNode (`computeall pnode --join TOKEN`)
-or as a remote site's leaf server with its PNodes (`computeall up --leaf TOKEN`).
+"""Invite tokens: how another machine joins a deployment, as a PNode (`computeall pnode --join-file
+TOKEN_FILE`) or as a remote site's leaf server with its PNodes (`computeall up --leaf-file TOKEN_FILE`);
+a token is never passed on a command line (`secret_args`).
 
 `computeall invite pnode` makes one on the machine that runs `computeall up --public`: the NATS
 URLs to dial, the deployment's CA (and its SHA-256 fingerprint, which the joiner pins: a CA that

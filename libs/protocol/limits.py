@@ -36,6 +36,9 @@ UPLOAD_FILE_BYTES = Limit(
     "service: it holds a file whole while it cuts it into documents. The client checks it before it reads the file",
 )
 TOKENIZER_FILE_BYTES = Limit(64 << 20, "bytes of a tokenizer.json given to `dataset create --tokenizer-file`")
+SECRET_INPUT_BYTES = Limit(
+    1 << 20, "bytes of a token read from a file, stdin or the environment (`pnode --join-file`, `up --leaf-file`)"
+)
 DATA_FILES_PER_REQUEST = Limit(1000, "files named in one `ca.ds.locate` request (clients send more in several)")
 TENSORS_PENDING_PER_SENDER = Limit(
     16, "tensors one PNode may have unfinished at another at once (some of their chunks still to come); "

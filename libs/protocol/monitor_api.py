@@ -6,7 +6,9 @@ through these requests. Every reply is a `MonitorReply`: `ok` true with the verb
 
 Who may ask is the server's business (the credentials' permissions): `user.create` and `rebuild`
 only the operator, `auth` any user. No request hands out an existing key: the local user's is in
-a file only `computeall up`'s data dir holds.
+a file only `computeall up`'s data dir holds. The monitor answers only on an identity's own inbox
+(`_INBOX.<role>.<name>.`), and counts that identity's wrong keys for `auth` as it counts a
+dashboard login's: too many, and it answers "too many failed logins ...; retry in N s".
 """
 
 from __future__ import annotations

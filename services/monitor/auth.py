@@ -6,7 +6,8 @@ request down. Only the hash is stored, with the public nkey derived from the key
 configuration lists that nkey, so the key also authenticates its user's NATS connections. The
 active hashes are cached in memory, so resolving a key costs one dict lookup; create and revoke
 update the cache right after their transaction commits and then call `on_change` (which tells
-the authority: a revoked key's connections are closed within seconds).
+the authority: a revoked key's connections are closed within seconds). Every login goes through
+`login`, which counts wrong keys per client and per key prefix (`login_limits`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from computeall.protocol.credentials import NAME_PATTERN, api_key_seed, api_key_
 from computeall.protocol.membership_api import UserKey
 
 from .db import Database
+from .login_limits import LoginLimiter
 
 
 
@@ -36,6 +38,7 @@ class Auth:
         self.db = db
         self.on_change = on_change
         self._active: dict[str, str] = {}  # key hash -> user
+        self.limiter = LoginLimiter()
 
     async def load(self) -> None:
         rows = await self.db.read(
@@ -47,6 +50,18 @@ class Auth:
         if not api_key:
             return None
         return self._active.get(hash_key(api_key))
+
+    def login(self, api_key: str | None, client: str) -> str | None:
+        """The user of `api_key` asked by `client` (an address or a NATS identity); None for no key or a
+        wrong one (counted); `TooManyAttempts`, before the key is looked at, when the client or the
+        key's prefix failed too often lately."""
+        if not api_key:
+            return None
+        self.limiter.check(client, api_key)
+        user = self.user_for(api_key)
+        if user is None:
+            self.limiter.failed(client, api_key)
+        return user
 
     async def create_key(self, user: str, label: str = "") -> tuple[str, str]:
         """A new key for `user` (created if missing): (key id, the key itself, shown once)."""

@@ -29,6 +29,7 @@ from computeall.protocol.limits import GRAPHQL_REQUEST_BYTES
 
 from .context import Context, Services
 from .limits import parse_within_limit, validation_rules
+from .login_limits import TooManyAttempts
 from .mutations import mutation
 from .resolvers import BINDABLES
 from .subscriptions import subscription
@@ -77,6 +78,13 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
+def peer(scope: Scope) -> str:
+    """Who asks, for the login limits: the address the connection comes from (never a header the client
+    writes, such as X-Forwarded-For)."""
+    client = scope.get("client")
+    return client[0] if client else "an unknown address"
+
+
 class MonitorApp:
     """Routes /graphql to ariadne behind the key check and everything else to the dashboard."""
 
@@ -86,7 +94,10 @@ class MonitorApp:
         async def on_connect(websocket: Any, payload: Any) -> None:
             params = payload if isinstance(payload, dict) else {}
             key = params.get("apiKey") or params.get("api_key") or bearer(websocket.scope["headers"])
-            user = services.auth.user_for(key)
+            try:
+                user = services.auth.login(key, peer(websocket.scope))
+            except TooManyAttempts as exc:
+                raise PermissionError(str(exc)) from None
             if user is None:
                 raise PermissionError("missing or invalid API key")
             websocket.scope[USER_SCOPE_KEY] = user
@@ -111,7 +122,11 @@ class MonitorApp:
                 await self.site(scope, receive, send)
             return
         if scope["type"] == "http" and scope["method"] == "POST":
-            user = self.services.auth.user_for(bearer(scope["headers"]))
+            try:
+                user = self.services.auth.login(bearer(scope["headers"]), peer(scope))
+            except TooManyAttempts as exc:
+                await _reply(send, 429, str(exc), [(b"retry-after", str(exc.retry_after_s).encode())])
+                return
             if user is None:
                 await _unauthorized(send)
                 return

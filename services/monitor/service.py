@@ -28,6 +28,7 @@ from .auth import Auth
 from .context import Services
 from .db import Database
 from .ingest import Ingestor
+from .login_limits import TooManyAttempts
 from .pubsub import PubSub
 from .rebuild import rebuild
 from .server import MonitorApp
@@ -89,17 +90,20 @@ class Monitor:
             log.info("monitor stopped")
 
     def _handlers(self, db: Database, auth: Auth, ingestor: Ingestor) -> dict:
-        async def user_create(req: api.UserCreate) -> api.MonitorReply:
+        async def user_create(req: api.UserCreate, asker: str) -> api.MonitorReply:
             _, key = await auth.create_key(req.name, label="cli")
             return api.MonitorReply(user=req.name, api_key=key)
 
-        async def authenticate(req: api.Auth) -> api.MonitorReply:
-            user = auth.user_for(req.api_key)
+        async def authenticate(req: api.Auth, asker: str) -> api.MonitorReply:
+            try:
+                user = auth.login(req.api_key, asker)
+            except TooManyAttempts as exc:
+                return api.MonitorReply(ok=False, error=str(exc))
             if user is None:
                 return api.MonitorReply(ok=False, error="unknown or revoked API key")
             return api.MonitorReply(user=user)
 
-        async def do_rebuild(req: api.Rebuild) -> api.MonitorReply:
+        async def do_rebuild(req: api.Rebuild, asker: str) -> api.MonitorReply:
             return await rebuild(db, ingestor)
 
         return {
@@ -136,7 +140,8 @@ class Monitor:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((s.host, s.port))
         # a websocket message over the request limit closes the connection before it is parsed
-        config = uvicorn.Config(app, lifespan="off", log_level="warning", ws_max_size=GRAPHQL_REQUEST_BYTES)
+        tls = {"ssl_certfile": str(s.tls_cert), "ssl_keyfile": str(s.tls_key)} if s.tls_cert else {}
+        config = uvicorn.Config(app, lifespan="off", log_level="warning", ws_max_size=GRAPHQL_REQUEST_BYTES, **tls)
         server = _Server(config)
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not serving.done():
@@ -144,7 +149,7 @@ class Monitor:
         if serving.done():
             serving.result()  # raises why it could not start
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
-        url = f"http://{host}:{sock.getsockname()[1]}"
+        url = f"{'https' if tls else 'http'}://{host}:{sock.getsockname()[1]}"
         tmp = s.address_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"url": url}))
         tmp.replace(s.address_file)

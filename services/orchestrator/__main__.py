@@ -8,6 +8,7 @@ import logging
 import signal
 
 from computeall.protocol.bus import add_bus_arguments, credential_from_args
+from computeall.protocol.bus_failover import BusUnavailable
 from computeall.protocol.credentials import CredentialError
 from computeall.protocol.fair_share import add_limit_arguments, limits_from_args
 from computeall.protocol.subjects import Subjects
@@ -45,7 +46,10 @@ def main() -> None:
             loop.add_signal_handler(sig, orchestrator.stop)
         await orchestrator.run()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except BusUnavailable as exc:  # a start-up fold is complete or the orchestrator does not start
+        raise SystemExit(f"computeall orchestrator: {exc}; not started (`up` starts it again)") from None
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from computeall.protocol.bus_failover import BusUnavailable
 from computeall.protocol.events import SessionFailed
 from computeall.protocol.session_log import SessionLog
 from computeall.protocol.subjects import Subjects
@@ -80,6 +81,8 @@ class SessionDriver:
             log.info("session %s: %s", self.state.id, exc)
         except DriverDone as exc:
             log.info("session %s: %s", self.state.id, exc)
+        except BusUnavailable as exc:  # the bus, not the session: it is driven again once the log answers
+            log.warning("session %s: %s; it will be taken up again from its log", self.state.id, exc)
         except SessionError as exc:
             log.error("session %s failed: %s", self.state.id, exc)
             await self.recorder.record(SessionFailed(reason=str(exc)))

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from computeall.network import NetworkError, load_network
 from computeall.protocol import session_reads as api
+from computeall.protocol.bus_failover import BusUnavailable
 from computeall.protocol.dataset_api import session_dataset
 from computeall.protocol.dataset_names import MANIFEST_FILE
 from computeall.protocol.eventlog import EventLog
@@ -72,6 +73,8 @@ class SessionReads:
             reply = api.ReadsReply(ok=False, error=f"bad {verb} request: {exc.errors()[:3]}")
         except Refused as exc:
             reply = api.ReadsReply(ok=False, error=str(exc))
+        except BusUnavailable as exc:
+            reply = api.ReadsReply(ok=False, error=f"{exc}; try again in a moment")
         except Exception as exc:  # the requester gets an answer; the orchestrator keeps going
             log.exception("answering %s failed", msg.subject)
             reply = api.ReadsReply(ok=False, error=f"the orchestrator failed on this read ({type(exc).__name__}); see its log")

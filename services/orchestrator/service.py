@@ -263,7 +263,8 @@ class Orchestrator:
                 except nats.errors.Error as exc:
                     log.warning("could not read session %s: %s", sid, exc)
                     continue
-                if state.status == SessionStatus.RUNNING and not self._alive(state.claimed_by):
+                # ours too: a driver of ours ends without ending the session only when the bus let it down
+                if state.status == SessionStatus.RUNNING and (state.claimed_by == self.id or not self._alive(state.claimed_by)):
                     log.info("session %s is running without a live driver (was %s); taking it over", sid, state.claimed_by)
                     self._drive(session, takeover_from=state.claimed_by)
                 elif state.waits_for_capacity and self.fair.slots(state.owner).free and await self._fits(state):

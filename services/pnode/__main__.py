@@ -15,6 +15,7 @@ import socket
 from computeall.protocol.bus import BusConnectError, process_credential
 from computeall.protocol.invites import Invite, InviteError
 from computeall.protocol.credentials import Credential, CredentialError
+from computeall.protocol.secret_args import JOIN, SecretArgError
 from computeall.protocol.sizes import parse_size
 from computeall.protocol.subjects import Subjects, check_token
 
@@ -33,15 +34,16 @@ def pnode_credential(args: argparse.Namespace, path: str | None = None) -> Crede
     must agree), else `--name`/host-pid. An invite also says how much memory to offer, unless `--memory` does."""
     path = path or args.credential
     try:
-        if args.join:
-            invite = Invite.from_token(args.join, expect="pnode")
+        token = JOIN.read(args.join) if args.join or not path else None  # an explicit --join wins
+        if token:
+            invite = Invite.from_token(token, expect="pnode")
             args.memory = args.memory or invite.memory
             credential = invite.credential().at(args.nats)
         else:
             default = check_token(args.name or f"{socket.gethostname()}-{os.getpid()}".replace(".", "-"), "pnode name")
             url = args.nats or (None if path else "nats://127.0.0.1:4222")
             credential = process_credential(path, url, "pnode", default)
-    except (CredentialError, InviteError, ValueError) as exc:
+    except (CredentialError, InviteError, SecretArgError, ValueError) as exc:
         raise SystemExit(f"computeall pnode: {exc}") from None
     if args.name and args.name != credential.name:
         raise SystemExit(f"computeall pnode: the credential is PNode {credential.name!r}'s; leave out --name {args.name}")

@@ -9,6 +9,7 @@ import psutil
 from computeall.protocol.bus import add_bus_arguments
 
 from computeall.protocol.faults import FaultSpec
+from computeall.protocol.secret_args import JOIN
 
 
 def fault_spec(text: str) -> FaultSpec:
@@ -25,8 +26,8 @@ def share_of_ram(processes_on_machine: int) -> int:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     add_bus_arguments(p)
-    p.add_argument("--join", metavar="TOKEN", default=None,
-                   help="join with an invite from `computeall invite pnode` (it holds the servers, the CA and the credential)")
+    JOIN.add_to(p.add_mutually_exclusive_group(),
+                "join with an invite from `computeall invite pnode` (it holds the servers, the CA and the credential)")
     p.add_argument("--name", default=None, help="PNode id (default: the credential's name, else host-pid)")
     p.add_argument("--memory", default=None, help="memory this PNode offers, e.g. 4GiB (default: a share of RAM)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")

@@ -1,5 +1,5 @@
 """A remote site for real: the hub (`computeall up --listen ... --leaf-listen ...`) in the root network
-namespace, the site (`computeall up --leaf TOKEN`: its leaf nats-server and two PNodes) in a lab
+namespace, the site (`computeall up --leaf-file TOKEN_FILE`: its leaf nats-server and two PNodes) in a lab
 namespace behind a veth link. A session trains across a hub PNode and the site's two with the
 losses of the hub alone, and the site's PNodes are connected to their leaf server, not to the hub."""
 
@@ -70,8 +70,9 @@ def test_a_leaf_site_trains_with_the_hub(tmp_path):
 
             made = cli("invite", "leaf", "--name", "site", "--pnodes", "2", "--json", "--data-dir", str(hub_dir))
             assert made.returncode == 0, made.stderr
-            token = json.loads(made.stdout)["token"]
-            site = lab.popen(node, [COMPUTEALL, "up", "--leaf", token, "--data-dir", str(site_dir)],
+            token_file = tmp_path / "site.token"  # never on the command line (docs/security.md)
+            token_file.write_text(json.loads(made.stdout)["token"])
+            site = lab.popen(node, [COMPUTEALL, "up", "--leaf-file", str(token_file), "--data-dir", str(site_dir)],
                              stdout=open(tmp_path / "site.log", "wb"), stderr=subprocess.STDOUT)
             try:
                 wait_until((site_dir / "cluster.json").exists, 90, "the site linking to the hub", interval=0.2)

@@ -12,6 +12,7 @@ what a PNode holding a valid credential tried, and asserting it is refused or ma
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ from computeall.protocol.events import (
     Allocated, EventEnvelope, PNodeJoined, PNodeLost, Reallocated, StepAborted, StepCompleted,
 )
 from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY
+from computeall.protocol.secret_args import JOIN
 
 from .cluster import running_cluster, wait_for_pnodes
 from .identities import connect_as
@@ -40,9 +42,10 @@ PIB = 2**50
 COMPUTEALL = str(Path(sys.executable).parent / "computeall")
 
 
-def pnode_process(args: list[str], log: Path) -> subprocess.Popen:
+def pnode_process(token: str, args: list[str], log: Path) -> subprocess.Popen:
+    """A PNode joining with `token`, passed as users pass it: in the environment, never in argv."""
     return subprocess.Popen([sys.executable, "-m", "computeall.pnode", *args], stdout=open(log, "wb"),
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, env={**os.environ, JOIN.env: token})
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -80,7 +83,7 @@ async def test_a_pnode_offering_a_pebibyte_is_counted_at_its_cap(tmp_path):
         small = invite(bus.security, "pnode", bus.public_urls(), trust, name="lender", memory="2MiB")
         plain = invite(bus.security, "pnode", bus.public_urls(), trust, name="stranger")
         claim = ["--simulate", "--memory", "1PiB"]
-        lender = pnode_process(["--join", small.token(), *claim], tmp_path / "lender.log")
+        lender = pnode_process(small.token(), claim, tmp_path / "lender.log")
         stranger = None
         try:
             lent = await joined(supervisor, client.subjects, "lender")
@@ -92,7 +95,7 @@ async def test_a_pnode_offering_a_pebibyte_is_counted_at_its_cap(tmp_path):
             assert paused.auto_resume and "not enough capacity" in paused.pause_reason, paused.pause_reason
             assert "lender=2 MiB" in paused.pause_reason, "the allocator was given the cap, not 1 PiB"
 
-            stranger = pnode_process(["--join", plain.token(), *claim], tmp_path / "stranger.log")
+            stranger = pnode_process(plain.token(), claim, tmp_path / "stranger.log")
             other = await joined(supervisor, client.subjects, "stranger")
             assert (other.memory_bytes, other.offered_bytes) == (DEFAULT_PNODE_MEMORY, PIB), "the stated default cap"
             done = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
@@ -160,8 +163,8 @@ async def test_a_pnode_refused_at_join_says_why_and_exits(tmp_path):
         made = invite(server.security, "pnode", server.public_urls(), server.tls.trust(), name="late")
         revoke(server.security, made.id)
         server.apply_members()
-        result = subprocess.run([COMPUTEALL, "pnode", "--join", made.token(), "--simulate"], capture_output=True,
-                                text=True, timeout=60)
+        result = subprocess.run([COMPUTEALL, "pnode", "--simulate"], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, JOIN.env: made.token()})
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "Traceback" not in output and "AttributeError" not in output, output

@@ -1,5 +1,5 @@
 """Two machines for real: `computeall up` listening beyond loopback (TLS) in the root network
-namespace, `computeall pnode --join TOKEN` in another namespace behind a veth pair. A session
+namespace, `computeall pnode --join-file TOKEN_FILE` in another namespace behind a veth pair. A session
 trains across both with the losses of the one-machine run; no token, or a revoked one, is refused,
 and revoking the invite disconnects the joined PNode."""
 
@@ -94,7 +94,10 @@ async def test_a_pnode_joins_from_another_machine_with_an_invite(far_namespace, 
         assert stranger.returncode != 0 and "cannot connect" in stranger.stderr, stranger.stderr[-2000:]
 
         invite = json.loads(cli("invite", "pnode", "--name", "far", "--json", "--data-dir", str(data_dir)).stdout)
-        joined = far(far_namespace, "pnode", "--join", invite["token"], "--processes-on-machine", "2", log=tmp_path / "far.log")
+        token_file = tmp_path / "far.token"  # never on the command line (docs/security.md)
+        token_file.write_text(invite["token"])
+        joined = far(far_namespace, "pnode", "--join-file", str(token_file), "--processes-on-machine", "2",
+                     log=tmp_path / "far.log")
         two_machines, placed = await train(data_dir, config(steps=6, checkpoint_every=0, min_pnodes=2))
         assert placed == {"pnode-0", "far"}, "the session ran across both machines"
         assert len(two_machines) == len(one_machine) == 6
@@ -108,7 +111,7 @@ async def test_a_pnode_joins_from_another_machine_with_an_invite(far_namespace, 
         except subprocess.TimeoutExpired:
             pytest.fail("the revoked PNode still runs a minute later:\n" + (tmp_path / "far.log").read_text()[-3000:])
         assert "no longer accepts this PNode's credential" in (tmp_path / "far.log").read_text()
-        again = subprocess.run(["ip", "netns", "exec", far_namespace, COMPUTEALL, "pnode", "--join", invite["token"]],
+        again = subprocess.run(["ip", "netns", "exec", far_namespace, COMPUTEALL, "pnode", "--join-file", str(token_file)],
                                capture_output=True, text=True, timeout=120)
         assert again.returncode != 0 and "Authorization Violation" in again.stderr, again.stderr[-2000:]
         listed = json.loads(cli("invite", "list", "--json", "--data-dir", str(data_dir)).stdout)

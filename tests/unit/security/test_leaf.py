@@ -87,8 +87,9 @@ def test_a_token_for_the_other_role_or_no_token_is_refused_with_what_to_do(secur
         Invite.from_token("hello", expect="leaf")
 
 
-def test_up_with_a_bad_leaf_token_says_so(tmp_path, capsys):
-    assert main(["up", "--leaf", "ca-invite-1.garbage!", "--data-dir", str(tmp_path)]) == 2
+def test_up_with_a_bad_leaf_token_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COMPUTEALL_LEAF_TOKEN", "ca-invite-1.garbage!")
+    assert main(["up", "--data-dir", str(tmp_path)]) == 2
     assert "error: the invite token is damaged" in capsys.readouterr().err
     assert not (tmp_path / "nats-leaf").exists(), "nothing started"
 
