@@ -16,7 +16,7 @@ UNKNOWN = ["/favicon.ico", "/api/nonexistent", "/sessions/abc", "/assets/gone.js
 
 def client(web_dir) -> TestClient:
     # raise_server_exceptions: an exception that escapes the app (what uvicorn answered 500 to) fails the test
-    services = SimpleNamespace(auth=SimpleNamespace(user_for=lambda key: None))
+    services = SimpleNamespace(auth=SimpleNamespace(login=lambda key, client: None))
     return TestClient(MonitorApp(services, web_dir), raise_server_exceptions=True)
 
 

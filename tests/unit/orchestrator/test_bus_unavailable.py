@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import nats.errors
 import pytest
@@ -60,7 +61,7 @@ def running(log: UnreadableLog, claimed_by: str | None) -> SessionLog:
 
 
 def driver(session: SessionLog) -> SessionDriver:
-    return SessionDriver(calls=None, subjects=S, session=session, registry=PNodeRegistry(10.0), orchestrator_id="o1",
+    return SessionDriver(calls=SimpleNamespace(nc=None), subjects=S, session=session, registry=PNodeRegistry(10.0), orchestrator_id="o1",
                          jobs=None)
 
 
