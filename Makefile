@@ -39,7 +39,7 @@ test: setup web browser
 
 # `make bench BENCH_ARGS=--quick` for a short run
 bench: setup web browser
-	$(PY) bench/run_all.py $(BENCH_ARGS)
+	$(PY) -m bench.run_all $(BENCH_ARGS)
 
 clean:
 	rm -rf .computeall bench/results/*.json
