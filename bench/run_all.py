@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one table of their rows, and docs/benchmarks.md written from them.
 
-    python -m bench.run_all [--quick] [--only NAME,NAME]
+    python -m bench.run_all [--quick] [--only NAME,NAME] [--collect]
 
 Each benchmark runs in its own process (`python -m bench.<name>`, writing bench/results/<name>.json);
 the table holds every row of every benchmark, with its anchor and target. Exit status 1 when a
@@ -35,9 +35,15 @@ def benchmarks() -> list[str]:
 @dataclass
 class Outcome:
     name: str
-    seconds: float
+    seconds: float | None  # None: collected from an earlier run
     rows: list[Row]
     failed: str | None  # why no rows came back
+
+
+def collected(name: str) -> Outcome:
+    """The rows a benchmark's last run left in bench/results."""
+    path = RESULTS / f"{name}.json"
+    return Outcome(name, None, read_rows(path), None) if path.exists() else Outcome(name, None, [], "not run")
 
 
 def run(name: str, extra: list[str]) -> Outcome:
@@ -81,28 +87,33 @@ def page(outcomes: list[Outcome], quick: bool) -> str:
     lines += ["", "| benchmark | took | outcome |", "|---|---|---|"]
     for o in outcomes:
         missed = sum(r.holds is False for r in o.rows)
-        status = o.failed or (f"{missed} target(s) missed" if missed else "every target holds")
-        lines.append(f"| {o.name} | {o.seconds / 60:.1f} min | {status} |")
-    total = sum(o.seconds for o in outcomes)
-    lines += ["", f"All together: {total / 60:.0f} min.", ""]
-    return "\n".join(lines)
+        status = o.failed or (f"{missed} target(s) missed" if missed else "every target holds" if o.rows else "no rows")
+        lines.append(f"| {o.name} | {'' if o.seconds is None else f'{o.seconds / 60:.1f} min'} | {status} |")
+    if all(o.seconds is not None for o in outcomes):
+        lines += ["", f"All together: {sum(o.seconds for o in outcomes) / 60:.0f} min."]
+    else:
+        lines += ["", "Collected from each benchmark's last run (`--collect`), not one run of them all."]
+    return "\n".join([*lines, ""])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="every benchmark's short run")
     parser.add_argument("--only", type=lambda s: s.split(","), default=None, help="comma-separated benchmark names")
+    parser.add_argument("--collect", action="store_true",
+                        help="run nothing: the page from the rows each benchmark's last run left in bench/results")
     args = parser.parse_args()
     names = benchmarks()
     unknown = sorted(set(args.only or []) - set(names))
     if unknown:
         parser.error(f"no benchmark named {', '.join(unknown)}; there are: {', '.join(names)}")
     extra = ["--quick"] if args.quick else []
-    outcomes = [run(name, extra) for name in (args.only or names)]
+    outcomes = [collected(name) if args.collect else run(name, extra) for name in (args.only or names)]
     print()
     print_table([r for o in outcomes for r in o.rows])
     for o in outcomes:
-        print(f"{o.name}: {o.seconds / 60:.1f} min" + (f", FAILED: {o.failed}" if o.failed else ""))
+        took = "" if o.seconds is None else f"{o.seconds / 60:.1f} min"
+        print(f"{o.name}: {took}" + (f" FAILED: {o.failed}" if o.failed else ""))
     if args.only is None:
         PAGE.write_text(page(outcomes, args.quick))
         print(f"wrote {PAGE.relative_to(REPO)}")
