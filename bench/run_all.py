@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one table of their rows, and docs/benchmarks.md written from them.
 
-    python -m bench.run_all [--quick] [--only NAME,NAME] [--collect]
+    python -m bench.run_all [--quick] [--only NAME,NAME] [--collect] [--note TEXT]
 
 Each benchmark runs in its own process (`python -m bench.<name>`, writing bench/results/<name>.json);
 the table holds every row of every benchmark, with its anchor and target. Exit status 1 when a
@@ -67,7 +67,7 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB, {platform.system()} {platform.release()}"
 
 
-def page(outcomes: list[Outcome], quick: bool) -> str:
+def page(outcomes: list[Outcome], quick: bool, note: str = "") -> str:
     import torch  # the version belongs on the page; the benches import it anyway
 
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -78,7 +78,8 @@ def page(outcomes: list[Outcome], quick: bool) -> str:
         "",
         f"Measured {when} on {machine()}; torch {torch.__version__}, Python {platform.python_version()}; "
         f"{'`--quick` (fewer steps and shapes: noisier)' if quick else 'full runs'}. Every figure is a ratio "
-        "against an anchor measured in the same run (bench/common.py); a target is what the ratio must meet.",
+        "against an anchor measured in the same run (bench/common.py); a target is what the ratio must meet."
+        + (f" {note}" if note else ""),
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -102,6 +103,7 @@ def main() -> int:
     parser.add_argument("--only", type=lambda s: s.split(","), default=None, help="comma-separated benchmark names")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: the page from the rows each benchmark's last run left in bench/results")
+    parser.add_argument("--note", default="", help="a sentence for the page: how loaded the machine was, say")
     args = parser.parse_args()
     names = benchmarks()
     unknown = sorted(set(args.only or []) - set(names))
@@ -115,7 +117,7 @@ def main() -> int:
         took = "" if o.seconds is None else f"{o.seconds / 60:.1f} min"
         print(f"{o.name}: {took}" + (f" FAILED: {o.failed}" if o.failed else ""))
     if args.only is None:
-        PAGE.write_text(page(outcomes, args.quick))
+        PAGE.write_text(page(outcomes, args.quick, args.note))
         print(f"wrote {PAGE.relative_to(REPO)}")
     missed = [r for o in outcomes for r in o.rows if r.holds is False]
     return 1 if missed or any(o.failed for o in outcomes) else 0
