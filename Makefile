@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 STEPS  ?= 200
 BENCH_ARGS ?=
 
-.PHONY: setup web browser demo up test bench clean
+.PHONY: setup web browser demo up test bench gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -37,9 +37,13 @@ up: setup web
 test: setup web browser
 	$(PY) -m pytest -q
 
-# `make bench BENCH_ARGS=--quick` for a short run
+# every benchmark, one table, docs/benchmarks.md; `make bench BENCH_ARGS=--quick` for a short run
 bench: setup web browser
-	$(PY) bench/run_all.py $(BENCH_ARGS)
+	$(PY) -m bench.run_all $(BENCH_ARGS)
+
+# the wheels bench/gpu_check.sh installs on a GPU machine without a network
+gpu-wheels: setup
+	bench/gpu_wheels.sh
 
 clean:
 	rm -rf .computeall bench/results/*.json

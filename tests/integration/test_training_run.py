@@ -54,9 +54,10 @@ def test_same_bits_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
     for a, b in zip(one, three):
         assert a["loss"] == b["loss"], (a, b)
         assert a["tokens"] == b["tokens"] == 8 * 64
-        assert {"step_time_s", "lr", "grad_norm", "clipped", "compute_s_by_pnode"} <= set(a)
+        assert {"ts", "step_time_s", "lr", "grad_norm", "clipped", "compute_s_by_pnode"} <= set(a)
         assert a["grad_norm"] == b["grad_norm"] and a["clipped"] == b["clipped"]
         assert len(a["compute_s_by_pnode"]) == 1 and len(b["compute_s_by_pnode"]) == 3
+    assert all(a["ts"] < b["ts"] for a, b in zip(one, one[1:])), "each line says when its step was recorded"
     assert any(r["clipped"] for r in one), "--grad-clip 0.5 acts on some steps"
     board = scalars(next((tmp_path / "board1").iterdir()))  # written live, one run folder per session
     assert [s.step for s in board["train/loss"]] == list(range(1, 21)), "x: steps completed"
