@@ -114,6 +114,7 @@ LM_HEAD_SHARD = OpSpec(
     module="computeall.tensorcore.ops.vocab_shards:LMHeadShard",
     example={"vocab_size": 16, "dim": 8, "shard_rows": 6, "shard": 2},
     tie=TiedWeight(op="embedding_shard", same=("vocab_size", "dim", "shard_rows", "shard")),
+    fp32_output=True,  # the statistics, and the coefficients that come back as their gradient
 )
 
 SHARDED_CE = OpSpec(
