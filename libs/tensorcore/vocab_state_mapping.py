@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from computeall.network import NetworkSpec
+from computeall.network.ops.vocab_shards import SHARDED_CE
 from computeall.network.vocab_split import VocabGroup, vocab_groups
 
 WEIGHT = "weight"
@@ -85,10 +86,14 @@ def convert_vocab_state(state: dict[str, torch.Tensor], spec: NetworkSpec) -> di
 
 def vocab_sources(spec: NetworkSpec, vid: str) -> list[str] | None:
     """The VNodes whose checkpoint objects may hold `vid`'s state in either form, when `vid` is part of a
-    vocabulary group (the embedding, its gather or a shard); None when it is not."""
+    vocabulary split (the embedding, its gather or a shard; a head shard, which holds nothing, from its
+    loss's); None when it is not."""
     for group in vocab_groups(spec):
         if vid == group.embed:
             return [vid, *group.shard_ids]
         if vid in group.shard_ids:
             return [vid, group.embed]
+    for v in spec.vnodes:
+        if v.op == SHARDED_CE.name and vid in v.inputs:
+            return [vid, v.id]
     return None

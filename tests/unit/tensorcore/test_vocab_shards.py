@@ -101,6 +101,8 @@ def test_state_maps_between_the_forms_exactly_and_from_either_checkpoint():
     assert torch.equal(shard["optim/embed.shard2.weight.exp_avg_sq"], unsplit_state["optim/embed.weight.exp_avg_sq"][256:384])
     assert torch.equal(shard["optim/embed.shard2.weight.step"], unsplit_state["optim/embed.weight.step"])
     assert vnode_state(objects, split_spec, "embed") == {}  # the gather holds nothing
+    assert source_vnodes(split_spec, "head.shard1") == ["head.shard1", "head"]  # nor a head shard: the loss's object serves
+    assert vnode_state({"head": {}}, split_spec, "head.shard1") == {}
     shards = {s: {k: t for k, t in split_state.items() if k.split("/")[1].startswith(f"{s}.weight")} for s in SHARDS}
     joined = vnode_state(shards, spec, "embed")
     assert torch.equal(joined["param/embed.weight"], torch.cat([split_state[f"param/{s}.weight"] for s in SHARDS]))
