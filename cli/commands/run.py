@@ -17,6 +17,7 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, Ve
 from computeall.protocol.faults import FaultSpec, parse_assignment
 from computeall.protocol.replica_sync import ReplicaSync
 from computeall.protocol.sampling import SamplingConfig
+from computeall.protocol.sizes import parse_size
 from computeall.protocol.wire import Wire
 
 from ..data_upload import with_sent_data
@@ -33,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("network", help="network YAML, e.g. examples/networks/tiny-gpt.yaml")
     add_training_args(p)
     p.add_argument("--pnodes", type=int, default=1, help="PNode processes to start (default 1)")
+    p.add_argument("--memory", type=_size, default=None, metavar="SIZE",
+                   help="memory each PNode offers, e.g. 5GiB (default: its share of the RAM); a network larger "
+                        "than one offer is spread over several PNodes")
     add_processes_on_machine(p)
     p.add_argument("--metrics-out", type=Path, default=None, help="write one JSON object per step here")
     add_tensorboard_argument(p)
@@ -99,6 +103,15 @@ def share(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a share: give a number between 0 and 1, e.g. 0.05")
     return value
+
+
+def _size(text: str) -> str:
+    """A size `parse_size` reads (4GiB, 512MiB, 2000000000), or the user's error saying so."""
+    try:
+        parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _replicas(text: str) -> int | str:
@@ -172,7 +185,7 @@ async def run(args: argparse.Namespace) -> int:
     ok = False
     try:
         async with running_cluster(data_dir, args.pnodes, listen=args.listen, faults=faults,
-                                   processes_on_machine=args.processes_on_machine) as (client, _):
+                                   processes_on_machine=args.processes_on_machine, pnode_memory=args.memory) as (client, _):
             config = await with_sent_data(client, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(

@@ -385,7 +385,7 @@ class SessionStage:
                     parts[consumer] = self.inbox.pop(GradientKey(p.phase, p.step, m, vid, consumer))
             if self.audit:
                 self.audit.grads_received(m, vid, parts)
-            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]], self.runtime.dtypes[vid])
+            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]], self.runtime.output_dtypes[vid])
             if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
                 return

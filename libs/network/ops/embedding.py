@@ -5,9 +5,15 @@ from pydantic import Field
 from .spec import OpParams, OpSpec, Problem, Site
 
 
+# Rows of the vocabulary per shard: a larger embedding and its tied LM head run as shards of this
+# many rows (`computeall.network.vocab_split`), which the allocator may place on different PNodes.
+SHARD_ROWS = 32768
+
+
 class EmbeddingParams(OpParams):
     vocab_size: int = Field(..., ge=2)
     dim: int = Field(..., ge=1)
+    shard_rows: int = Field(SHARD_ROWS, ge=1, description="rows per vocabulary shard (computeall.network.vocab_split)")
 
 
 def check(p: EmbeddingParams, inputs: list[str]) -> list[Problem]:

@@ -76,6 +76,9 @@ class OpSpec:
     # False for an op whose backward reads no input values (a sum): when it recomputes, it keeps
     # nothing of its inputs and runs again on stand-ins of their shape
     backward_reads_inputs: bool = True
+    # True for an op whose output is fp32 whatever its precision (softmax statistics): the gradients
+    # handed back to it are summed in fp32 too
+    fp32_output: bool = False
 
     def decay_group(self, ndim: int) -> DecayGroup:
         """The weight-decay group of one of this op's parameters, from its number of dimensions."""
