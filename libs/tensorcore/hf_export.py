@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 
 from computeall.network import Graph, NetworkSpec, VNodeSpec
 from computeall.network.ops import AttentionParams, FusedAttentionHeadsParams, NormParams, SwiGLUParams
+from computeall.protocol.prompts import starting_documents
 
 from .trained_model import TrainedModel
 
@@ -259,21 +260,6 @@ def tokenizer_config(spec: NetworkSpec, eos_token: str, pad_token: str | None) -
         "clean_up_tokenization_spaces": False,
         "add_bos_token": True,
     }
-
-
-def starting_documents(tokenizer_json: bytes, eos_token: str, eos_id: int) -> bytes:
-    """The tokenizer with a post-processor that starts every text with `eos_token`, as our prompts do
-    (`computeall.protocol.prompts`: every document in training follows it): `transformers` then encodes
-    a prompt to the ids `computeall generate` continues. A post-processor the tokenizer had runs first."""
-    tokenizer = json.loads(tokenizer_json)
-    start = {"type": "TemplateProcessing",
-             "single": [{"SpecialToken": {"id": eos_token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-             "pair": [{"SpecialToken": {"id": eos_token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                      {"SpecialToken": {"id": eos_token, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-             "special_tokens": {eos_token: {"id": eos_token, "ids": [eos_id], "tokens": [eos_token]}}}
-    had = tokenizer.get("post_processor")
-    tokenizer["post_processor"] = start if had is None else {"type": "Sequence", "processors": [had, start]}
-    return json.dumps(tokenizer, ensure_ascii=False).encode()
 
 
 def export_llama(model: TrainedModel, tokenizer_json: bytes, out: Path, eos_token: str, pad_token: str | None) -> list[Path]:
