@@ -42,10 +42,11 @@ PIB = 2**50
 COMPUTEALL = str(Path(sys.executable).parent / "computeall")
 
 
-def pnode_process(token: str, args: list[str], log: Path) -> subprocess.Popen:
-    """A PNode joining with `token`, passed as users pass it: in the environment, never in argv."""
+def pnode_process(args: list[str], log: Path, token: str | None = None) -> subprocess.Popen:
+    """A PNode, joining with an invite `token` when given, passed as users pass it: in the environment."""
+    env = {**os.environ, JOIN.env: token} if token else None
     return subprocess.Popen([sys.executable, "-m", "computeall.pnode", *args], stdout=open(log, "wb"),
-                            stderr=subprocess.STDOUT, env={**os.environ, JOIN.env: token})
+                            stderr=subprocess.STDOUT, env=env)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -83,7 +84,7 @@ async def test_a_pnode_offering_a_pebibyte_is_counted_at_its_cap(tmp_path):
         small = invite(bus.security, "pnode", bus.public_urls(), trust, name="lender", memory="2MiB")
         plain = invite(bus.security, "pnode", bus.public_urls(), trust, name="stranger")
         claim = ["--simulate", "--memory", "1PiB"]
-        lender = pnode_process(small.token(), claim, tmp_path / "lender.log")
+        lender = pnode_process(claim, tmp_path / "lender.log", small.token())
         stranger = None
         try:
             lent = await joined(supervisor, client.subjects, "lender")
@@ -95,7 +96,7 @@ async def test_a_pnode_offering_a_pebibyte_is_counted_at_its_cap(tmp_path):
             assert paused.auto_resume and "not enough capacity" in paused.pause_reason, paused.pause_reason
             assert "lender=2 MiB" in paused.pause_reason, "the allocator was given the cap, not 1 PiB"
 
-            stranger = pnode_process(plain.token(), claim, tmp_path / "stranger.log")
+            stranger = pnode_process(claim, tmp_path / "stranger.log", plain.token())
             other = await joined(supervisor, client.subjects, "stranger")
             assert (other.memory_bytes, other.offered_bytes) == (DEFAULT_PNODE_MEMORY, PIB), "the stated default cap"
             done = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)

@@ -48,7 +48,7 @@ def test_same_bits_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
         shutil.copy(name, copy)
     one, three = run(tmp_path, 1, stdlib_corpus()), run(tmp_path, 3, [str(copy)])
     assert not list((tmp_path / "cluster1" / "dataset" / "uploads").iterdir()), "the stdlib is read where it is"
-    uploaded = sorted(p.name for p in (tmp_path / "cluster3" / "dataset" / "uploads").glob("*/*"))
+    uploaded = sorted(p.name for p in (tmp_path / "cluster3" / "dataset" / "uploads").glob("*/*/*"))  # user/digest/name
     assert uploaded == sorted(p.name for p in copy.iterdir())
     assert [r["step"] for r in one] == list(range(20)) == [r["step"] for r in three]
     for a, b in zip(one, three):
