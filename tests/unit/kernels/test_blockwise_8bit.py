@@ -62,3 +62,14 @@ def test_quantization_is_blockwise_whatever_the_chunks():
     whole = quantize(x, True)
     parts = [quantize(x[i: i + 2 * BLOCK].clone(), True) for i in range(0, x.numel(), 2 * BLOCK)]
     assert torch.equal(whole[0], torch.cat([c for c, _ in parts])) and torch.equal(whole[1], torch.cat([s for _, s in parts]))
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_on_and_beside_every_midpoint_the_codes_are_torchaos(signed):
+    """Where two values are equally near (and one fp32 either side), the rule decides: torchao's."""
+    code = dynamic_map(signed)
+    mid = (code[1:] + code[:-1]) / 2
+    y = torch.cat([mid, torch.nextafter(mid, torch.tensor(2.0)), torch.nextafter(mid, torch.tensor(-2.0))])
+    y = y.clamp(-1, 1) if signed else y.abs().clamp(max=1)
+    block = torch.cat([y, torch.ones(BLOCK - y.numel())])  # its scale is 1
+    assert torch.equal(quantize(block, signed)[0], quant_utils.quantize_8bit_with_qmap(block, code))
