@@ -23,6 +23,7 @@ from computeall.protocol.config import SessionConfig
 from computeall.protocol.events import EventEnvelope, StepCompleted
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.subjects import Subjects
+from computeall.protocol.telemetry import Heartbeat
 
 from .common import REPO
 
@@ -90,19 +91,20 @@ async def wait_for(client: Client, sid: str, predicate: Callable[[SessionState],
     return await wait_until(reached, timeout, f"session {sid}")
 
 
-async def wait_for_pnodes(supervisor: Supervisor, names: list[str], timeout: float = 120.0) -> None:
-    """Until every named PNode has sent a heartbeat, listening as the monitor does."""
-    seen: set[str] = set()
+async def wait_for_pnodes(supervisor: Supervisor, names: list[str], timeout: float = 120.0) -> dict[str, Heartbeat]:
+    """Until every named PNode has sent a heartbeat, listening as the monitor does; the first of each."""
+    seen: dict[str, Heartbeat] = {}
 
     async def on_beat(msg) -> None:
-        seen.add(msg.subject.rsplit(".", 1)[-1])
+        seen.setdefault(msg.subject.rsplit(".", 1)[-1], Heartbeat.model_validate_json(msg.data))
 
     nc = await bus.connect(supervisor.credentials.credential("monitor", "bench-heartbeats"), name="bench-heartbeats")
     try:
         await nc.subscribe(Subjects().heartbeat_all(), cb=on_beat)
-        await wait_until(lambda: _now(seen >= set(names)), timeout, f"heartbeats of {', '.join(names)}", 0.1)
+        await wait_until(lambda: _now(set(seen) >= set(names)), timeout, f"heartbeats of {', '.join(names)}", 0.1)
     finally:
         await nc.close()
+    return seen
 
 
 async def _now(value: bool) -> bool:

@@ -13,7 +13,7 @@ from typing import get_args
 from pydantic import ValidationError
 
 from computeall.network import NetworkError, load_network_file
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
+from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, OptimizerState, SessionConfig, VerifyConfig
 from computeall.protocol.faults import FaultSpec, parse_assignment
 from computeall.protocol.replica_sync import ReplicaSync
 from computeall.protocol.sampling import SamplingConfig
@@ -66,6 +66,9 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
                    help="clip the global gradient norm to this (default %(default)s); 0 turns clipping off")
     p.add_argument("--update-ratio-every", type=int, default=defaults["update_ratio_every"].default,
                    help="record each block's update-to-weight ratio every N steps (default %(default)s); 0 never")
+    p.add_argument("--optimizer-state", choices=list(get_args(OptimizerState)), default=OptimizerConfig().state,
+                   help="Adam's state on the PNodes: fp32 (default), or int8: 8-bit moments and a bf16 weight's "
+                        "master as its low half, at most 10 bytes per bf16 parameter with its weight and gradient")
     p.add_argument("--wire", choices=list(get_args(Wire)), default=None,
                    help="how activations and gradients travel between VNodes, for VNodes that name none "
                         "(default: the network's `defaults.wire`, else fp32: uncompressed)")
@@ -147,6 +150,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             seed=args.seed,
             lr=LrSchedule(peak=args.lr, warmup_steps=args.warmup, min_lr=args.lr / 10),
             precision=args.precision,
+            optimizer=OptimizerConfig(state=args.optimizer_state),
             wire=args.wire,
             pipeline={"schedule": args.schedule, "in_flight": args.in_flight},  # validated in place: errors say `pipeline.`
             fuse_heads=args.fuse_heads,

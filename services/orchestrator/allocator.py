@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from computeall.network import Graph
+from computeall.protocol.config import OptimizerState
 
 from .step_time import PNodeCapacity, StageCosts, band_stage_time, stage_time, step_time_s
 
@@ -58,12 +59,13 @@ class Allocation:
     step_time_s: float = 0.0  # the estimate the allocation minimised
 
 
-def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_batch_size: int) -> Allocation:
+def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_batch_size: int,
+             state: OptimizerState = "fp32") -> Allocation:
     if not pnodes:
         raise AllocationError("no PNodes are available; start one with `computeall pnode`")
     units = _units(graph)
     used = min(len(pnodes), len(units))
-    costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - used + 1)
+    costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - used + 1, state=state)
     micro_batches = max(1, batch_size // micro_batch_size)
     bands = _bands(costs, pnodes, micro_batches)
     best: tuple[float, list[int], list[PNodeCapacity]] | None = None

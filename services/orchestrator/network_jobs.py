@@ -12,6 +12,7 @@ from __future__ import annotations
 from computeall.network import Graph, NetworkError, NetworkSpec, load_network
 from computeall.protocol.session_state import SessionState
 
+from computeall.protocol.config import OptimizerState
 from computeall.protocol.replica_sync import Replicas
 
 from .allocator import AllocationError, PNodeCapacity
@@ -43,10 +44,10 @@ def _resolve(state: SessionState) -> tuple[str | None, list[str]]:
 
 
 def _allocate(spec_json: str, capacities: list[PNodeCapacity], replicas: Replicas, batch_size: int,
-              micro_batches: int) -> ReplicatedAllocation | str:
+              micro_batches: int, state: OptimizerState) -> ReplicatedAllocation | str:
     graph = Graph(NetworkSpec.model_validate_json(spec_json))
     try:
-        return allocate_replicas(graph, capacities, replicas, batch_size, micro_batches)
+        return allocate_replicas(graph, capacities, replicas, batch_size, micro_batches, state)
     except AllocationError as exc:
         return str(exc)
 
@@ -55,7 +56,8 @@ def _fits(state: SessionState, capacities: list[PNodeCapacity]) -> bool:
     try:
         graph, _ = session_graph(state)
         config = state.config
-        allocate_replicas(graph, capacities, config.replicas, config.batch_size, config.micro_batches)
+        allocate_replicas(graph, capacities, config.replicas, config.batch_size, config.micro_batches,
+                          config.optimizer.state)
     except (AllocationError, NetworkError):
         return False
     return True
@@ -90,10 +92,10 @@ class NetworkJobs:
         return Graph(NetworkSpec.model_validate_json(spec_json)), lines
 
     async def allocate(self, graph: Graph, capacities: list[PNodeCapacity], replicas: Replicas, batch_size: int,
-                       micro_batches: int) -> ReplicatedAllocation:
+                       micro_batches: int, state: OptimizerState = "fp32") -> ReplicatedAllocation:
         """One pipeline per replica (`replication.allocate_replicas`); `AllocationError` when the PNodes cannot
         hold them, `SessionError` when allocating failed or overran its time."""
-        args = (graph.spec.model_dump_json(), capacities, replicas, batch_size, micro_batches)
+        args = (graph.spec.model_dump_json(), capacities, replicas, batch_size, micro_batches, state)
         try:
             result = await self.offloop.run(_allocate, args, self.allocate_timeout_s)
         except JobError as exc:

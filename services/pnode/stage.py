@@ -202,14 +202,14 @@ class SessionStage:
             if self.audit:  # before the update: a check recomputes with the parameters the step used
                 self.audit.keep(request.keep)
                 self.audit.release(request.release)
-            update = partial(self.optimizer.step, request.lr, self.loss_scale, request.clip_factor)
             measured = None
             if request.skip:
                 pass  # every PNode drops this step's gradients
             elif request.measure_update:
-                measured = measured_update(self.optimizer, self.runtime.owners(), update)
+                measured = measured_update(self.runtime.owners(), partial(
+                    self.optimizer.measured_step, request.lr, self.loss_scale, request.clip_factor))
             else:
-                update()
+                self.optimizer.step(request.lr, self.loss_scale, request.clip_factor)
             self.runtime.zero_grad()
             return measured
 

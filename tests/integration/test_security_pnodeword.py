@@ -24,7 +24,7 @@ from computeall.cli.nats_server import EmbeddedNats, free_port
 from computeall.cli.security.invitations import invite, revoke
 from computeall.cli.session_view import session_events
 from computeall.network import Graph, load_network
-from computeall.network.memory_model import vnode_memory_bytes
+from computeall.network.memory_model import StepShape, stage_memory_bytes
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import (
     Allocated, EventEnvelope, PNodeJoined, PNodeLost, Reallocated, StepAborted, StepCompleted,
@@ -102,9 +102,10 @@ async def test_a_pnode_offering_a_pebibyte_is_counted_at_its_cap(tmp_path):
             done = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
             graph = Graph(load_network(cfg.network_yaml))
             on_lender = [v for v, p in done.allocation.items() if p == "lender"]
-            held = sum(vnode_memory_bytes(graph, v, cfg.batch_size // cfg.micro_batches) for v in on_lender)
-            assert held <= 2 << 20 < sum(vnode_memory_bytes(graph, v, cfg.batch_size // cfg.micro_batches)
-                                         for v in graph.order), "the lender holds what fits its cap, never more"
+            shape = StepShape(cfg.micro_batch_size, cfg.micro_batches, cfg.optimizer.state)
+            held = stage_memory_bytes(graph, on_lender, shape)
+            assert held <= 2 << 20 < stage_memory_bytes(graph, graph.order, shape), \
+                "the lender holds what fits its cap, never more"
 
             key = bus.security.local_api_key()
             shown = wait_until(lambda: {p["id"]: p["memoryBytes"] for p in

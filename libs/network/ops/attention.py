@@ -3,7 +3,7 @@ attention when `kv_heads` < `heads` (each key/value head serves `heads / kv_head
 
 from pydantic import Field
 
-from .spec import OpParams, Problem, Site, width_preserving
+from .spec import OpParams, Problem, Site, per_token_working, width_preserving
 
 
 class AttentionParams(OpParams):
@@ -49,7 +49,8 @@ OP = width_preserving(
     param_count=param_count,
     check=check,
     flops_per_token=flops_per_token,
-    activation_elements=lambda p, site: 6 * site.features,  # the allocator's estimate: six widths per token
+    activation_elements=lambda p, site: 8 * site.features,  # q, k, v, the heads' output, its projection, ...
     module="computeall.tensorcore.ops.attention:Attention",
+    working_bytes=per_token_working(10),  # q, k, v and their gradients, the tiled kernel's blocks
     example={"dim": 8, "heads": 2, "kv_heads": 1},
 )
