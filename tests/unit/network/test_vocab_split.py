@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from computeall.network import Graph, NetworkError, load_network, load_network_file
-from computeall.network.memory_model import vnode_memory_bytes
+from computeall.network.memory_model import StepShape, stage_memory_bytes
 from computeall.network.ops import AttentionParams
 from computeall.network.session_graph import session_graph
 from computeall.network.vocab_split import split_vocab
@@ -74,8 +74,8 @@ def test_a_session_runs_the_split_form():
 def test_a_tied_embedding_and_head_larger_than_any_pnode_is_placed_over_several_once_split():
     spec = load_network(MICRO.replace("vocab_size: 512", "vocab_size: 8192").replace("shard_rows: 128", "shard_rows: 2048"))
     whole, split = Graph(spec), Graph(split_vocab(spec)[0])
-    unit = vnode_memory_bytes(whole, "embed", 4) + vnode_memory_bytes(whole, "head", 4)
-    total = sum(vnode_memory_bytes(split, v, 4) for v in split.order)
+    unit = stage_memory_bytes(whole, ["embed", "head"], StepShape(micro_batch_size=4))
+    total = stage_memory_bytes(split, split.order, StepShape(micro_batch_size=4))
     pnodes = [PNodeCapacity(f"p{i}", unit - 1) for i in range(4)]  # none can hold the embedding and its head
     assert total < 4 * (unit - 1)
     with pytest.raises(AllocationError, match="cannot be split to fit"):
