@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from computeall.cli.client import connect
@@ -91,6 +93,15 @@ def compose_project(env_file: Path, project: str) -> Iterator[list[str]]:
                        timeout=180)
 
 
+def page(url: str, deployment: Path) -> str | None:
+    """The page at `url`, trusting only the deployment's CA; None until it answers 200."""
+    try:
+        answer = httpx.get(url, verify=ssl.create_default_context(cafile=deployment / "security" / "tls" / "ca.pem"))
+    except httpx.HTTPError:
+        return None
+    return answer.text if answer.status_code == 200 else None
+
+
 async def trained(credential: Credential, sid: str) -> tuple[list, list[float]]:
     """The session's events once it completed, and the losses of plain torch on the batches it was given."""
     async with connect(credential) as client:
@@ -107,7 +118,8 @@ def test_compose_up_trains_tiny_gpt_as_one_torch_model_does(image, tmp_path):
     links = docker_interfaces()
     deployment, env_file, project = tmp_path / "deployment", tmp_path / ".env", f"computeall-test-{os.getpid()}"
     # free host ports: other tests' nats-servers listen on 4222 of other loopback addresses
-    env_file.write_text(cli("compose-env", "--data-dir", deployment, "--nats-port", free_port(), "--monitor-port", free_port()))
+    monitor_port = free_port()
+    env_file.write_text(cli("compose-env", "--data-dir", deployment, "--nats-port", free_port(), "--monitor-port", monitor_port))
     with compose_project(env_file, project) as compose:
         subprocess.run([*compose, "--profile", "single", "up", "--detach", "--no-build"], check=True, capture_output=True,
                        timeout=300)
@@ -120,6 +132,7 @@ def test_compose_up_trains_tiny_gpt_as_one_torch_model_does(image, tmp_path):
                       "--data-dir", deployment)
         user = Credential.load(Security(deployment / "security").credential_path("user", "local"))
         events, reference = asyncio.run(trained(user, json.loads(created)["session_id"]))
+        dashboard = wait_until(lambda: page(f"https://localhost:{monitor_port}/", deployment), 60, "the dashboard", 1.0)
     allocated = next(e for e in events if isinstance(e, Allocated))
     assert sorted(allocated.pnodes) == ["pnode-0", "pnode-1", "pnode-2"], "spread over the three PNode containers"
     losses = [e.loss for e in events if isinstance(e, StepCompleted)]
@@ -127,6 +140,7 @@ def test_compose_up_trains_tiny_gpt_as_one_torch_model_does(image, tmp_path):
     for step, (ours, plain) in enumerate(zip(losses, reference)):
         assert abs(ours - plain) <= 1e-4 * abs(plain), f"step {step}: compose {ours} vs plain torch {plain}"
     assert reference[-1] < reference[0]
+    assert '<div id="app">' in dashboard, "the monitor serves the dashboard the image holds, over HTTPS"
     for kind in ("container", "network", "volume"):
         assert labelled(kind, project) == [], f"`down` left the project's {kind}s"
     assert docker_interfaces() == links, "docker left network interfaces on the host"
