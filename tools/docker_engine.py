@@ -35,12 +35,11 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from computeall.cli.security.compose import IMAGE
+from computeall.cli.security.compose import BASE_IMAGE, IMAGE
 
 REPO = Path(__file__).resolve().parents[1]
 INPUTS = REPO / "docker-inputs"  # the Dockerfile's files from this machine
 TRUST_STORE = "ca-certificates.crt"  # in INPUTS
-BASE_IMAGE = "computeall-base:bookworm"
 SUITE = "bookworm"  # the base's Debian release: its python3 is 3.11, as the project's
 PACKAGES = {"dockerd": "docker.io", "docker-compose": "docker-compose", "debootstrap": "debootstrap"}  # command -> package
 DAEMON_LOG = Path("/var/log/computeall-dockerd.log")

@@ -47,6 +47,9 @@ from .tls import DeploymentTls
 PNODES = 3
 CLUSTER = 3  # the nats-servers of the `cluster` profile
 IMAGE = "computeall"  # the project's image (Dockerfile, `make docker`): every service's, nats-server's too
+BASE_IMAGE = "computeall-base:bookworm"  # what it is built on: Debian made by debootstrap (`make docker`)
+# `docker compose build` builds it as `make docker` does, once that has made the base and staged docker-inputs/
+BUILD = {"context": ".", "network": "host", "args": {"BASE_IMAGE": BASE_IMAGE}}
 CLIENT_PORT, ROUTE_PORT, HEALTH_PORT = 4222, 6222, 8222
 MONITOR_PORT = 8080  # the monitor's HTTPS, in its container and by default on the host
 NEEDS_ENV = "run computeall compose-env > .env"
@@ -121,7 +124,7 @@ def nats_service(name: str, profile: str, host_port: int, config: str) -> dict:
     mounts = tls_mounts()
     return {
         "image": IMAGE,
-        "build": ".",
+        "build": BUILD,
         "profiles": [profile],
         "entrypoint": NATS_ENTRYPOINT,
         "environment": {NATS_CONFIG: config},
@@ -148,7 +151,7 @@ def compose_file() -> str:
             args = [*args, "--storage-grants", "every"]
         service = {
             "image": IMAGE,
-            "build": ".",
+            "build": BUILD,
             "command": [f"computeall.{spec.kind}", "--nats", f"${{CA_NATS:?{NEEDS_ENV}}}", "--data-dir",
                         f"/data/{spec.kind}", *args],
             "environment": {"COMPUTEALL_CREDENTIAL": f"${{{variable('CREDENTIAL', spec.name)}:?{NEEDS_ENV}}}"},
