@@ -13,7 +13,7 @@
 4. What the build takes from this machine, in docker-inputs/ of the build context: torch's wheel, as
    pip finds it for `make setup` (this machine's pip configuration, the pin in pyproject.toml),
    refused when it is a CUDA build; and the certificates this machine trusts, for the build's pip to
-   reach the package index as the host's does (through a proxy that signs its own certificates).
+   reach the package index as the host's pip does (where that is a proxy or mirror with its own CA).
 5. The project image, `docker build --network host` on that base, its layers cached.
 
 Exit status SKIP (77, "skipped" to test harnesses) when no engine can run on this machine: none
