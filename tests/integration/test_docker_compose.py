@@ -118,11 +118,14 @@ def test_compose_up_trains_tiny_gpt_as_one_torch_model_does(image, tmp_path):
     links = docker_interfaces()
     deployment, env_file, project = tmp_path / "deployment", tmp_path / ".env", f"computeall-test-{os.getpid()}"
     # free host ports: other tests' nats-servers listen on 4222 of other loopback addresses
-    monitor_port = free_port()
-    env_file.write_text(cli("compose-env", "--data-dir", deployment, "--nats-port", free_port(), "--monitor-port", monitor_port))
+    nats_port, monitor_port = free_port(), free_port()
+    while monitor_port == nats_port:
+        monitor_port = free_port()
+    env_file.write_text(cli("compose-env", "--data-dir", deployment, "--nats-port", nats_port, "--monitor-port", monitor_port))
     with compose_project(env_file, project) as compose:
-        subprocess.run([*compose, "--profile", "single", "up", "--detach", "--no-build"], check=True, capture_output=True,
-                       timeout=300)
+        up = subprocess.run([*compose, "--profile", "single", "up", "--detach", "--no-build"], capture_output=True,
+                            text=True, timeout=300)
+        assert up.returncode == 0, up.stderr[-3000:]
         assert docker_interfaces() > links, "the project's network: a bridge and a veth per container"
         # up once the user's reads are answered: the bus, the orchestrator and the dataset service
         wait_until(lambda: answers("session", "list", "--data-dir", deployment)
