@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 STEPS  ?= 200
 BENCH_ARGS ?=
 
-.PHONY: setup web browser demo up test bench gpu-wheels clean
+.PHONY: setup web browser docker demo up test bench gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ web/dist/index.html: $(wildcard web/package.json web/package-lock.json web/src/*
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
+# `docker compose up`'s image (tools/docker_engine.py): installs Debian's docker.io, docker-compose and
+# debootstrap when missing, starts dockerd when no engine answers, makes the base image once, builds.
+docker: setup web
+	$(PY) tools/docker_engine.py
+
 demo: setup web
 	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS) \
 		--validate-every 25 --sample-every 50 --sample-prompt 'def ' --sample-prompt 'class '
@@ -34,7 +39,10 @@ demo: setup web
 up: setup web
 	$(VENV)/bin/computeall up --pnodes 3
 
+# the image is built before the tests (outside their time limits); a machine that cannot run an engine
+# (not root) is told why, and tests/integration/test_docker_compose.py skips there
 test: setup web browser
+	$(PY) tools/docker_engine.py --optional
 	$(PY) -m pytest -q
 
 # every benchmark, one table, docs/benchmarks.md; `make bench BENCH_ARGS=--quick` for a short run
