@@ -39,10 +39,10 @@ demo: setup web
 up: setup web
 	$(VENV)/bin/computeall up --pnodes 3
 
-# the image is built before the tests (outside their time limits); a machine that cannot run an engine
-# (not root) is told why, and tests/integration/test_docker_compose.py skips there
+# the image is built in the background while the other tests run; the compose test runs last and waits
+# for it; a machine that cannot run an engine (not root) is told why, and that test skips there
 test: setup web browser
-	$(PY) tools/docker_engine.py --optional
+	$(PY) tools/docker_engine.py --optional --in-background
 	$(PY) -m pytest -q
 
 # every benchmark, one table, docs/benchmarks.md; `make bench BENCH_ARGS=--quick` for a short run

@@ -20,6 +20,12 @@ SHAKESPEARE = next((p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.
                    REPO.parent / "shared" / "data" / "tinyshakespeare.txt")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `last` run after every other: the compose test waits for the image `make test` builds
+    in the background meanwhile (tools/docker_engine.py)."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def own_state_home(tmp_path_factory):
     """`computeall up` records its data dir for the user's commands in other directories, under

@@ -23,6 +23,7 @@ answers and starting one needs root. Any other failure is an error.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import os
 import shutil
@@ -33,6 +34,7 @@ import tempfile
 import time
 import tomllib
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from computeall.cli.security.compose import BASE_IMAGE, IMAGE
@@ -47,6 +49,8 @@ DAEMON_OPTIONS = ["--iptables=false", "--ip-forward=false", "--bridge=none"]
 STORAGE_DRIVERS = ("overlay2", "vfs")  # vfs copies every layer whole: slow and large, but runs on any filesystem
 DAEMON_START_S = 60
 SKIP = 77
+LOCK = REPO / "build" / "docker-engine.lock"
+BACKGROUND_LOG = REPO / "build" / "docker-engine.log"
 
 
 class EngineUnavailable(RuntimeError):
@@ -197,13 +201,38 @@ def prepare() -> None:
     build_image()
 
 
+def in_background(argv: list[str]) -> int:
+    """Start the same work detached, its output in BACKGROUND_LOG, and return at once: `make test` builds
+    the image while the other tests run (a cold build takes minutes), and the compose test, which runs
+    last, waits for it on the lock."""
+    BACKGROUND_LOG.parent.mkdir(exist_ok=True)
+    with open(BACKGROUND_LOG, "wb") as log:
+        subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv], stdout=log, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    print(f"docker: building the image in the background (log: {BACKGROUND_LOG.relative_to(REPO)})")
+    return 0
+
+
+@contextmanager
+def one_at_a_time():
+    """Builds queue on LOCK: a second one starts when the first is done, and finds its work done."""
+    LOCK.parent.mkdir(exist_ok=True)
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--optional", action="store_true",
                         help="exit 0 (saying why) where no engine can run on this machine, as `make test` does")
+    parser.add_argument("--in-background", action="store_true", help="start the work detached and return at once")
     args = parser.parse_args(argv)
+    if args.in_background:
+        return in_background([a for a in (argv if argv is not None else sys.argv[1:]) if a != "--in-background"])
     try:
-        prepare()
+        with one_at_a_time():
+            prepare()
     except EngineUnavailable as exc:
         print(f"docker: {exc}", file=sys.stderr)
         return 0 if args.optional else SKIP

@@ -41,7 +41,9 @@ SKIPPED = 77  # ENGINE's status where no engine can run on this machine
 COMPUTEALL = str(Path(sys.executable).parent / "computeall")
 STEPS = 4
 
-pytestmark = pytest.mark.timeout(1800)  # a cold image build (no base, no layers) takes minutes; `make test` builds first
+# a cold image build (no base, no layers) takes minutes: `make test` starts it in the background and this
+# test runs last, waiting for it (the script's builds queue on a lock)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.last]
 
 
 @pytest.fixture(scope="module")
