@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from contextlib import aclosing
 from pathlib import Path
@@ -45,6 +46,13 @@ class Outcome:
         self.message = message
 
 
+def progress_bar(total: int, desc: str, enabled: bool) -> tqdm:
+    """A bar one column narrower than the terminal: a line as wide as the terminal wraps in many of them,
+    and each redraw (a step, a sample written above the bar, the close) then leaves a copy behind."""
+    columns = shutil.get_terminal_size((80, 24)).columns
+    return tqdm(total=total, desc=desc, unit="step", disable=not enabled, file=sys.stderr, ncols=max(20, columns - 1))
+
+
 async def follow_session(
     client: Client,
     session_id: str,
@@ -58,7 +66,7 @@ async def follow_session(
     to `metrics_out` as JSON lines and to `tensorboard` as a TensorBoard run, as they are recorded."""
     out = open(metrics_out, "w") if metrics_out else None
     board = TensorBoardRun(tensorboard, session_id) if tensorboard else None
-    bar = tqdm(total=total_steps, desc=f"session {session_id}", unit="step", disable=not progress, file=sys.stderr)
+    bar = progress_bar(total_steps, f"session {session_id}", progress)
     try:
         events = client.follow(session_id)
         async with aclosing(events):

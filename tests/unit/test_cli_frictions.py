@@ -2,9 +2,12 @@
 they are, -v anywhere, YAML errors that name the file, and a refused API key said as such."""
 
 import asyncio
+import os
+import shutil
 
 import pytest
 
+from computeall.cli.follow import progress_bar
 from computeall.cli.main import build_parser
 from computeall.cli.session_view import session_table
 from computeall.network import NetworkError, load_network_file
@@ -82,3 +85,16 @@ def test_an_unreachable_bus_asks_whether_up_runs():
 
     with pytest.raises(UserError, match="is `computeall up` running"):
         asyncio.run(attempt())
+
+
+def test_the_progress_bar_leaves_the_terminals_last_column_free(monkeypatch):
+    """A bar as wide as the terminal wraps there, and every redraw left a copy: the final bar printed
+    three times (the step, then once after each sample written above it)."""
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size((97, 30)))
+    bar = progress_bar(200, "session s", enabled=True)
+    try:
+        bar.n = 200
+        bar.set_postfix(loss="5.1400", refresh=False)
+        assert bar.ncols == 96 and len(bar.__str__()) <= 96
+    finally:
+        bar.close()
