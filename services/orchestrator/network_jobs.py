@@ -10,9 +10,9 @@ limits here catch what the size limits cannot foresee (and #16's large allocatio
 from __future__ import annotations
 
 from computeall.network import Graph, NetworkError, NetworkSpec, load_network
-from computeall.protocol.session_state import SessionState
-
+from computeall.protocol.config import Stages
 from computeall.protocol.replica_sync import Replicas
+from computeall.protocol.session_state import SessionState
 
 from .allocator import AllocationError, PNodeCapacity
 from .errors import SessionError
@@ -43,10 +43,10 @@ def _resolve(state: SessionState) -> tuple[str | None, list[str]]:
 
 
 def _allocate(spec_json: str, capacities: list[PNodeCapacity], replicas: Replicas, batch_size: int,
-              micro_batches: int) -> ReplicatedAllocation | str:
+              micro_batches: int, stages: Stages) -> ReplicatedAllocation | str:
     graph = Graph(NetworkSpec.model_validate_json(spec_json))
     try:
-        return allocate_replicas(graph, capacities, replicas, batch_size, micro_batches)
+        return allocate_replicas(graph, capacities, replicas, batch_size, micro_batches, stages)
     except AllocationError as exc:
         return str(exc)
 
@@ -55,7 +55,8 @@ def _fits(state: SessionState, capacities: list[PNodeCapacity]) -> bool:
     try:
         graph, _ = session_graph(state)
         config = state.config
-        allocate_replicas(graph, capacities, config.replicas, config.batch_size, config.micro_batches)
+        allocate_replicas(graph, capacities, config.replicas, config.batch_size, config.micro_batches,
+                          config.pipeline.stages)
     except (AllocationError, NetworkError):
         return False
     return True
@@ -90,10 +91,10 @@ class NetworkJobs:
         return Graph(NetworkSpec.model_validate_json(spec_json)), lines
 
     async def allocate(self, graph: Graph, capacities: list[PNodeCapacity], replicas: Replicas, batch_size: int,
-                       micro_batches: int) -> ReplicatedAllocation:
+                       micro_batches: int, stages: Stages = "auto") -> ReplicatedAllocation:
         """One pipeline per replica (`replication.allocate_replicas`); `AllocationError` when the PNodes cannot
         hold them, `SessionError` when allocating failed or overran its time."""
-        args = (graph.spec.model_dump_json(), capacities, replicas, batch_size, micro_batches)
+        args = (graph.spec.model_dump_json(), capacities, replicas, batch_size, micro_batches, stages)
         try:
             result = await self.offloop.run(_allocate, args, self.allocate_timeout_s)
         except JobError as exc:
