@@ -3,7 +3,9 @@
 The allocator is a pure function the orchestrator calls on every (re)allocation; the scale work
 needs 256 PNodes x 256 VNodes placed within 2 s. The network is tiny-gpt repeated to the size
 (6 VNodes a block), the PNodes differ in speed and link (a mix of 20, 100 and 1000 Mbit/s), and
-the batch has 1 or 8 micro-batches (with more, the search tries more bottleneck caps).
+the batch has 1 or 8 micro-batches (with more, the search tries more bottleneck caps). Each shape
+is placed twice: on every PNode (`stages: K`) and with the stages that shorten the step (`auto`,
+which searches several stage counts).
 
     python bench/allocate.py [--quick] [--json PATH]
 """
@@ -11,6 +13,7 @@ the batch has 1 or 8 micro-batches (with more, the search tries more bottleneck 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -45,18 +48,19 @@ def main() -> int:
     rows = []
     for k, blocks in shapes:
         graph = network(blocks)
-        for micro_batches in (1, 8):
+        for micro_batches, asked in itertools.product((1, 8), (k, "auto")):
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                allocation = allocate(graph, pnodes(k), 8 * micro_batches, 8)
+                allocation = allocate(graph, pnodes(k), 8 * micro_batches, 8, stages=asked)
                 times.append(time.perf_counter() - t0)
             median = statistics.median(times)
-            rows.append({"pnodes": k, "vnodes": len(graph.vnodes), "micro_batches": micro_batches, "seconds": median,
-                         "ratio_vs_budget": median / BUDGET_S, "stages": len(allocation.stages),
+            rows.append({"pnodes": k, "vnodes": len(graph.vnodes), "micro_batches": micro_batches, "asked": asked,
+                         "seconds": median, "ratio_vs_budget": median / BUDGET_S, "stages": len(allocation.stages),
                          "estimated_step_s": allocation.step_time_s})
-            print(f"{k:>4} PNodes x {len(graph.vnodes):>4} VNodes, {micro_batches} micro-batches: {median:7.3f} s"
-                  f"  ({median / BUDGET_S:.3f} of the {BUDGET_S:g} s budget)", flush=True)
+            print(f"{k:>4} PNodes x {len(graph.vnodes):>4} VNodes, {micro_batches} micro-batches, stages {asked}: "
+                  f"{median:7.3f} s  ({median / BUDGET_S:.3f} of the {BUDGET_S:g} s budget), {len(allocation.stages)} stages",
+                  flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

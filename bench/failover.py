@@ -28,7 +28,8 @@ from tests.integration.sessions import run_to_end, wait_for  # noqa: E402
 
 def session(network: Path, steps: int, checkpoint_every: int) -> SessionConfig:
     return SessionConfig(network_yaml=network.read_text(), data=DataConfig(files=stdlib_corpus()), steps=steps, seed=1,
-                         checkpoint_every=checkpoint_every, min_pnodes=3)
+                         checkpoint_every=checkpoint_every, min_pnodes=3,
+                         pipeline={"stages": 3})
 
 
 async def seconds_per_step(client, network: Path, steps: int, checkpoint_every: int) -> float:

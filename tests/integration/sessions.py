@@ -8,7 +8,7 @@ from computeall.cli.client import Client
 from computeall.cli.follow import follow_session, start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.commands import CommandEnvelope
-from computeall.protocol.config import DataConfig, SessionConfig
+from computeall.protocol.config import DataConfig, PipelineConfig, SessionConfig
 from computeall.protocol.events import CheckpointCommitted, StepCompleted
 from computeall.protocol.session_state import SessionState, fold
 
@@ -17,9 +17,22 @@ from .test_training_run import NETWORK
 from .waiting import wait_until_async
 
 
+# Placement never changes the math, and these tests check it: they spread a small network over every
+# PNode they start (`stages: N` takes N stages while N PNodes are live, fewer while fewer are), where
+# `stages: auto` would train it on fewer and keep the others as standbys
+EVERY_PNODE = 256
+
+
+def spread(pipeline: PipelineConfig | dict | None = None) -> PipelineConfig:
+    """`pipeline` with a stage on every PNode, unless it names its stages."""
+    pipeline = PipelineConfig.model_validate(pipeline or {})
+    return pipeline if "stages" in pipeline.model_fields_set else pipeline.model_copy(update={"stages": EVERY_PNODE})
+
+
 def config(steps: int = 24, **overrides) -> SessionConfig:
     settings = {"network_yaml": NETWORK.read_text(), "seed": 3, "checkpoint_every": 5, "keep_checkpoints": 10,
                 "min_pnodes": 2, **overrides}
+    settings["pipeline"] = spread(settings.get("pipeline"))
     return SessionConfig(data=DataConfig(files=stdlib_corpus()), steps=steps, **settings)
 
 

@@ -6,6 +6,7 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 
 from .cluster import running_cluster, stdlib_corpus
 from .reference import fetch_batches, reference_losses, run_session
+from .sessions import spread
 from .test_training_run import NETWORK
 
 
@@ -14,7 +15,7 @@ async def test_distributed_run_matches_single_process_torch(tmp_path):
         network_yaml=NETWORK.read_text(),
         data=DataConfig(files=stdlib_corpus()),
         steps=8, batch_size=8, micro_batches=2, seed=7,
-        lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=2, grad_clip=0.5,
+        lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=2, grad_clip=0.5, pipeline=spread(),
     )
     spec = load_network(config.network_yaml)
     async with running_cluster(tmp_path, pnodes=2) as (client, _):
