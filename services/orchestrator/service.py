@@ -27,6 +27,7 @@ from computeall.protocol.bus_failover import TRANSIENT
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
+    DeleteSession,
     PauseSession,
     ResumeSession,
     StartSession,
@@ -73,6 +74,7 @@ DECIDE = {
     ResumeSession: lambda state, c, actor, slots: state.resume(c.fuse_heads, slots),
     StopSession: lambda state, c, actor, slots: state.stop(),
     ValidateSession: lambda state, c, actor, slots: state.validate(),
+    DeleteSession: lambda state, c, actor, slots: state.delete(),
 }
 
 
@@ -362,7 +364,7 @@ class Orchestrator:
         session = self.sessions.get(sid) or SessionLog(self.eventlog, sid)
         for _ in range(5):  # optimistic concurrency: on a conflict, fold what others wrote and decide again
             try:
-                if session.state.status not in TERMINAL:  # an ended session never changes: decided on what is in memory
+                if _may_change(session.state, command):  # else decided on what is in memory
                     await session.refresh()
                 await self._decide(session, command)
                 return
@@ -421,6 +423,14 @@ class Orchestrator:
             await self.eventlog.append_session_event(event, None)
         except Exception as exc:  # a reject that cannot be recorded is logged, never fatal
             log.warning("could not record CommandRejected for %s: %s", sid, exc)
+
+
+def _may_change(state: SessionState, command: CommandEnvelope) -> bool:
+    """Whether the command may change the session, so its log must be read: an ended session changes
+    only by its deletion, once."""
+    if state.status not in TERMINAL:
+        return True
+    return isinstance(command.payload, DeleteSession) and state.status != SessionStatus.DELETED
 
 
 def _command_id(msg) -> str:
