@@ -53,6 +53,7 @@ from .fair_share import FairShare
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
 from .initial_weights import check_source
+from .preparation import check_data
 from .membership import MembershipRecorder, ask_authority
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -405,6 +406,7 @@ class Orchestrator:
             except NetworkError as exc:
                 raise Rejected(str(exc)) from None
             await check_source(session.eventlog, payload.config.init_from, owner)
+            await check_data(self.nc, self.subjects, owner, payload.config.data)
         async with self.fair.deciding(owner):  # the owner's running count holds until the events are in
             was = session.state.status
             events = DECIDE[type(payload)](session.state, payload, owner, self.fair.slots(owner))
