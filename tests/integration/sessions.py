@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 
 from computeall.cli.client import Client
 from computeall.cli.follow import follow_session, start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.commands import CommandEnvelope
 from computeall.protocol.config import DataConfig, PipelineConfig, SessionConfig
-from computeall.protocol.events import CheckpointCommitted, StepCompleted
+from computeall.protocol.events import CheckpointCommitted, CommandRejected, StepCompleted
 from computeall.protocol.session_state import SessionState, fold
 
 from .cluster import stdlib_corpus
@@ -57,6 +58,19 @@ async def wait_for(client: Client, sid: str, predicate, timeout: float = 120.0) 
         return await wait_until_async(reached, timeout, f"session {sid} reaching the condition", interval=0.3)
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {seen[-1].status} step {seen[-1].next_step}") from None
+
+
+async def rejection(client: Client, sid: str, command_id: str, timeout: float = 60.0) -> str:
+    """The reason the orchestrator gave for refusing command `command_id` of session `sid`."""
+    async def watch() -> str:
+        events = client.follow(sid)
+        async with aclosing(events):
+            async for _, event in events:
+                if isinstance(event.payload, CommandRejected) and event.payload.command_id == command_id:
+                    return event.payload.reason
+        raise AssertionError(f"the events of session {sid} ended without refusing {command_id}")
+
+    return await asyncio.wait_for(watch(), timeout)
 
 
 async def run_to_end(client: Client, cfg: SessionConfig, timeout: float = 240.0) -> str:
