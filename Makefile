@@ -27,8 +27,13 @@ web/dist/index.html: $(wildcard web/package.json web/package-lock.json web/src/*
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
+# 8 micro-batches (of one sequence each): the allocator's estimate then takes a stage on each of the
+# 3 PNodes and the pipeline overlaps; with one micro-batch it would train on one and keep two standing
+# by (bench/demo_placement.py measures each PNode's share of a step spent waiting)
+DEMO_TRAINING := --micro-batches 8
+
 demo: setup web
-	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS) \
+	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS) $(DEMO_TRAINING) \
 		--validate-every 25 --sample-every 50 --sample-prompt 'def ' --sample-prompt 'class '
 
 up: setup web
