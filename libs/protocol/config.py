@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .dataset_names import DatasetName
 from .micro_tree import replica_problem
@@ -73,9 +73,15 @@ class LossScaleConfig(BaseModel):
     max_scale: float = Field(2.0**24, gt=0)
 
 
+def _stage_count(value: object) -> object:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"give a number of stages (1 or more) or auto, not {value!r}")
+
+
 # how many pipeline stages a replica is cut into: "auto" (those that shorten the allocator's estimated
 # step) or a number (fewer when fewer PNodes are live)
-Stages = Annotated[int, Field(ge=1)] | Literal["auto"]
+Stages = Annotated[int | Literal["auto"], BeforeValidator(_stage_count)]
 
 
 class PipelineConfig(BaseModel):
