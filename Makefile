@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 STEPS  ?= 200
 BENCH_ARGS ?=
 
-.PHONY: setup web browser demo up test bench clean
+.PHONY: setup web browser docker demo up test bench gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -27,9 +27,14 @@ web/dist/index.html: $(wildcard web/package.json web/package-lock.json web/src/*
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
+# `docker compose up`'s image (tools/docker_engine.py): installs Debian's docker.io, docker-compose and
+# debootstrap when missing, starts dockerd when no engine answers, makes the base image once, builds.
+docker: setup web
+	$(PY) tools/docker_engine.py
+
 # 8 micro-batches (of one sequence each): the allocator's estimate then takes a stage on each of the
 # 3 PNodes and the pipeline overlaps; with one micro-batch it would train on one and keep two standing
-# by (bench/demo_placement.py measures each PNode's share of a step spent waiting)
+# by (`python -m bench.demo_placement` measures each PNode's share of a step spent waiting)
 DEMO_TRAINING := --micro-batches 8
 
 demo: setup web
@@ -39,12 +44,19 @@ demo: setup web
 up: setup web
 	$(VENV)/bin/computeall up --pnodes 3
 
+# the image is built before the tests (outside their time limits); a machine that cannot run an engine
+# (not root) is told why, and tests/integration/test_docker_compose.py skips there
 test: setup web browser
+	$(PY) tools/docker_engine.py --optional
 	$(PY) -m pytest -q
 
-# `make bench BENCH_ARGS=--quick` for a short run
+# every benchmark, one table, docs/benchmarks.md; `make bench BENCH_ARGS=--quick` for a short run
 bench: setup web browser
-	$(PY) bench/run_all.py $(BENCH_ARGS)
+	$(PY) -m bench.run_all $(BENCH_ARGS)
+
+# the wheels bench/gpu_check.sh installs on a GPU machine without a network
+gpu-wheels: setup
+	bench/gpu_wheels.sh
 
 clean:
 	rm -rf .computeall bench/results/*.json

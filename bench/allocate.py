@@ -1,30 +1,36 @@
-"""How long the allocator takes, up to 256 PNodes x 256 VNodes, against its budget of 2 s.
+"""How long the allocator takes, up to 256 PNodes x 256 VNodes, against one step of the network it places.
 
-The allocator is a pure function the orchestrator calls on every (re)allocation; the scale work
-needs 256 PNodes x 256 VNodes placed within 2 s. The network is tiny-gpt repeated to the size
-(6 VNodes a block), the PNodes differ in speed and link (a mix of 20, 100 and 1000 Mbit/s), and
+    python -m bench.allocate [--quick] [--json PATH]
+
+The allocator is a pure function the orchestrator calls on every (re)allocation: a session waits for
+it as it would wait for steps. So its time is divided by one step of tiny-gpt (forward and backward
+of one micro-batch of 8 x 256 tokens, every VNode in this process, every core), measured here: this
+machine's speed in training work, and the smallest step a session of ours takes. Placing even 256
+VNodes over 256 PNodes must cost less than that one step. The network is tiny-gpt repeated to the
+size (6 VNodes a block), the PNodes differ in speed and link (a mix of 20, 100 and 1000 Mbit/s), and
 the batch has 1 or 8 micro-batches (with more, the search tries more bottleneck caps). Each shape
 is placed twice: on every PNode (`stages: K`) and with the stages that shorten the step (`auto`,
 which searches several stage counts).
-
-    python bench/allocate.py [--quick] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
+from functools import cache
 
-REPO = Path(__file__).resolve().parents[1]
-BUDGET_S = 2.0
+import torch
 
-from computeall.network import Graph, load_network  # noqa: E402
-from computeall.orchestrator.allocator import PNodeCapacity, allocate  # noqa: E402
+from computeall.network import Graph, load_network
+from computeall.orchestrator.allocator import PNodeCapacity, allocate
+from computeall.tensorcore.local_step import local_step
+from computeall.tensorcore.vnode_runtime import VNodeRuntime
+
+from .common import REPO, Bench, at_most
+
+MICRO_BATCH = 8
 
 
 def network(blocks: int) -> Graph:
@@ -38,32 +44,36 @@ def pnodes(k: int) -> list[PNodeCapacity]:
             for i in range(k)]
 
 
+@cache
+def step_s() -> float:
+    """One micro-batch's forward and backward of tiny-gpt, all of it in this process, after a warm-up
+    on one sequence."""
+    graph = network(4)
+    runtime = VNodeRuntime(graph, graph.order, 0, torch.device("cpu"))
+    for rows in (1, MICRO_BATCH):
+        t0 = time.perf_counter()
+        local_step(runtime, [torch.randint(0, graph.spec.vocab_size, (rows, graph.spec.context + 1))])
+        runtime.zero_grad()
+    return time.perf_counter() - t0
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one repeat, fewer shapes")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "allocate.json")
-    args = parser.parse_args()
+    bench = Bench("allocate", __doc__, quick_help="one repeat, fewer shapes")
+    args = bench.parse()
     repeats = 1 if args.quick else 3
     shapes = [(2, 4), (16, 42), (256, 42)] if args.quick else [(2, 4), (4, 4), (16, 42), (64, 42), (256, 42)]
-    rows = []
     for k, blocks in shapes:
         graph = network(blocks)
-        for micro_batches, asked in itertools.product((1, 8), (k, "auto")):
+        for micro_batches, stages in itertools.product((1, 8), (k, "auto")):
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                allocation = allocate(graph, pnodes(k), 8 * micro_batches, 8, stages=asked)
+                allocate(graph, pnodes(k), MICRO_BATCH * micro_batches, MICRO_BATCH, stages=stages)
                 times.append(time.perf_counter() - t0)
-            median = statistics.median(times)
-            rows.append({"pnodes": k, "vnodes": len(graph.vnodes), "micro_batches": micro_batches, "asked": asked,
-                         "seconds": median, "ratio_vs_budget": median / BUDGET_S, "stages": len(allocation.stages),
-                         "estimated_step_s": allocation.step_time_s})
-            print(f"{k:>4} PNodes x {len(graph.vnodes):>4} VNodes, {micro_batches} micro-batches, stages {asked}: "
-                  f"{median:7.3f} s  ({median / BUDGET_S:.3f} of the {BUDGET_S:g} s budget), {len(allocation.stages)} stages",
-                  flush=True)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    return 0
+            bench.row(f"allocate {k} PNodes x {len(graph.vnodes)} VNodes, {micro_batches} micro-batch(es), stages {stages}", "s",
+                      statistics.median(times), "one step of tiny-gpt (8 x 256 tokens)", step_s(),
+                      at_most(1.0))
+    return bench.finish()
 
 
 if __name__ == "__main__":

@@ -1,26 +1,20 @@
 """Dataset service benchmark: tokenization throughput, tokenizer training time, batch latency over NATS.
 
-Anchors are `tokenizers` called directly on the same text:
 - tokenize: the service's tokenizing pass (documents -> token stream with document
-  boundaries, as `create` runs it) against `Tokenizer.encode_batch` on the same
-  documents already in memory; ratio = anchor time / service time (target >= 0.8).
-- train: the service's tokenizer training (its document reader feeding the trainer)
-  for 8K and 32K vocab against `Tokenizer.train` on the same file with the same
-  settings; ratio = anchor time / service time.
-- batch: p50/p99 latency of 16x256 `ca.ds.batch` requests to a real service
-  subprocess over a real nats-server.
+  boundaries, as `create` runs it) against `tokenizers`' `Tokenizer.encode_batch` on the same
+  documents already in memory (target >= 0.8 of its MB/s).
+- train: the service's tokenizer training (its document reader feeding the trainer) for 8K and
+  32K vocab against `Tokenizer.train` on the same file with the same settings.
+- batch: p50/p99 latency of 16x256 `ca.ds.batch` requests to a real service subprocess over a
+  real nats-server, against the same requests answered at once by a bare responder with as many
+  bytes, on the same subject with the same credentials: what the service adds to the bus.
 
-    .venv/bin/python bench/dataset.py [--quick] [--corpus FILE]
-
-Prints the figures and writes bench/results/dataset.json.
+    python -m bench.dataset [--quick] [--json PATH] [--corpus FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -40,9 +34,8 @@ from computeall.protocol import dataset_client as client
 from computeall.protocol.dataset_api import SPECIAL_TOKENS, BatchRequest, CreateDataset, user_subject
 from computeall.protocol.subjects import Subjects
 
-REPO = Path(__file__).resolve().parent.parent
-SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
-RESULTS = REPO / "bench" / "results" / "dataset.json"
+from .common import Bench, at_least
+from .sessions import SHAKESPEARE
 
 
 def median_times(anchor, ours, repeats: int) -> tuple[float, float]:
@@ -64,7 +57,7 @@ def corpus_file(source: Path, copies: int, folder: Path) -> Path:
     return path
 
 
-def bench_tokenize(corpus: Path, repeats: int, folder: Path) -> dict:
+def bench_tokenize(bench: Bench, corpus: Path, repeats: int, folder: Path) -> None:
     reader = Reader()
     scan = reader.scan([str(corpus)], DataRoots([corpus.parent]))
     request = CreateDataset(name="bench", files=[str(corpus)], vocab_size=8192)
@@ -76,18 +69,12 @@ def bench_tokenize(corpus: Path, repeats: int, folder: Path) -> dict:
         builder.tokenize_corpus(tokenizer, reader.documents(scan.files), scan, "uint16", eot, folder / "stream.tmp", request, lambda *a: None)
 
     anchor, ours = median_times(lambda: tokenizer.encode_batch(documents), service, repeats)
-    return {
-        "text_bytes": scan.text_bytes,
-        "documents": scan.documents,
-        "service_s": ours,
-        "encode_batch_s": anchor,
-        "service_MBps": scan.text_bytes / ours / 1e6,
-        "encode_batch_MBps": scan.text_bytes / anchor / 1e6,
-        "ratio": anchor / ours,
-    }
+    bench.row(f"tokenize {scan.text_bytes / 1e6:.1f} MB in {scan.documents} documents", "MB/s",
+              scan.text_bytes / ours / 1e6, "Tokenizer.encode_batch on them in memory", scan.text_bytes / anchor / 1e6,
+              at_least(0.8))
 
 
-def bench_train(corpus: Path, vocab: int, repeats: int) -> dict:
+def bench_train(bench: Bench, corpus: Path, vocab: int, repeats: int) -> None:
     reader = Reader()
     scan = reader.scan([str(corpus)], DataRoots([corpus.parent]))
 
@@ -105,16 +92,15 @@ def bench_train(corpus: Path, vocab: int, repeats: int) -> dict:
         return tokenizer
 
     anchor, ours = median_times(direct, service, repeats)
-    return {
-        "requested_vocab": vocab,
-        "real_vocab": service().get_vocab_size(),
-        "service_s": ours,
-        "tokenizers_s": anchor,
-        "ratio": anchor / ours,
-    }
+    bench.row(f"train a {vocab} BPE tokenizer", "s", ours, "Tokenizer.train on the same file", anchor)
 
 
-async def _batch_latencies(server: EmbeddedNats, corpus: Path, requests: int) -> list[float]:
+def batch_request(step: int) -> BatchRequest:
+    return BatchRequest(dataset="bench", split="train", seed=0, step=step, batch=16, context=256)
+
+
+async def _batch_latencies(server: EmbeddedNats, corpus: Path, requests: int) -> tuple[list[float], int]:
+    """Each request's seconds (after 10 that open the memory maps), and the bytes of a reply."""
     credential = server.credential("user")
     nc = await bus.connect(credential, name="bench-dataset")
     subjects = Subjects("ca")
@@ -122,18 +108,46 @@ async def _batch_latencies(server: EmbeddedNats, corpus: Path, requests: int) ->
         create = CreateDataset(name="bench", files=[str(corpus)], vocab_size=4096)
         await client.create_dataset(nc, subjects, credential.name, create, timeout=600)
         latencies = []
+        batches = user_subject(subjects, credential.name, "batch")
         for step in range(requests + 10):
-            request = BatchRequest(dataset="bench", split="train", seed=0, step=step, batch=16, context=256)
             start = time.perf_counter()
-            await client.fetch_batch(nc, user_subject(subjects, credential.name, "batch"), request, timeout=10)
-            if step >= 10:  # the first requests open the memory maps
+            await client.fetch_batch(nc, batches, batch_request(step), timeout=10)
+            if step >= 10:
                 latencies.append(time.perf_counter() - start)
-        return latencies
+        reply = await nc.request(batches, batch_request(0).model_dump_json().encode(), timeout=10)
+        return latencies, len(reply.data)
     finally:
         await nc.close()
 
 
-def bench_batches(corpus: Path, requests: int, folder: Path) -> dict:
+async def _bare_latencies(server: EmbeddedNats, reply_bytes: int, requests: int) -> list[float]:
+    """The same requests answered at once with `reply_bytes` bytes, by a responder with the service's credential."""
+    subjects = Subjects("ca")
+    responder = await bus.connect(server.credential("dataset"), name="bench-bare-responder")
+    user = server.credential("user")
+    nc = await bus.connect(user, name="bench-dataset")
+    batches = user_subject(subjects, user.name, "batch")
+    reply = bytes(reply_bytes)
+
+    async def answer(msg) -> None:
+        await msg.respond(reply)
+
+    try:
+        await responder.subscribe(batches, cb=answer)
+        await responder.flush()
+        latencies = []
+        for step in range(requests + 10):
+            start = time.perf_counter()
+            await nc.request(batches, batch_request(step).model_dump_json().encode(), timeout=10)
+            if step >= 10:
+                latencies.append(time.perf_counter() - start)
+        return latencies
+    finally:
+        await nc.close()
+        await responder.close()
+
+
+def bench_batches(bench: Bench, corpus: Path, requests: int, folder: Path) -> None:
     with EmbeddedNats(folder / "nats") as server:
         service = subprocess.Popen(
             [sys.executable, "-m", "computeall.dataset", "--credential", str(server.credential_file("dataset")),
@@ -144,7 +158,7 @@ def bench_batches(corpus: Path, requests: int, folder: Path) -> dict:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    latencies = asyncio.run(_batch_latencies(server, corpus, requests))
+                    latencies, reply_bytes = asyncio.run(_batch_latencies(server, corpus, requests))
                     break
                 except nats.errors.NoRespondersError:
                     if time.monotonic() > deadline:
@@ -153,46 +167,32 @@ def bench_batches(corpus: Path, requests: int, folder: Path) -> dict:
         finally:
             service.terminate()
             service.wait(15)
-    latencies.sort()
-    return {
-        "batch": [16, 257],
-        "requests": len(latencies),
-        "p50_ms": 1e3 * latencies[len(latencies) // 2],
-        "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-    }
+        bare = asyncio.run(_bare_latencies(server, reply_bytes, requests))
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        bench.row(f"a 16 x 257 batch over NATS from the service, {name} of {requests}", "s", quantile(latencies, q),
+                  f"a bare responder's reply of {reply_bytes} bytes, {name}", quantile(bare, q))
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="one repeat, small corpus, fewer requests")
-    parser.add_argument("--corpus", type=Path, default=SHAKESPEARE, help="a text file (default: tinyshakespeare)")
-    args = parser.parse_args()
-    if not args.corpus.exists():
-        print(f"corpus {args.corpus} not found; pass --corpus FILE", file=sys.stderr)
-        return 2
+    bench = Bench("dataset", __doc__, quick_help="one repeat, small corpus, fewer requests")
+    bench.parser.add_argument("--corpus", type=Path, default=SHAKESPEARE, help="a text file (default: tinyshakespeare)")
+    args = bench.parse()
+    if args.corpus is None or not args.corpus.exists():
+        bench.parser.error(f"corpus {args.corpus} not found; pass --corpus FILE")
     repeats, copies, requests = (1, 1, 200) if args.quick else (3, 4, 1000)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         corpus = corpus_file(args.corpus, copies, folder)
-        results = {
-            "corpus": str(args.corpus),
-            "copies": copies,
-            "repeats": repeats,
-            "cpus": os.cpu_count(),
-            "tokenize": bench_tokenize(corpus, repeats, folder),
-            "train": [bench_train(args.corpus, vocab, repeats) for vocab in (8192, 32768)],
-            "batch_latency": bench_batches(corpus, requests, folder),
-        }
-    t = results["tokenize"]
-    print(f"tokenize  service {t['service_MBps']:.2f} MB/s  encode_batch {t['encode_batch_MBps']:.2f} MB/s  ratio {t['ratio']:.2f} (target >= 0.8)")
-    for r in results["train"]:
-        print(f"train {r['requested_vocab']:>6} (real {r['real_vocab']})  service {r['service_s']:.2f}s  tokenizers {r['tokenizers_s']:.2f}s  ratio {r['ratio']:.2f}")
-    b = results["batch_latency"]
-    print(f"batch 16x257 over NATS  p50 {b['p50_ms']:.2f} ms  p99 {b['p99_ms']:.2f} ms  ({b['requests']} requests)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
-    return 0
+        bench_tokenize(bench, corpus, repeats, folder)
+        for vocab in (8192, 32768):
+            bench_train(bench, args.corpus, vocab, repeats)
+        bench_batches(bench, corpus, requests, folder)
+    return bench.finish()
 
 
 if __name__ == "__main__":

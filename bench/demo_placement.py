@@ -1,83 +1,74 @@
-"""How `make demo` uses its 3 PNodes: the placement the allocator chose, and the share of each step
-every PNode spent computing, sending and waiting (its `StepTiming` telemetry, as the dashboard
-shows it). The demo's promise: no PNode waits more than half of a step.
+"""How `make demo` uses its 3 PNodes: the placement its session gets (tiny-gpt with the Makefile's
+`DEMO_TRAINING`, through the CLI's own flags) and each PNode's share of a step spent waiting for its
+inputs (its `StepTiming` telemetry, the dashboard's time shares), against half a step: the demo's
+promise is that no PNode waits more than that. A standby takes no part in a step and has no row.
 
-    python bench/demo_placement.py [--quick] [--micro-batches M] [--replicas N|auto] [--stages N|auto] [--json PATH]
+    python -m bench.demo_placement [--quick] [--json PATH] [--micro-batches M] [--stages N|auto]
 
-The session is the demo's (the Makefile's `DEMO_TRAINING`, through the CLI's flags); the options
-replace its settings, to compare.
+`--micro-batches` and `--stages` replace the demo's settings, to compare (`--micro-batches 1 --stages 3`
+is the placement the demo had before the allocator chose its stages by its estimate).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import statistics
+import re
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from computeall.cli.commands.run import add_training_args, session_config
+from computeall.cli.embedded import running_cluster
+from computeall.cli.session_view import session_events
+from computeall.protocol.config import DataConfig, SessionConfig
+from computeall.protocol.events import Allocated
 
-from computeall.cli.embedded import running_cluster  # noqa: E402
-from computeall.cli.session_view import session_events  # noqa: E402
-from computeall.protocol.config import SessionConfig  # noqa: E402
-from computeall.protocol.events import Allocated, StepCompleted  # noqa: E402
-from tests.integration.sessions import run_to_end, step_timings, time_shares  # noqa: E402
-from tests.integration.test_placement import demo_config  # noqa: E402
+from .common import REPO, Bench, at_most
+from .sessions import run_to_end, small_corpus, step_timings, time_shares
 
-PNODES = 3
+PNODES = 3  # `make demo`'s `up --pnodes 3`
 WARMUP = 2  # steps left out: the first ones warm caches and allocators
 
 
-async def measure(config: SessionConfig) -> dict:
-    steps = config.steps
+def demo_config(steps: int, *flags: str) -> SessionConfig:
+    """The session `make demo` creates (`up --pnodes 3 --train tiny-gpt` with the Makefile's DEMO_TRAINING,
+    then `flags`, through the CLI's own parser), `steps` long, on a smaller corpus."""
+    demo = re.search(r"^DEMO_TRAINING := (.*)$", (REPO / "Makefile").read_text(), re.MULTILINE).group(1).split()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--network")
+    add_training_args(parser)
+    network = REPO / "examples" / "networks" / "tiny-gpt.yaml"
+    args = parser.parse_args(["--network", str(network), "--steps", str(steps), "--dataset", "unused", *demo, *flags])
+    return session_config(args, min_pnodes=PNODES).model_copy(update={"data": DataConfig(files=small_corpus())})
+
+
+def placed(allocated: Allocated) -> str:
+    stages = len(allocated.pnodes) // allocated.replicas
+    standbys = f", {len(allocated.standbys)} standing by" if allocated.standbys else ""
+    return f"{allocated.replicas} replica(s) of {stages} stage(s){standbys}"
+
+
+async def measure(bench: Bench, config: SessionConfig) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         async with running_cluster(Path(tmp), PNODES) as (client, supervisor):
-            sid = await run_to_end(client, config, timeout=3600)
-            payloads = [e.payload for _, e in await session_events(client, sid)]
-            timings = await step_timings(supervisor, sid, steps - 1)
-    allocated = next(p for p in payloads if isinstance(p, Allocated))
-    done = [p for p in payloads if isinstance(p, StepCompleted)][WARMUP:]
-    shares = time_shares(timings, WARMUP)
-    stages = {}
-    for p in allocated.placements:
-        stages.setdefault(f"replica {p.replica}", {}).setdefault(p.pnode, []).append(p.vnode)
-    return {
-        "micro_batches": config.micro_batches, "replicas": allocated.replicas, "stages": stages,
-        "standbys": allocated.standbys, "estimated_step_s": allocated.estimated_step_s,
-        "median_step_s": statistics.median(p.step_time_s for p in done), "time_shares": shares,
-        "most_waiting": max((s["wait"] for s in shares.values()), default=None),
-    }
+            sid = await run_to_end(client, config)
+            allocated = next(e.payload for _, e in await session_events(client, sid) if isinstance(e.payload, Allocated))
+            timings = await step_timings(supervisor, sid, config.steps - 1)
+    name = f"tiny-gpt on {PNODES} PNodes, {config.micro_batches} micro-batch(es), {placed(allocated)}"
+    for pnode, share in time_shares(timings, WARMUP).items():
+        bench.row(f"{name}: {pnode} waiting", "of a step", share["wait"], "half a step", 0.5, at_most(1.0))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer steps")
-    parser.add_argument("--micro-batches", type=int, default=None)
-    parser.add_argument("--replicas", default=None)
-    parser.add_argument("--stages", default=None)
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "demo_placement.json")
-    args = parser.parse_args()
-    config = demo_config(6 if args.quick else 20)
-    changes = {"micro_batches": args.micro_batches,
-               "replicas": args.replicas if args.replicas in (None, "auto") else int(args.replicas),
-               "pipeline": None if args.stages is None else config.pipeline.model_copy(
-                   update={"stages": args.stages if args.stages == "auto" else int(args.stages)})}
-    config = SessionConfig.model_validate({**config.model_dump(), **{k: v for k, v in changes.items() if v is not None}})
-    row = asyncio.run(measure(config))
-    for replica, pipeline in row["stages"].items():
-        for pnode, vnodes in pipeline.items():
-            print(f"{replica}: {pnode} hosts {vnodes[0]} to {vnodes[-1]} ({len(vnodes)} VNodes)")
-    print(f"standbys: {', '.join(row['standbys']) or 'none'}; step {row['median_step_s']:.2f} s "
-          f"(estimated {row['estimated_step_s']:.2f} s)")
-    for pnode, share in row["time_shares"].items():
-        print(f"{pnode}: computing {share['compute']:.0%}, sending {share['send']:.0%}, waiting {share['wait']:.0%}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(row, indent=1) + "\n")
-    return 0 if row["most_waiting"] is not None and row["most_waiting"] <= 0.5 else 1
+    bench = Bench("demo_placement", __doc__, quick_help="fewer steps")
+    bench.parser.add_argument("--micro-batches", default=None, help="instead of the demo's")
+    bench.parser.add_argument("--stages", default=None, help="instead of auto: N stages")
+    args = bench.parse()
+    flags = [*(["--micro-batches", args.micro_batches] if args.micro_batches else []),
+             *(["--stages", args.stages] if args.stages else [])]
+    asyncio.run(measure(bench, demo_config(8 if args.quick else 20, *flags)))
+    return bench.finish()
 
 
 if __name__ == "__main__":

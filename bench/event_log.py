@@ -1,15 +1,15 @@
 """The event log's speed: session appends against raw JetStream publishes, replay folding against raw reads,
-and the cost of a tiny-gpt checkpoint (seconds, bytes per parameter); then appends and replay on a bus
-of three clustered nats-servers (streams at 3 replicas) as a ratio to one server.
+a tiny-gpt checkpoint against a raw object-store put of the same bytes (and its bytes against the
+fp32 weights'); then appends and replay on a bus of three clustered nats-servers (streams at 3
+replicas) against one server.
 
-    python bench/event_log.py [--quick] [--json PATH]
+    python -m bench.event_log [--quick] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +30,8 @@ from computeall.tensorcore.checkpoint import save_vnode
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
-REPO = Path(__file__).resolve().parents[1]
+from .common import REPO, Bench, at_most
+
 SESSION = "bench-session"
 
 
@@ -77,14 +78,17 @@ async def checkpoint(js) -> dict:
     params = sum(p.numel() for p in runtime.parameters().values())
     store = await open_bucket(js, checkpoint_bucket(Subjects("ca"), SESSION))  # granted to the orchestrators below
     t0 = time.perf_counter()
-    total = 0
+    objects = {}
     for vid in runtime.order:
-        data = save_vnode(runtime, optimizer, vid)
-        await store.put(f"bench/{vid}.safetensors", data)
-        total += len(data)
+        objects[vid] = save_vnode(runtime, optimizer, vid)
+        await store.put(f"bench/{vid}.safetensors", objects[vid])
     seconds = time.perf_counter() - t0
-    return {"name": "checkpoint tiny-gpt", "parameters": params, "bytes": total, "seconds": seconds,
-            "bytes_per_parameter": total / params}
+    t0 = time.perf_counter()
+    for vid, data in objects.items():
+        await store.put(f"raw/{vid}", data)
+    raw_s = time.perf_counter() - t0
+    return {"name": "checkpoint tiny-gpt", "parameters": params, "bytes": sum(map(len, objects.values())),
+            "seconds": seconds, "raw_put_s": raw_s}
 
 
 async def on_bus(servers: int, n: int, with_checkpoint: bool) -> list[dict]:
@@ -103,32 +107,31 @@ async def on_bus(servers: int, n: int, with_checkpoint: bool) -> list[dict]:
     return rows
 
 
-def clustered(row: dict, single: dict, key: str) -> dict:
-    """A 3-server row with its rate as a ratio to the same measure on one server."""
-    return {**row, "name": f"{row['name']} (3 servers)", "servers": 3, "ratio_to_one_server": row[key] / single[key]}
+def report(bench: Bench, one: list[dict], three: list[dict]) -> None:
+    (a, r, c), (a3, r3) = one, three
+    bench.row(f"append {a['events']} StepCompleted through the session log", "events/s", a["session_path_per_s"],
+              "raw JetStream publishes", a["raw_jetstream_per_s"])
+    bench.row(f"replay {r['events']} events, folded", "events/s", r["folded_per_s"], "raw reads", r["raw_read_per_s"])
+    bench.row(f"checkpoint tiny-gpt ({c['parameters']} parameters): save and put", "s", c["seconds"],
+              "raw object-store puts of the same bytes", c["raw_put_s"])
+    # fp32 weights are their own master: a checkpoint is weights and Adam's two moments
+    bench.row("checkpoint tiny-gpt", "bytes", c["bytes"], "its fp32 weights", 4 * c["parameters"], at_most(3.05))
+    bench.row("append on 3 clustered servers (streams at 3 replicas)", "events/s", a3["session_path_per_s"],
+              "one server", a["session_path_per_s"])
+    bench.row("replay on 3 clustered servers", "events/s", r3["folded_per_s"], "one server", r["folded_per_s"])
 
 
-async def main(args: argparse.Namespace) -> list[dict]:
-    n = 2000 if args.quick else 20000
-    one = await on_bus(1, n, with_checkpoint=True)
-    three = await on_bus(3, n, with_checkpoint=False)
-    return one + [clustered(three[0], one[0], "session_path_per_s"), clustered(three[1], one[1], "folded_per_s")]
+async def measure(bench: Bench, quick: bool) -> None:
+    n = 2000 if quick else 20000
+    report(bench, await on_bus(1, n, with_checkpoint=True), await on_bus(3, n, with_checkpoint=False))
+
+
+def main() -> int:
+    bench = Bench("event_log", __doc__)
+    args = bench.parse()
+    asyncio.run(measure(bench, args.quick))
+    return bench.finish()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "event_log.json")
-    args = parser.parse_args()
-    rows = asyncio.run(main(args))
-    a, r, c, a3, r3 = rows
-    print(f"append   {a['events']} StepCompleted: session path {a['session_path_per_s']:.0f}/s, raw JetStream "
-          f"{a['raw_jetstream_per_s']:.0f}/s, ratio {a['ratio']:.2f}")
-    print(f"replay   {r['events']} events: folded {r['folded_per_s']:.0f}/s, raw read {r['raw_read_per_s']:.0f}/s, "
-          f"ratio {r['ratio']:.2f}")
-    print(f"checkpoint tiny-gpt: {c['parameters']} parameters, {c['bytes'] / 2**20:.1f} MiB in {c['seconds']:.2f}s, "
-          f"{c['bytes_per_parameter']:.1f} bytes/parameter")
-    print(f"3 servers: append {a3['session_path_per_s']:.0f}/s ({a3['ratio_to_one_server']:.2f}x one server), "
-          f"replay {r3['folded_per_s']:.0f}/s ({r3['ratio_to_one_server']:.2f}x one server)")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    sys.exit(main())

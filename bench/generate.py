@@ -5,15 +5,13 @@ loads a checkpoint (`TrainedModel`), exported with `computeall.tensorcore.hf_exp
 back with `AutoModelForCausalLM`. Both decode greedily from the same prompt ids, the same number
 of new tokens (transformers may not stop early), on the same torch threads; the rows are new
 tokens per second (median of the repeats) and the ratio ours / transformers (target >= 1.0).
-Both also return their tokens, which must be the same sequence.
+Both also return their tokens, which must be the same sequence (a row: tokens equal / tokens).
 
-    python bench/generate.py [--quick] [--threads N] [--json PATH]
+    python -m bench.generate [--quick] [--threads N] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -30,9 +28,9 @@ from computeall.tensorcore.hf_export import export_llama
 from computeall.tensorcore.trained_model import TrainedModel, inference_network
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
-REPO = Path(__file__).resolve().parents[1]
+from .common import REPO, Bench, at_least, exactly
+
 NETWORK = REPO / "examples" / "networks" / "tiny-gpt.yaml"
-RESULTS = REPO / "bench" / "results"
 
 
 def tokenizer_json() -> bytes:
@@ -53,11 +51,9 @@ def tokens_per_second(run, new_tokens: int, repeats: int) -> tuple[float, list[i
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer tokens and repeats")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for both (default: torch's)")
-    parser.add_argument("--json", type=Path, default=RESULTS / "generate.json")
-    args = parser.parse_args()
+    bench = Bench("generate", __doc__, quick_help="fewer tokens and repeats")
+    bench.parser.add_argument("--threads", type=int, default=None, help="torch threads for both (default: torch's)")
+    args = bench.parse()
     if args.threads:
         torch.set_num_threads(args.threads)
     new_tokens, repeats = (32, 3) if args.quick else (192, 5)
@@ -85,19 +81,11 @@ def main() -> int:
         return ids[0, prompt.shape[1]:].tolist()
 
     theirs, theirs_tokens = tokens_per_second(theirs_run, new_tokens, repeats)
-    result = {
-        "name": "generate", "network": spec.name, "prompt_tokens": prompt.shape[1], "new_tokens": new_tokens,
-        "threads": torch.get_num_threads(), "metric": "tokens_per_s", "value": ours,
-        "anchor": "transformers.generate", "anchor_value": theirs, "ratio": ours / theirs,
-        "same_tokens": ours_tokens == theirs_tokens,
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps([result], indent=1) + "\n")
-    print(f"{spec.name}: {new_tokens} new tokens after {prompt.shape[1]}, {result['threads']} threads, greedy")
-    print(f"  computeall generate (KV cache)  {ours:8.1f} tokens/s")
-    print(f"  transformers generate           {theirs:8.1f} tokens/s")
-    print(f"  ratio {result['ratio']:.2f} (target >= 1.0); same tokens: {result['same_tokens']}")
-    return 0 if result["same_tokens"] else 1
+    name = f"{spec.name}: {new_tokens} new tokens after {prompt.shape[1]}, greedy, {torch.get_num_threads()} threads"
+    bench.row(f"{name}, KV cache", "tokens/s", ours, "transformers.generate on the export", theirs, at_least(1.0))
+    same = sum(a == b for a, b in zip(ours_tokens, theirs_tokens)) if len(ours_tokens) == len(theirs_tokens) else 0
+    bench.row(f"{name}, the same tokens", "tokens equal", same, "tokens generated", new_tokens, exactly(1.0))
+    return bench.finish()
 
 
 if __name__ == "__main__":

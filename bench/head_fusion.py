@@ -13,19 +13,16 @@ gradients back, per micro-batch). With everything on one PNode no tensor crosses
 orchestrator sends the same RunStep/ApplyStep to the PNode either way. Were the heads on another
 PNode than their input and concat, each of those tensors would be one NATS message (or more chunks).
 
-    python bench/head_fusion.py [--quick] [--device cpu|cuda] [--json PATH]
+    python -m bench.head_fusion [--quick] [--device cpu|cuda] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import torch
 
@@ -37,8 +34,8 @@ from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+from .common import REPO, Bench, at_most
+
 EXAMPLE = REPO / "examples" / "networks" / "tiny-gpt-heads.yaml"
 
 
@@ -104,18 +101,17 @@ def measure(spec: NetworkSpec, device: torch.device, batch: int, micro: int, ste
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 blocks, context 64, a few steps: a smoke run")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--heads", type=int, nargs="+", default=[8, 64])
-    ap.add_argument("--json", type=Path, default=RESULTS / "head_fusion.json")
-    args = ap.parse_args()
+    bench = Bench("head_fusion", __doc__, quick_help="2 blocks, context 64, a few steps: a smoke run")
+    bench.parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    bench.parser.add_argument("--heads", type=int, nargs="+", default=[8, 64])
+    args = bench.parse()
     device = torch.device(args.device)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     base = load_network_file(EXAMPLE)
     blocks, context, batch, micro, steps, warmup = (2, 64, 4, 1, 5, 2) if args.quick else (4, base.context, 8, 2, 10, 2)
-
-    rows = []
+    print(f"head fusion, all heads on one PNode ({device}; batch {batch} x context {context}, {micro} micro-batch(es), "
+          f"{blocks} blocks); VNode calls: forward+backward work items per step on the PNode's compute thread "
+          "(+2: optimizer, zero_grad); tensors: activations + gradients handed between VNodes")
     for heads in args.heads:
         unfused = base if (heads == 8 and not args.quick) else with_heads(base, heads, blocks, context)
         fused, lines = fuse_heads(unfused)
@@ -123,33 +119,13 @@ def main() -> int:
         u = measure(unfused, device, batch, micro, steps, warmup)
         f = measure(fused, device, batch, micro, steps, warmup)
         assert abs(u["first_loss"] - f["first_loss"]) <= 1e-4 * abs(u["first_loss"]), (u, f)  # same model
-        rows.append({
-            "network": unfused.name, "heads": heads, "head_dim": unfused.vnode("b0.h0").params["head_dim"],
-            "blocks": blocks, "context": unfused.context, "batch": batch, "micro_batches": micro,
-            "device": str(device), "unfused": u, "fused": f,
-            "speedup": u["step_time_s"] / f["step_time_s"],
-            "counted": "VNode forward+backward calls (+2 optimizer/zero_grad items) dispatched to the PNode's "
-                       "compute thread per step; tensors handed between VNodes per step (none crosses NATS: one PNode)",
-        })
-
-    print(f"head fusion, all heads on one PNode ({device}, {'quick' if args.quick else 'full'}; "
-          f"batch {batch} x context {context}, {micro} micro-batch(es), {blocks} blocks)")
-    header = (f"{'heads':>5} {'hd':>3}  {'form':<8}{'VNodes':>7}{'step':>11}{'VNode calls':>13}"
-              f"{'tensors':>9}{'speedup':>9}")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        for form in ("unfused", "fused"):
-            x = r[form]
-            speed = f"{r['speedup']:.2f}x" if form == "fused" else ""
-            print(f"{r['heads']:>5} {r['head_dim']:>3}  {form:<8}{x['vnodes']:>7}{x['step_time_s'] * 1e3:>8.1f} ms"
-                  f"{x['vnode_calls_per_step']:>13}{x['tensors_between_vnodes_per_step']:>9}{speed:>9}")
-    print("VNode calls: forward+backward work items per step on the PNode's compute thread (+2: optimizer, "
-          "zero_grad); tensors: activations + gradients handed between VNodes (all local: 0 NATS messages).")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    print(f"wrote {args.json}")
-    return 0
+        name = f"{heads} heads of {unfused.vnode('b0.h0').params['head_dim']}, fused ({f['vnodes']} VNodes)"
+        unfused_is = f"unfused ({u['vnodes']} VNodes)"
+        bench.row(name, "s/step", f["step_time_s"], unfused_is, u["step_time_s"], at_most(1.0))
+        bench.row(name, "VNode calls/step", f["vnode_calls_per_step"], unfused_is, u["vnode_calls_per_step"])
+        bench.row(name, "tensors handed/step", f["tensors_between_vnodes_per_step"], unfused_is,
+                  u["tensors_between_vnodes_per_step"])
+    return bench.finish()
 
 
 if __name__ == "__main__":

@@ -6,22 +6,22 @@
     VNodes, an alias bomb), against the anchor of loading micro-gpt;
   - overhead: a check of micro-gpt in a child process against the same check inline.
 
-    python bench/offloop.py [--quick] [--json PATH]
+    python -m bench.offloop [--quick] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
+import sys
 import time
-from pathlib import Path
 
 from computeall.cli.swarm import EXAMPLE, micro_gpt
 from computeall.network import NetworkError, load_network
 from computeall.orchestrator.network_jobs import NetworkJobs
 from computeall.protocol.limits import NETWORK_VNODES
+
+from .common import Bench, at_most
 
 OVER_THE_LIMITS = {
     "5,000 levels deep": "name: x\nvnodes: " + "[" * 5000 + "]" * 5000,
@@ -29,7 +29,6 @@ OVER_THE_LIMITS = {
     "alias bomb": "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for n, p in zip("bcdefg", "abcdef")),
 }
-REPO = Path(__file__).resolve().parents[1]
 MICRO = EXAMPLE.read_text()
 AT_THE_LIMIT = micro_gpt((NETWORK_VNODES - 3) // 6)
 
@@ -71,55 +70,44 @@ async def longest_stall(work) -> float:
     return max(gaps)
 
 
-async def stall_and_overhead(reps: int) -> list[dict]:
+async def stall_and_overhead(bench: Bench, reps: int) -> None:
     jobs = NetworkJobs()
     await jobs.offloop.warm()
 
     async def inline():
         load_network(AT_THE_LIMIT)
 
-    idle = statistics.median([await longest_stall(lambda: asyncio.sleep(0.1)) for _ in range(reps)])
     inline_stall = statistics.median([await longest_stall(inline) for _ in range(reps)])
     offloop_stall = statistics.median([await longest_stall(lambda: jobs.check(AT_THE_LIMIT)) for _ in range(reps)])
+    vnodes = NETWORK_VNODES - 3 - (NETWORK_VNODES - 3) % 6
+    # off the loop, the loop waits no longer than a tick; inline, it waits for the whole check
+    bench.row(f"event loop's longest wait while {vnodes} VNodes are checked in a child", "s", offloop_stall,
+              "the same check inline", inline_stall, at_most(0.1))
     small_inline = median_s(lambda: load_network(MICRO), reps)
     offloop_times = []
     for _ in range(reps):
         start = time.perf_counter()
         await jobs.check(MICRO)
         offloop_times.append(time.perf_counter() - start)
-    return [
-        {"name": "stall", "vnodes": NETWORK_VNODES - 3 - (NETWORK_VNODES - 3) % 6, "offloop_s": offloop_stall,
-         "inline_s": inline_stall, "idle_s": idle, "ratio": offloop_stall / inline_stall},
-        {"name": "overhead", "network": "micro-gpt", "offloop_s": statistics.median(offloop_times),
-         "inline_s": small_inline, "ratio": statistics.median(offloop_times) / small_inline},
-    ]
+    bench.row("micro-gpt checked in a child process", "s", statistics.median(offloop_times),
+              "the same check inline", small_inline)
 
 
-def refusals(reps: int) -> list[dict]:
+def refusals(bench: Bench, reps: int) -> None:
     anchor = median_s(lambda: load_network(MICRO), reps)
-    return [{"name": f"refuse {what}", "refuse_s": (s := median_s(lambda: refuse(text), reps)),
-             "load_micro_gpt_s": anchor, "ratio": s / anchor}
-            for what, text in OVER_THE_LIMITS.items()]
+    for what, text in OVER_THE_LIMITS.items():
+        # an input over a limit is refused before it is built: milliseconds, a few loads of a small network
+        bench.row(f"refuse {what}", "s", median_s(lambda: refuse(text), reps), "load micro-gpt", anchor, at_most(5.0))
 
 
-def main(args: argparse.Namespace) -> list[dict]:
+def main() -> int:
+    bench = Bench("offloop", __doc__)
+    args = bench.parse()
     reps = 3 if args.quick else 11
-    return [*asyncio.run(stall_and_overhead(reps)), *refusals(reps)]
+    asyncio.run(stall_and_overhead(bench, reps))
+    refusals(bench, reps)
+    return bench.finish()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "offloop.json")
-    args = parser.parse_args()
-    rows = main(args)
-    stall, overhead, *refused = rows
-    print(f"stall    checking {stall['vnodes']} VNodes: event loop waits {stall['offloop_s'] * 1e3:.1f} ms off the loop, "
-          f"{stall['inline_s'] * 1e3:.1f} ms inline ({stall['idle_s'] * 1e3:.1f} ms idle), ratio {stall['ratio']:.3f}")
-    print(f"overhead micro-gpt check in a child process {overhead['offloop_s'] * 1e3:.1f} ms, inline "
-          f"{overhead['inline_s'] * 1e3:.1f} ms, ratio {overhead['ratio']:.1f}")
-    for row in refused:
-        print(f"{row['name']:<26} {row['refuse_s'] * 1e3:.2f} ms, loading micro-gpt {row['load_micro_gpt_s'] * 1e3:.2f} ms, "
-              f"ratio {row['ratio']:.2f}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    sys.exit(main())

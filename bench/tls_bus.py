@@ -1,16 +1,16 @@
 """What TLS costs the bus: tensor-sized messages from one PNode identity to another, through a
 server listening with TLS (as `up --public` does) against the same server on plain loopback.
-Both authenticate every connection; rounds alternate, so a busy minute hits both alike.
+Both authenticate every connection; rounds alternate, so a busy minute hits both alike. What TLS
+costs a training step is train_throughput's figure (2 PNodes over TLS / over loopback).
 
-    python bench/tls_bus.py [--quick] [--json PATH]
+    python -m bench.tls_bus [--quick] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +19,7 @@ from computeall.cli.nats_server import EmbeddedNats, free_port
 from computeall.protocol import bus
 from computeall.protocol.subjects import Subjects
 
-RESULTS = Path(__file__).parent / "results"
+from .common import Bench
 FRAME = 4 << 20  # a micro-batch's activations travel in frames of a few MiB
 WINDOW = 4
 S = Subjects()
@@ -53,7 +53,7 @@ async def send(server: EmbeddedNats, frames: int) -> float:
     return sent * FRAME / seconds
 
 
-async def measure(rounds: int, frames: int) -> dict:
+async def measure(bench: Bench, rounds: int, frames: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as tmp:
         plain = EmbeddedNats(Path(tmp) / "plain").start()
         tls = EmbeddedNats(Path(tmp) / "tls", listen=f"127.0.0.1:{free_port()}").start()
@@ -66,22 +66,16 @@ async def measure(rounds: int, frames: int) -> dict:
             plain.stop()
             tls.stop()
     loopback, secured = (statistics.median(speeds[k]) for k in ("loopback", "tls"))
-    return {"name": "PNode to PNode tensor frames", "frame_bytes": FRAME, "frames": frames, "rounds": rounds,
-            "loopback_bytes_per_s": loopback, "tls_bytes_per_s": secured, "ratio_tls_vs_loopback": secured / loopback}
+    bench.row(f"PNode to PNode, {frames} frames of {FRAME >> 20} MiB over TLS (median of {rounds} rounds)", "bytes/s",
+              secured, "the same over plain loopback", loopback)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds")
-    parser.add_argument("--json", type=Path, default=RESULTS / "tls_bus.json")
-    args = parser.parse_args()
-    result = asyncio.run(measure(*((3, 32) if args.quick else (7, 64))))
-    print(f"{result['frames']} frames of {FRAME >> 20} MiB, median of {result['rounds']} alternating rounds")
-    print(f"loopback {result['loopback_bytes_per_s'] / 2**20:.0f} MiB/s, TLS {result['tls_bytes_per_s'] / 2**20:.0f} MiB/s, "
-          f"ratio {result['ratio_tls_vs_loopback']:.3f}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps([result], indent=1) + "\n")
+def main() -> int:
+    bench = Bench("tls_bus", __doc__, quick_help="fewer rounds")
+    args = bench.parse()
+    asyncio.run(measure(bench, *((3, 32) if args.quick else (7, 64))))
+    return bench.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

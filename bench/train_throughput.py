@@ -1,8 +1,11 @@
 """Training a network end to end against the plain single-process torch loop of the same model.
 
-    python bench/train_throughput.py [--network examples/networks/seed-64heads.yaml] [--quick] [--json PATH]
+    python -m bench.train_throughput [--network examples/networks/seed-64heads.yaml] [--quick] [--json PATH]
 
-The anchor is the network written with torch's own modules (`bench/wanlab/torch_gpt.py`: nn.Embedding,
+A step's time is the wall time from one recorded step to the next (`bench.sessions.step_walls`):
+everything the system does for a step, appending its events included.
+
+The anchor is the network written with torch's own modules (`computeall.tensorcore.plain_gpt`: nn.Embedding,
 nn.Linear, nn.RMSNorm, scaled_dot_product_attention, cross-entropy over the tied head's logits),
 trained the way a practitioner writes it: autograd, `clip_grad_norm_`, fused AdamW with the usual
 decay groups, all cores, the same batch. It is measured before and after every system run (the
@@ -26,9 +29,7 @@ also holds torch itself and the optimizer state, which recompute cannot shrink).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -40,34 +41,24 @@ from pathlib import Path
 import torch
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from computeall.cli.embedded import running_cluster
+from computeall.cli.nats_server import free_port
+from computeall.cli.session_view import session_events
+from computeall.kernels.timing import peak_bytes
+from computeall.network import Graph, load_network
+from computeall.network.head_fusion import fuse_heads
+from computeall.network.ops import OPS
+from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, SessionConfig
+from computeall.tensorcore.local_step import local_step
+from computeall.tensorcore.optimizer import VNodeOptimizer
+from computeall.tensorcore.plain_gpt import GPT, GPTShape, loss_fn
+from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
-from bench.wanlab.torch_gpt import GPT, GPTShape, batch, loss_fn  # noqa: E402
-from computeall.cli.data_upload import with_sent_data  # noqa: E402
-from computeall.cli.embedded import running_cluster  # noqa: E402
-from computeall.cli.nats_server import free_port  # noqa: E402
-from computeall.cli.follow import follow_session, start_session  # noqa: E402
-from computeall.network import Graph, load_network  # noqa: E402
-from computeall.network.head_fusion import fuse_heads  # noqa: E402
-from computeall.network.ops import OPS  # noqa: E402
-from computeall.kernels.timing import peak_bytes  # noqa: E402
-from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, SessionConfig  # noqa: E402
-from computeall.tensorcore.local_step import local_step  # noqa: E402
-from computeall.tensorcore.optimizer import VNodeOptimizer  # noqa: E402
-from computeall.tensorcore.vnode_runtime import VNodeRuntime  # noqa: E402
+from .common import REPO, Bench, at_least, at_most
+from .sessions import corpus, recorded_steps, run_to_end, step_walls
+from .wanlab.torch_gpt import batch
 
-RESULTS = REPO / "bench" / "results"
-SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 SEED = REPO / "examples" / "networks" / "seed-64heads.yaml"
-
-
-def corpus() -> list[str]:
-    if SHAKESPEARE.exists():
-        return [str(SHAKESPEARE)]
-    from computeall.cli.default_corpus import stdlib_files
-
-    return stdlib_files(1 << 20)
 
 
 # -- the anchor: torch's own modules, one process ------------------------------------------------
@@ -76,11 +67,7 @@ def plain_torch(network: Path, steps: int, size: int, warmup: int) -> list[float
     torch.set_num_threads(os.cpu_count() or 1)
     shape = GPTShape.from_network(network)
     model = GPT(shape)
-    decayed = {id(p) for p in model.parameters() if p.dim() >= 2 and p is not model.embed.weight}
-    decay = [p for p in model.parameters() if id(p) in decayed]
-    rest = [p for p in model.parameters() if id(p) not in decayed]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                                  lr=1e-3, betas=(0.9, 0.95), fused=True)
+    optimizer = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.95), fused=True)
     times = []
     for step in range(steps + warmup):
         tokens, targets = batch(shape, size, step)
@@ -99,12 +86,12 @@ def plain_torch(network: Path, steps: int, size: int, warmup: int) -> list[float
 class Run:
     name: str
     pnodes: int
-    steps: list[dict]  # the StepCompleted rows after warmup
+    walls: list[float]  # seconds from each recorded step to the next, after the warmup
     peak_rss: dict[str, int | None]  # per PNode
 
     @property
     def step_s(self) -> float:
-        return statistics.median(r["step_time_s"] for r in self.steps)
+        return statistics.median(self.walls)
 
 
 async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes: int, warmup: int,
@@ -118,15 +105,13 @@ async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes
         # one PNode takes every core, as the anchor does; several share them
         listen = f"127.0.0.1:{free_port()}" if tls else None
         async with running_cluster(Path(tmp), pnodes, processes_on_machine=pnodes, listen=listen) as (client, supervisor):
-            config = await with_sent_data(client, config, progress=False)  # as `run --data` does
-            sid, command_id = await start_session(client, config)
-            metrics = Path(tmp) / "m.jsonl"
-            outcome = await follow_session(client, sid, config.steps, metrics, False, command_id)
-            if not outcome.ok:
-                raise SystemExit(f"{name}: {outcome.message}")
+            sid = await run_to_end(client, config)
+            events = await session_events(client, sid)
             peaks = {f"pnode-{i}": supervisor.peak_rss_bytes(f"pnode-{i}") for i in range(pnodes)}
-            rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    return Run(name, pnodes, rows[warmup:], peaks)
+    shares = [e.payload for e in recorded_steps(events)][warmup:]
+    print(f"  {name}: median compute {statistics.median(x.compute_s for x in shares):.2f} s, bus wait "
+          f"{statistics.median(x.wait_s for x in shares):.2f} s, {sum(bool(x.clipped) for x in shares)} steps clipped", flush=True)
+    return Run(name, pnodes, step_walls(events)[warmup:], peaks)
 
 
 def with_recompute(network_yaml: str) -> str:
@@ -175,13 +160,11 @@ def in_process(network_yaml: str, size: int, reps: int) -> InProcess:
     return InProcess(statistics.median(steps[1:]), statistics.median(norms[1:]), peak)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer steps")
-    parser.add_argument("--json", type=Path, default=RESULTS / "train_throughput.json")
-    parser.add_argument("--network", type=Path, default=SEED)
-    parser.add_argument("--batch", type=int, default=8)
-    args = parser.parse_args()
+def main() -> int:
+    bench = Bench("train_throughput", __doc__)
+    bench.parser.add_argument("--network", type=Path, default=SEED)
+    bench.parser.add_argument("--batch", type=int, default=8)
+    args = bench.parse()
     steps, warmup = (4, 2) if args.quick else (10, 3)
     text = args.network.read_text()
     context = load_network(text).context
@@ -206,60 +189,31 @@ def main() -> None:
     anchor_s = statistics.median(anchor_times)
     by_name = {r.name: r for r in runs}
     plain_work, recompute_work = in_process(text, args.batch, steps), in_process(with_recompute(text), args.batch, steps)
-
-    rows = [{"name": "plain torch, 1 process", "pnodes": 0, "tokens_per_s": tokens_per_step / anchor_s,
-             "median_step_s": anchor_s}]
+    net = f"{args.network.stem}, batch {args.batch} x {context}"
+    plain_is = f"plain torch loop, 1 process, {os.cpu_count()} threads"
+    anchor_tps = tokens_per_step / anchor_s
     for r in runs:
-        rows.append({
-            "name": f"computeall, {r.name}", "pnodes": r.pnodes, "tokens_per_s": tokens_per_step / r.step_s,
-            "median_step_s": r.step_s, "ratio_vs_plain_torch": anchor_s / r.step_s,
-            "median_compute_s": statistics.median(x["compute_s"] for x in r.steps),
-            "median_bus_wait_s": statistics.median(x["wait_s"] for x in r.steps),
-            "clipped_steps": sum(bool(x["clipped"]) for x in r.steps),
-            "peak_rss_bytes": r.peak_rss,
-        })
+        target = at_least(0.9) if r.name == "1 PNode" else None
+        bench.row(f"{net}, {r.name}", "tokens/s", tokens_per_step / r.step_s, plain_is, anchor_tps, target)
 
-    def rss_ratio(plain: Run, recompute: Run) -> float:
-        """The largest PNode's peak RSS, with recompute / without: the memory a machine must offer
-        (recompute changes the memory model, so the allocator may place VNodes elsewhere: PNode by
-        PNode, the two runs need not host the same VNodes)."""
-        return max(v for v in recompute.peak_rss.values() if v) / max(v for v in plain.peak_rss.values() if v)
+    def largest_rss(run: Run) -> int:
+        """The largest PNode's peak RSS: the memory a machine must offer (recompute changes the memory
+        model, so the allocator may place VNodes elsewhere: PNode by PNode, two runs need not host the same)."""
+        return max(v for v in run.peak_rss.values() if v)
 
-    summary = {
-        "name": "summary", "network": args.network.name, "batch": args.batch, "cores": os.cpu_count(),
-        "throughput_ratio_1_pnode": anchor_s / by_name["1 PNode"].step_s,  # target >= 0.9
-        # target <= 0.6: the PNode processes' peak RSS, and the bytes a step allocates (no torch or malloc floor)
-        "recompute_peak_rss_ratio": {
-            "1 PNode": rss_ratio(by_name["1 PNode"], by_name["1 PNode, recompute"]),
-            "3 PNodes": rss_ratio(by_name["3 PNodes"], by_name["3 PNodes, recompute"]),
-        },
-        "recompute_step_peak_bytes_ratio": recompute_work.peak_bytes / plain_work.peak_bytes,
-        "recompute_step_time_ratio": recompute_work.step_s / plain_work.step_s,
-        "clip_share_of_step": plain_work.norm_s / plain_work.step_s,  # target <= 0.02
-        "tls_vs_loopback_2_pnodes": by_name["2 PNodes"].step_s / by_name["2 PNodes, TLS"].step_s,  # target >= 0.97
-        "in_process": {"plain": plain_work.__dict__, "recompute": recompute_work.__dict__},
-    }
-    rows.append(summary)
-
-    print(f"{args.network.name}, batch {args.batch}x{context}, {os.cpu_count()} cores, medians of {steps} steps")
-    print(f"{'run':<36}{'tokens/s':>10}{'step':>9}{'compute':>9}{'bus wait':>9}{'ratio':>7}  peak RSS per PNode")
-    for r in rows[:-1]:
-        peaks = ", ".join(f"{v / 2**20:.0f} MiB" for v in (r.get("peak_rss_bytes") or {}).values() if v)
-        print(f"{r['name']:<36}{r['tokens_per_s']:>10.0f}{r['median_step_s']:>8.2f}s"
-              f"{r.get('median_compute_s', r['median_step_s']):>8.2f}s{r.get('median_bus_wait_s', 0.0):>8.2f}s"
-              f"{r.get('ratio_vs_plain_torch', 1.0):>7.2f}  {peaks}")
-    print(f"throughput vs plain torch on 1 PNode: {summary['throughput_ratio_1_pnode']:.2f} (target >= 0.9)")
-    for setup, ratio in summary["recompute_peak_rss_ratio"].items():
-        print(f"the largest PNode's peak RSS with recompute / without, {setup}: {ratio:.2f} (target <= 0.6)")
-    print(f"a step's peak allocation with recompute / without: {summary['recompute_step_peak_bytes_ratio']:.2f} "
-          f"({recompute_work.peak_bytes / 2**20:.0f} / {plain_work.peak_bytes / 2**20:.0f} MiB), "
-          f"its time {summary['recompute_step_time_ratio']:.2f}x")
-    print(f"clipping: the gradient norms take {summary['clip_share_of_step']:.2%} of a step "
-          f"({plain_work.norm_s * 1e3:.0f} ms of {plain_work.step_s:.2f} s; target <= 2%)")
-    print(f"2 PNodes over TLS / over loopback: {summary['tls_vs_loopback_2_pnodes']:.3f} (target >= 0.97)")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    for setup in ("1 PNode", "3 PNodes"):
+        bench.row(f"{net}, {setup} with recompute: the largest PNode's peak RSS", "bytes",
+                  largest_rss(by_name[f"{setup}, recompute"]), "without recompute", largest_rss(by_name[setup]), at_most(0.6))
+    one_process = f"{net}, one PNode's work in this process"
+    bench.row(f"{one_process} with recompute: a step's peak allocation", "bytes", recompute_work.peak_bytes,
+              "without recompute", plain_work.peak_bytes)
+    bench.row(f"{one_process} with recompute: a step", "s", recompute_work.step_s, "without recompute", plain_work.step_s)
+    bench.row(f"{one_process}: what clipping adds (each VNode's gradient norm)", "s", plain_work.norm_s,
+              "the step", plain_work.step_s, at_most(0.02))
+    bench.row(f"{net}, 2 PNodes over TLS", "tokens/s", tokens_per_step / by_name["2 PNodes, TLS"].step_s,
+              "2 PNodes over plain loopback", tokens_per_step / by_name["2 PNodes"].step_s, at_least(0.97))
+    return bench.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

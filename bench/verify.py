@@ -16,15 +16,15 @@
    against the same step without it, and the part of it spent hashing; and the digests per core,
    blake3 (ledger, wire frames) against blake2b.
 
-    python bench/verify.py [--quick] [--json PATH]
+A step's time is the wall time from one recorded step to the next.
+
+    python -m bench.verify [--quick] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
-import json
 import statistics
 import sys
 import tempfile
@@ -35,27 +35,25 @@ import blake3
 import psutil
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from computeall.cli.embedded import running_cluster  # noqa: E402
-from computeall.cli.session_view import session_events  # noqa: E402
-from computeall.network import Graph, load_network_file  # noqa: E402
-from computeall.network.ops import DATA_INPUTS  # noqa: E402
-from computeall.orchestrator.allocator import PNodeCapacity, allocate  # noqa: E402
-from computeall.orchestrator.verification.stream import checks_of_step  # noqa: E402
-from computeall.protocol.config import DataConfig, SessionConfig, VerifyConfig  # noqa: E402
-from computeall.protocol.events import (  # noqa: E402
-    Allocated, CheckpointCommitted, ChecksCompleted, PNodeQuarantined, StepCompleted, VerificationSeeded,
+from computeall.cli.embedded import running_cluster
+from computeall.cli.session_view import session_events
+from computeall.network import Graph, load_network_file
+from computeall.network.ops import DATA_INPUTS
+from computeall.orchestrator.allocator import PNodeCapacity, allocate
+from computeall.orchestrator.verification.stream import checks_of_step
+from computeall.protocol.config import DataConfig, SessionConfig, VerifyConfig
+from computeall.protocol.events import (
+    Allocated, CheckpointCommitted, ChecksCompleted, PNodeQuarantined, VerificationSeeded,
 )
-from computeall.pnode.audit import StepAudit  # noqa: E402
-from computeall.protocol.faults import FaultSpec  # noqa: E402
-from computeall.tensorcore import digest  # noqa: E402
-from computeall.tensorcore.local_step import local_step  # noqa: E402
-from computeall.tensorcore.vnode_runtime import VNodeRuntime  # noqa: E402
-from computeall.tensorcore.wire_formats import wire_format  # noqa: E402
-from tests.integration.cluster import stdlib_corpus  # noqa: E402
-from tests.integration.sessions import run_to_end  # noqa: E402
+from computeall.pnode.audit import StepAudit
+from computeall.protocol.faults import FaultSpec
+from computeall.tensorcore import digest
+from computeall.tensorcore.local_step import local_step
+from computeall.tensorcore.vnode_runtime import VNodeRuntime
+from computeall.tensorcore.wire_formats import wire_format
+
+from .common import REPO, Bench, at_most, exactly
+from .sessions import run_to_end, small_corpus, step_walls
 
 PNODES = ["pnode-0", "pnode-1", "pnode-2"]
 FAULTY = "pnode-2"
@@ -99,23 +97,29 @@ def detection_table(graph: Graph, assignment: dict[str, str], trials: int, horiz
 
 
 def config(network: Path, steps: int, rate: float, micro_batches: int = MICRO_BATCHES) -> SessionConfig:
-    return SessionConfig(network_yaml=network.read_text(), data=DataConfig(files=stdlib_corpus()), steps=steps, seed=1,
+    return SessionConfig(network_yaml=network.read_text(), data=DataConfig(files=small_corpus()), steps=steps, seed=1,
                          micro_batches=micro_batches, min_pnodes=3, pipeline={"stages": 3},
                          verify=VerifyConfig(rate=rate))
 
 
 async def session(client, cfg: SessionConfig) -> list:
+    """The session's events, in log order."""
     sid = await run_to_end(client, cfg, timeout=3600)
-    return [e.payload for _, e in await session_events(client, sid)]
+    return [e for _, e in await session_events(client, sid)]
 
 
-def final_digests(payloads: list) -> dict[str, str]:
-    last = [p for p in payloads if isinstance(p, CheckpointCommitted)][-1]
+def payloads(events: list) -> list:
+    return [e.payload for e in events]
+
+
+def final_digests(events: list) -> dict[str, str]:
+    last = [p for p in payloads(events) if isinstance(p, CheckpointCommitted)][-1]
     return {o.vnode: o.digest for o in last.objects}
 
 
-def median_step_s(payloads: list, skip: int = 2) -> float:
-    return statistics.median(p.step_time_s for p in payloads if isinstance(p, StepCompleted) and p.step >= skip)
+def median_step_s(events: list, skip: int = 2) -> float:
+    """The median wall time between recorded steps, after the first `skip` steps."""
+    return statistics.median(step_walls([(0, e) for e in events])[skip:])
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:
@@ -133,17 +137,16 @@ async def overhead(network: Path, steps: int, rounds: int, micro_batches: int) -
             for _ in range(rounds):
                 for rate in runs:
                     before = cpu_seconds(processes)
-                    payloads = await session(client, config(network, steps, rate, micro_batches))
-                    runs[rate].append((payloads, (cpu_seconds(processes) - before) / steps))
+                    events = await session(client, config(network, steps, rate, micro_batches))
+                    runs[rate].append((events, (cpu_seconds(processes) - before) / steps))
     plain, verified = runs[0.0], runs[0.05]
     anchor = statistics.median(median_step_s(p) for p, _ in plain)
     value = statistics.median(median_step_s(v) for v, _ in verified)
     cpu_anchor = statistics.median(c for _, c in plain)
     cpu_value = statistics.median(c for _, c in verified)
-    checks = [len(p.checks) for v, _ in verified for p in v if isinstance(p, ChecksCompleted)]
-    row = {"rate": 0.05, "micro_batches": micro_batches, "median_step_s": value, "anchor": "the same session, checks off", "anchor_median_step_s": anchor,
-           "ratio": value / anchor, "target": 1.10, "cpu_s_per_step": cpu_value, "anchor_cpu_s_per_step": cpu_anchor,
-           "cpu_ratio": cpu_value / cpu_anchor, "checks_per_step": sum(checks) / (rounds * steps),
+    checks = [len(p.checks) for v, _ in verified for p in payloads(v) if isinstance(p, ChecksCompleted)]
+    row = {"rate": 0.05, "micro_batches": micro_batches, "median_step_s": value, "anchor_median_step_s": anchor,
+           "cpu_s_per_step": cpu_value, "anchor_cpu_s_per_step": cpu_anchor, "checks_per_step": sum(checks) / (rounds * steps),
            "machine_load_1min": psutil.getloadavg()[0], "cores": psutil.cpu_count()}
     return row, final_digests(plain[0][0]), final_digests(verified[0][0])
 
@@ -216,84 +219,73 @@ async def caught(network: Path, steps: int, corruption: float, rate: float, grap
     fault = FaultSpec(rate=corruption)
     with tempfile.TemporaryDirectory() as tmp:
         async with running_cluster(Path(tmp), pnodes=3, faults={FAULTY: fault}) as (client, _):
-            payloads = await session(client, config(network, steps, rate))
-    seed = next(p.seed for p in payloads if isinstance(p, VerificationSeeded))
-    assignment = {pl.vnode: pl.pnode for pl in next(p for p in payloads if isinstance(p, Allocated)).placements}
-    quarantined = [p for p in payloads if isinstance(p, PNodeQuarantined)]
+            events = await session(client, config(network, steps, rate))
+    seed = next(p.seed for p in payloads(events) if isinstance(p, VerificationSeeded))
+    assignment = {pl.vnode: pl.pnode for pl in next(p for p in payloads(events) if isinstance(p, Allocated)).placements}
+    quarantined = [p for p in payloads(events) if isinstance(p, PNodeQuarantined)]
     predicted = first_detection(seed, VerifyConfig(rate=rate), graph, assignment, fault, steps)
     observed = quarantined[0].step if quarantined else None
     row = {"corruption": corruption, "rate": rate, "seed": seed, "predicted_step": predicted, "observed_step": observed,
            "quarantined": [p.pnode for p in quarantined], "match": predicted == observed}
-    return row, final_digests(payloads)
+    return row, final_digests(events)
 
 
-async def main(args: argparse.Namespace) -> dict:
-    network = REPO / "examples" / "networks" / ("micro-gpt.yaml" if args.quick else "tiny-gpt.yaml")
+async def measure(bench: Bench, quick: bool) -> None:
+    network = REPO / "examples" / "networks" / ("micro-gpt.yaml" if quick else "tiny-gpt.yaml")
     graph = Graph(load_network_file(network))
     capacities = [PNodeCapacity(p, 8 << 30) for p in PNODES]
     assignment = allocate(graph, capacities, 8, 8 // MICRO_BATCHES, stages=len(PNODES)).assignment  # as the sessions
-    trials, horizon = (200, 200) if args.quick else (1000, 500)
+    trials, horizon = (200, 200) if quick else (1000, 500)
     detection = detection_table(graph, assignment, trials, horizon)
-    in_process = [ledger_cost(graph, m, 3 if args.quick else 7) for m in (1, MICRO_BATCHES)]
-    steps = 10 if args.quick else 24
-    rounds = 1 if args.quick else 2
+    in_process = [ledger_cost(graph, m, 3 if quick else 7) for m in (1, MICRO_BATCHES)]
+    steps = 10 if quick else 24
+    rounds = 1 if quick else 2
     costs = []
     for micro_batches in (1, MICRO_BATCHES):  # the default, and the split the detection figures use
         cost, clean_digests, verified_digests = await overhead(network, steps, rounds, micro_batches)
         costs.append((cost, verified_digests == clean_digests))
         if micro_batches == MICRO_BATCHES:
-            clean, verified = clean_digests, verified_digests
-    real = [(0.1, 0.1)] if args.quick else [(1.0, 0.1), (0.1, 0.1), (0.1, 0.05)]
+            clean = clean_digests
+    real = [(0.1, 0.1)] if quick else [(1.0, 0.1), (0.1, 0.1), (0.1, 0.05)]
     confirmed, after_rollback = [], []
     for corruption, rate in real:
         row, digests = await caught(network, steps, corruption, rate, graph)
         confirmed.append(row)
         after_rollback.append(digests == clean)
-    return {
-        "network": network.name, "pnodes": len(PNODES), "micro_batches": MICRO_BATCHES, "corrupting_pnode": FAULTY,
-        "hosted_by_corrupting_pnode": [v for v in graph.order if assignment[v] == FAULTY],
-        "detection": detection,
-        "model_confirmed_by_real_sessions": confirmed,
-        "overhead": [cost for cost, _ in costs],
-        "ledger_in_process": in_process,
-        "digests": digest_speeds(),
-        "final_parameters_bit_identical": {"verified_vs_clean": all(same for _, same in costs),
-                                           "caught_and_rolled_back_vs_clean": all(after_rollback)},
-    }
+    name = f"{network.stem} on {len(PNODES)} PNodes, {MICRO_BATCHES} micro-batches, {FAULTY} corrupting"
+    for r in detection:
+        share = f"caught within {r['horizon_steps']} steps, corrupting {r['corruption']:.0%} at rate {r['rate']}"
+        bench.row(f"{name}: sessions {share} (model)", "sessions", r["detected_share"] * r["trials"],
+                  "stream seeds tried", r["trials"])
+    for r in confirmed:
+        # steps trained until caught (0: never), the real session's against the model's
+        bench.row(f"{name}: a real session corrupting {r['corruption']:.0%} at rate {r['rate']}, caught after",
+                  "steps", (r["observed_step"] + 1) if r["observed_step"] is not None else 0, "the model's prediction",
+                  (r["predicted_step"] + 1) if r["predicted_step"] is not None else 0, exactly(1.0))
+    for (o, _) in costs:
+        at = f"{network.stem}, 3 honest PNodes, {o['micro_batches']} micro-batch(es), rate 0.05 ({o['checks_per_step']:.1f} checks/step)"
+        bench.row(f"{at}: step", "s", o["median_step_s"], "checks off", o["anchor_median_step_s"], at_most(1.10))
+        bench.row(f"{at}: CPU of its processes per step", "CPU s", o["cpu_s_per_step"], "checks off",
+                  o["anchor_cpu_s_per_step"])
+    for r in in_process:
+        at = f"{network.stem} in one process on one thread, {r['micro_batches']} micro-batch(es)"
+        bench.row(f"{at}: step with the audit", "CPU s", r["step_cpu_s"], "the same step, no audit", r["anchor_step_cpu_s"])
+        bench.row(f"{at}: hashing ({r['hashed_mb_per_step']:.0f} MB)", "CPU s", r["hashing_share_of_step"] * r["anchor_step_cpu_s"],
+                  "the step, no audit", r["anchor_step_cpu_s"])
+    d = digest_speeds()
+    bench.row("blake3 of a 2 MB tensor on one core", "GB/s", d["blake3_gb_s"], "blake2b (the wire codec's before)",
+              d["blake2b_gb_s"])
+    same = sum(same for _, same in costs) + sum(after_rollback)
+    bench.row("final parameters of the verified and the caught-and-rolled-back sessions equal the clean one's",
+              "sessions bit-identical", same, "sessions compared", len(costs) + len(after_rollback), exactly(1.0))
 
 
-def report(result: dict) -> None:
-    print(f"{result['network']} on {result['pnodes']} PNodes, {result['micro_batches']} micro-batches; "
-          f"{result['corrupting_pnode']} hosts {len(result['hosted_by_corrupting_pnode'])} VNodes and corrupts")
-    print(f"{'corrupts':>9}{'rate':>7}{'caught':>9}{'median steps':>14}{'p90 steps':>11}   (within horizon)")
-    for r in result["detection"]:
-        median = "—" if r["median_steps_to_detection"] is None else f"{r['median_steps_to_detection']:g}"
-        p90 = "—" if r["p90_steps_to_detection"] is None else f"{r['p90_steps_to_detection']:g}"
-        print(f"{r['corruption']:>9.0%}{r['rate']:>7.2f}{r['detected_share']:>9.1%}{median:>14}{p90:>11}   "
-              f"({r['horizon_steps']} steps, {r['trials']} stream seeds)")
-    for r in result["model_confirmed_by_real_sessions"]:
-        print(f"real session, {r['corruption']:.0%} corrupted at rate {r['rate']}: caught at step {r['observed_step']}, "
-              f"model says {r['predicted_step']} ({'match' if r['match'] else 'MISMATCH'})")
-    for o in result["overhead"]:
-        print(f"{o['micro_batches']} micro-batches, step time at rate {o['rate']}: {o['median_step_s'] * 1e3:.0f} ms vs "
-              f"{o['anchor_median_step_s'] * 1e3:.0f} ms checks off: ratio {o['ratio']:.3f} (target <= {o['target']}), "
-              f"{o['checks_per_step']:.1f} checks per step")
-        print(f"  CPU per step: {o['cpu_s_per_step']:.2f} s vs {o['anchor_cpu_s_per_step']:.2f} s: ratio {o['cpu_ratio']:.3f} "
-              f"(load average {o['machine_load_1min']:.1f} on {o['cores']} cores)")
-    for r in result["ledger_in_process"]:
-        print(f"in one process, {r['micro_batches']} micro-batches: step CPU with the audit {r['ratio']:.3f}x without, "
-              f"hashing {r['hashing_share_of_step']:.1%} of the step ({r['hashed_mb_per_step']:.0f} MB)")
-    d = result["digests"]
-    print(f"digests on one core: blake3 {d['blake3_gb_s']:.1f} GB/s, blake2b {d['blake2b_gb_s']:.1f} GB/s ({d['ratio']:.1f}x)")
-    print(f"final parameters bit-identical: {result['final_parameters_bit_identical']}")
+def main() -> int:
+    bench = Bench("verify", __doc__)
+    args = bench.parse()
+    asyncio.run(measure(bench, args.quick))
+    return bench.finish()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "verify.json")
-    args = parser.parse_args()
-    result = asyncio.run(main(args))
-    report(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    sys.exit(main())

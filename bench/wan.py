@@ -8,16 +8,16 @@ namespace); its step time is the time from one recorded step to the next, every 
 computeall runs once per `--wires` setting (default fp32 and int8, the smallest wire whose loss
 holds: docs/decisions.md); the torch peers send fp32.
 
-    python bench/wan.py [--quick] [--json PATH] [--profiles ...] [--systems ...] [--wires ...]
+    python -m bench.wan [--quick] [--json PATH] [--profiles ...] [--systems ...] [--wires ...]
+
+Where network namespaces cannot be made (no root), it writes no rows and says why.
 
 A system is one function registered in SYSTEMS: (lab, Run) -> Measured.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -25,17 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from computeall.cli.default_corpus import stdlib_files
+from computeall.cli.embedded import running_cluster
+from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
+from computeall.protocol.wire import Wire
 
-from bench.wanlab import PROFILES, LabUnavailable, WanLab  # noqa: E402
-from bench.wanlab.netns import check_available  # noqa: E402
-from bench.wanlab.computeall_run import run_session  # noqa: E402
-from bench.wanlab.torch_peers import NETWORK, pipeline, plain  # noqa: E402
-from computeall.cli.default_corpus import stdlib_files  # noqa: E402
-from computeall.cli.embedded import running_cluster  # noqa: E402
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # noqa: E402
-from computeall.protocol.wire import Wire  # noqa: E402
+from .common import Bench
+from .wanlab import PROFILES, LabUnavailable, WanLab
+from .wanlab.computeall_run import run_session
+from .wanlab.netns import check_available
+from .wanlab.torch_peers import NETWORK, pipeline, plain
 
 BATCH, CONTEXT, MICRO_BATCHES = 8, 256, 4
 WIRES: tuple[Wire, ...] = ("fp32", "int8")
@@ -116,58 +115,44 @@ def _slowest_rank(ranks: list[dict], warmup: int) -> Measured:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer steps, loopback and city only")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "wan.json")
-    parser.add_argument("--profiles", nargs="*", choices=sorted(PROFILES), help="default: all (quick: loopback city)")
-    parser.add_argument("--systems", nargs="*", choices=sorted(SYSTEMS), help="default: all")
-    parser.add_argument("--wires", nargs="*", choices=WIRES, default=list(WIRES), help="computeall's wire settings")
-    args = parser.parse_args()
+    bench = Bench("wan", __doc__, quick_help="fewer steps, loopback and city only")
+    bench.parser.add_argument("--profiles", nargs="*", choices=sorted(PROFILES), help="default: all (quick: loopback city)")
+    bench.parser.add_argument("--systems", nargs="*", choices=sorted(SYSTEMS), help="default: all")
+    bench.parser.add_argument("--wires", nargs="*", choices=WIRES, default=list(WIRES), help="computeall's wire settings")
+    args = bench.parse()
     try:
         check_available()
     except LabUnavailable as e:
         print(f"skipped: {e}")
-        return 0
+        return bench.finish()
     steps, warmup = (2, 1) if args.quick else (6, 2)
     profiles = args.profiles or (["loopback", "city"] if args.quick else list(PROFILES))
     runs = [(name, Run(steps, warmup, wire)) for name in args.systems or SYSTEMS
             for wire in (args.wires if name == "computeall" else ["fp32"])]
     tokens_per_step = BATCH * CONTEXT
-
-    rows, anchors = [], []
     for name in profiles:
         # the anchor before and after each profile, so a machine that got busier or quieter
         # meanwhile moves the anchor with the systems measured next to it
         anchor = plain(steps + warmup, BATCH)["step_s"][warmup:]
-        profile_rows = []
+        measured = {}
         for sys_name, run in runs:
             with WanLab(name, nodes=2, peers=True) as lab:
-                measured = SYSTEMS[sys_name](lab, run)
-            link = PROFILES[name]
-            profile_rows.append({"profile": name, "system": sys_name, "rate_mbit": link.rate_mbit,
-                                 "one_way_delay_ms": link.delay_ms, "median_step_s": measured.step_s,
-                                 "tokens_per_s": tokens_per_step / measured.step_s, "steps": steps,
-                                 "step_s_samples": measured.samples, **measured.extra})
-            wire = f" wire {run.wire}" if sys_name == "computeall" else ""
-            print(f"{name:<10}{sys_name + wire:<24}{profile_rows[-1]['tokens_per_s']:>9.0f} tokens/s"
-                  f"  {measured.step_s:6.2f} s/step", flush=True)
+                measured[(sys_name, run.wire)] = SYSTEMS[sys_name](lab, run)
+            m = measured[(sys_name, run.wire)]
+            print(f"{name:<10}{sys_name} wire {run.wire}: {m.step_s:6.2f} s/step {m.extra}", flush=True)
         anchor += plain(steps + warmup, BATCH)["step_s"][warmup:]
-        anchors.append(tokens_per_step / statistics.median(anchor))
-        for row in profile_rows:
-            row.update(plain_tokens_per_s=anchors[-1], ratio_vs_plain=row["tokens_per_s"] / anchors[-1],
-                       plain_step_s_samples=anchor)
-            print(f"{name:<10}{row['system'] + ' ' + row.get('wire', ''):<24}ratio vs plain {row['ratio_vs_plain']:.2f}")
-        rows += profile_rows
-    print(f"plain torch, 1 process, 2 threads: {', '.join(f'{a:.0f}' for a in anchors)} tokens/s (per profile)")
-    for row in rows:  # computeall against the torch peers on the same profile
-        if row["system"] != "computeall":
-            continue
-        for peer in (r for r in rows if r["profile"] == row["profile"] and r["system"] != "computeall"):
-            ratio = row[f"ratio_vs_{peer['system']}"] = row["tokens_per_s"] / peer["tokens_per_s"]
-            print(f"{row['profile']:<10}computeall wire {row['wire']} / {peer['system']}: {ratio:.2f}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    return 0
+        link = PROFILES[name]
+        where = f"{name} ({link.rate_mbit:g} Mbit/s, {link.delay_ms:g} ms), 2 nodes, batch {BATCH} x {CONTEXT}"
+        for (sys_name, wire), m in measured.items():
+            bench.row(f"{where}: {sys_name}, wire {wire}", "tokens/s", tokens_per_step / m.step_s,
+                      "plain torch loop, 1 process, 2 threads, no network", tokens_per_step / statistics.median(anchor))
+        for (sys_name, wire), m in measured.items():
+            if sys_name != "computeall":
+                continue
+            for (peer, _), theirs in ((k, v) for k, v in measured.items() if k[0] != "computeall"):
+                bench.row(f"{where}: computeall, wire {wire}", "tokens/s", tokens_per_step / m.step_s, peer,
+                          tokens_per_step / theirs.step_s)
+    return bench.finish()
 
 
 if __name__ == "__main__":

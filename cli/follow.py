@@ -67,8 +67,8 @@ async def follow_session(
                     board.record(event)
                 p = event.payload
                 if isinstance(p, StepCompleted):
-                    if out:  # every field of the event: loss, timings, loss scale, grad norm, clipped, ...
-                        out.write(json.dumps(p.model_dump(exclude={"type"})) + "\n")
+                    if out:  # when it was recorded (ts), then every field of the event: loss, timings, ...
+                        out.write(json.dumps({"ts": event.ts, **p.model_dump(exclude={"type"})}) + "\n")
                         out.flush()
                     bar.n = p.step + 1
                     bar.set_postfix(loss=f"{p.loss:.4f}", refresh=False)

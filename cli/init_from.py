@@ -17,6 +17,7 @@ from nats.js.errors import BucketNotFoundError
 from computeall.protocol.config import InitFrom, UploadedWeights
 from computeall.protocol.dataset_client import DatasetError, open_uploads
 from computeall.protocol.object_store import CheckpointObject, existing_bucket
+from computeall.protocol.prompts import without_document_start
 from computeall.protocol.wire import digest
 
 from .client import Client
@@ -73,5 +74,5 @@ async def _from_directory(client: Client, directory: Path, network_yaml: str, si
         uploaded.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data)))
     return InitFrom(uploaded=UploadedWeights(
         source=f"Hugging Face directory {directory.resolve()}", bucket=bucket, objects=uploaded,
-        tokenizer_digest=digest(tokenizer.read_bytes()),
+        tokenizer_digest=digest(without_document_start(tokenizer.read_bytes())),  # the dataset's, as exported
     ))

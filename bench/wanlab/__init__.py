@@ -1,7 +1,7 @@
 """The WAN lab: PNodes in network namespaces behind shaped links, for tests and benchmarks.
 
 A package (not a bench/*.py script) so bench/run_all.py does not run it as a benchmark; tests
-and bench/wan.py import it as `bench.wanlab` with the repository root on sys.path.
+and bench/wan.py import it as `bench.wanlab` from the repository root.
 """
 
 from .lab import Node, WanLab

@@ -1,4 +1,5 @@
-"""`computeall network show FILE [--fused] [--json]`: a network's VNode graph, before and after head fusion."""
+"""`computeall network show FILE [--fused] [--json]`: a network's VNode graph, before and after a session's rewrites
+(attention-head fusion, vocabulary shards)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 from computeall.network import Graph, NetworkError, NetworkSpec, load_network_file
 from computeall.network.head_fusion import fuse_heads
+from computeall.network.vocab_split import split_vocab
 
 from ..errors import UserError
 
@@ -20,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = nsub.add_parser("show", help="print a network's VNodes, edges and parameter counts")
     show.add_argument("file", help="network YAML, e.g. examples/networks/tiny-gpt-heads.yaml")
     show.add_argument("--fused", action="store_true",
-                      help="also apply attention-head fusion and print the graph after the rewrite")
+                      help="also apply the rewrites a session applies (attention-head fusion, vocabulary shards) "
+                           "and print the graph after them")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(func=run_show)
 
@@ -30,7 +33,7 @@ def run_show(args: argparse.Namespace) -> int:
         spec = load_network_file(args.file)
     except NetworkError as exc:
         raise UserError(str(exc)) from None
-    fused, lines = fuse_heads(spec) if args.fused else (None, [])
+    fused, lines = rewritten(spec) if args.fused else (None, [])
     if args.json:
         out: dict = {"network": describe(spec)}
         if fused is not None:
@@ -41,13 +44,20 @@ def run_show(args: argparse.Namespace) -> int:
     if fused is None:
         print("\n".join(render(spec)))
         return 0
-    print("before head fusion:")
+    print("as written:")
     print("\n".join("  " + line for line in render(spec)))
     print("\nrewrite:")
-    print("\n".join("  " + line for line in lines) if lines else "  (no per-head attention patterns)")
-    print("\nafter head fusion:")
+    print("\n".join("  " + line for line in lines) if lines else "  (no per-head attention patterns, no vocabulary beyond a shard)")
+    print("\nas a session runs it:")
     print("\n".join("  " + line for line in render(fused)))
     return 0
+
+
+def rewritten(spec: NetworkSpec) -> tuple[NetworkSpec, list[str]]:
+    """The network as a session runs it (heads fused, vocabulary in shards) and the rewrites' lines."""
+    fused, lines = fuse_heads(spec)
+    split, more = split_vocab(fused)
+    return split, lines + more
 
 
 def describe(spec: NetworkSpec) -> dict:

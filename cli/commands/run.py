@@ -13,10 +13,11 @@ from typing import get_args
 from pydantic import ValidationError
 
 from computeall.network import NetworkError, load_network_file
-from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig, VerifyConfig
+from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, OptimizerState, SessionConfig, VerifyConfig
 from computeall.protocol.faults import FaultSpec, parse_assignment
 from computeall.protocol.replica_sync import ReplicaSync
 from computeall.protocol.sampling import SamplingConfig
+from computeall.protocol.sizes import parse_size
 from computeall.protocol.wire import Wire
 
 from ..data_upload import with_sent_data
@@ -33,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("network", help="network YAML, e.g. examples/networks/tiny-gpt.yaml")
     add_training_args(p)
     p.add_argument("--pnodes", type=int, default=1, help="PNode processes to start (default 1)")
+    p.add_argument("--memory", type=_size, default=None, metavar="SIZE",
+                   help="memory each PNode offers, e.g. 5GiB (default: its share of the RAM); a network larger "
+                        "than one offer is spread over several PNodes")
     add_processes_on_machine(p)
     p.add_argument("--metrics-out", type=Path, default=None, help="write one JSON object per step here")
     add_tensorboard_argument(p)
@@ -62,6 +66,9 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
                    help="clip the global gradient norm to this (default %(default)s); 0 turns clipping off")
     p.add_argument("--update-ratio-every", type=int, default=defaults["update_ratio_every"].default,
                    help="record each block's update-to-weight ratio every N steps (default %(default)s); 0 never")
+    p.add_argument("--optimizer-state", choices=list(get_args(OptimizerState)), default=OptimizerConfig().state,
+                   help="Adam's state on the PNodes: fp32 (default), or int8: 8-bit moments and a bf16 weight's "
+                        "master as its low half, at most 10 bytes per bf16 parameter with its weight and gradient")
     p.add_argument("--wire", choices=list(get_args(Wire)), default=None,
                    help="how activations and gradients travel between VNodes, for VNodes that name none "
                         "(default: the network's `defaults.wire`, else fp32: uncompressed)")
@@ -105,6 +112,15 @@ def share(text: str) -> float:
     return value
 
 
+def _size(text: str) -> str:
+    """A size `parse_size` reads (4GiB, 512MiB, 2000000000), or the user's error saying so."""
+    try:
+        parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _replicas(text: str) -> int | str:
     return _count_or_auto("--replicas", text)
 
@@ -146,6 +162,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             seed=args.seed,
             lr=LrSchedule(peak=args.lr, warmup_steps=args.warmup, min_lr=args.lr / 10),
             precision=args.precision,
+            optimizer=OptimizerConfig(state=args.optimizer_state),
             wire=args.wire,
             pipeline={"stages": args.stages, "schedule": args.schedule, "in_flight": args.in_flight},  # errors say `pipeline.`
             fuse_heads=args.fuse_heads,
@@ -184,7 +201,7 @@ async def run(args: argparse.Namespace) -> int:
     ok = False
     try:
         async with running_cluster(data_dir, args.pnodes, listen=args.listen, faults=faults,
-                                   processes_on_machine=args.processes_on_machine) as (client, _):
+                                   processes_on_machine=args.processes_on_machine, pnode_memory=args.memory) as (client, _):
             config = await with_sent_data(client, config, progress=not args.no_progress)
             sid, command_id = await start_session(client, config)
             outcome = await follow_session(

@@ -10,6 +10,8 @@ import triton.language as tl
 
 from .lce_chunked import linear_cross_entropy_chunked
 
+BLOCK_V = 4096  # the widest stretch of a row one pass of the kernel reads; a larger vocabulary loops
+
 
 @triton.jit
 def _ce_grad_kernel(LOGITS, TARGETS, ROW_SCALE, LOSS, V, stride, BLOCK_V: tl.constexpr):
@@ -39,7 +41,7 @@ def ce_grad_triton_(logits: torch.Tensor, targets: torch.Tensor, row_scale: torc
     """Same contract as ce_grad_torch_: logits (C, V) fp32 overwritten with the gradient."""
     c, v = logits.shape
     loss = torch.empty(c, dtype=torch.float32, device=logits.device)  # (C,)
-    block = min(4096, triton.next_power_of_2(v))
+    block = min(BLOCK_V, triton.next_power_of_2(v))
     _ce_grad_kernel[(c,)](logits, targets, row_scale, loss, v, logits.stride(0), BLOCK_V=block)
     return loss
 

@@ -190,10 +190,14 @@ def _check_tie(v: VNodeSpec, op: OpSpec, params: Any, by_id: dict[str, VNodeSpec
         return [f"{where}: no VNode named {v.tie!r} to tie to"]
     if target.op != op.tie.op:
         return [f"{where}: {v.tie!r} is a {target.op}, not an {op.tie.op}"]
+    try:  # with its defaults filled in, as this VNode's are
+        theirs = OPS[target.op].params.model_validate(target.params)
+    except ValidationError:
+        return []  # its own problems are reported where it is checked
     problems = []
     for key in op.tie.same:
-        if target.params.get(key) != getattr(params, key):
-            problems.append(f"{where}: {key} {getattr(params, key)} differs from {v.tie!r}'s {target.params.get(key)}")
+        if getattr(theirs, key) != getattr(params, key):
+            problems.append(f"{where}: {key} {getattr(params, key)} differs from {v.tie!r}'s {getattr(theirs, key)}")
     return problems
 
 

@@ -1,4 +1,4 @@
-"""The graph a session runs: its network, the config's precision and wire, head fusion.
+"""The graph a session runs: its network, the config's precision and wire, head fusion, vocabulary shards.
 
 One function, so that the orchestrator's "does it fit now?", the driver's placement and the
 monitor's overview of a session see the same VNodes: a bf16 session is weighed at bf16, a fused
@@ -12,10 +12,11 @@ from computeall.protocol.config import SessionConfig
 from .graph import Graph
 from .head_fusion import fuse_heads as fuse
 from .loader import load_network
+from .vocab_split import split_vocab
 
 
 def session_graph(config: SessionConfig, fuse_heads: bool) -> tuple[Graph, list[str]]:
-    """The session's graph as it will be placed, and head fusion's log lines; raises `NetworkError`."""
+    """The session's graph as it will be placed, and the rewrites' log lines; raises `NetworkError`."""
     spec = load_network(config.network_yaml)
     if config.precision:  # the session's override beats every VNode's own setting
         for vnode in spec.vnodes:
@@ -25,4 +26,5 @@ def session_graph(config: SessionConfig, fuse_heads: bool) -> tuple[Graph, list[
     lines: list[str] = []
     if fuse_heads:  # before allocation: the allocator places the fused VNodes
         spec, lines = fuse(spec)
-    return Graph(spec), lines
+    spec, split = split_vocab(spec)  # always: the shards are the network's math, wherever they are placed
+    return Graph(spec), lines + split

@@ -97,8 +97,8 @@ def _why(credential: Credential, exc: BaseException) -> str:
     if "authorization" in reason.lower() and not credential.nkey_seed:
         reason += " (this server admits only known identities: pass --credential FILE, or an invite with --join)"
     elif "authorization" in reason.lower() and credential.role == "user":
-        reason = ("the server knows no such API key: check it (`computeall user create NAME` makes one; the local "
-                  "user's is in the data dir's security/local-api-key), or it was revoked")
+        reason += (" (the server knows no such API key: check it; `computeall user create NAME` makes one, the local "
+                   "user's is in the data dir's security/local-api-key; or it was revoked)")
     elif "authorization" in reason.lower():
         reason += " (the server does not accept this credential: revoked, expired, or for another deployment)"
     return f"cannot connect to {', '.join(credential.servers)} as {credential.identity}: {reason}"

@@ -42,9 +42,20 @@ class LrSchedule(BaseModel):
 DecayGroup = Literal["weights", "bias", "norm", "embedding"]
 
 
+# How a PNode keeps each parameter's optimizer state (`computeall.network.memory_model.STATE_BYTES`
+# says what each costs): "fp32" moments and fp32 masters, updated over flat buffers; "int8" moments
+# in 8-bit blocks and a bf16 weight's master as its low half, updated tensor by tensor (no flat copy)
+OptimizerState = Literal["fp32", "int8"]
+
+
 class OptimizerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    state: OptimizerState = Field(
+        "fp32", description="Adam's state: fp32 moments and masters (16 bytes a bf16 parameter holds besides its "
+        "weight and gradient, the update's flat gradient copy included), or int8: 8-bit blockwise moments and a bf16 "
+        "weight's fp32 master kept as its low half (4 bytes), updated tensor by tensor",
+    )
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = Field(0.1, ge=0)
@@ -256,6 +267,13 @@ class SessionConfig(BaseModel):
             # a check names the PNode that computed an item from one assignment; replicas split items over several
             raise ValueError("spot checks (verify.rate) do not cover data-parallel replicas yet: "
                              "use replicas: 1 with verify, or verify.rate: 0 with replicas")
+        return self
+
+    @model_validator(mode="after")
+    def _diloco_keeps_fp32_state(self) -> "SessionConfig":
+        if self.optimizer.state != "fp32" and self.sync.mode == "diloco":
+            raise ValueError(f"optimizer.state {self.optimizer.state} keeps no fp32 master to anchor diloco's outer "
+                             "steps: use optimizer.state fp32 with sync diloco, or sync gradients")
         return self
 
     @model_validator(mode="after")

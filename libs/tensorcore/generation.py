@@ -35,7 +35,7 @@ class GenerationError(ValueError):
 class KVCache:
     """Keys and values of every attention VNode for positions 0..length-1, written in place.
 
-    Each VNode's buffers are (B, H, context, head_dim), allocated on first use; `length` moves on
+    Each VNode's buffers are (B, KV heads, context, head_dim), allocated on first use; `length` moves on
     once the whole network has seen the new positions.
     """
 
@@ -66,27 +66,27 @@ class KVCache:
 
 
 def _attend(cache: KVCache, vid: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, base: float) -> torch.Tensor:
-    """Causal attention of the new positions over every cached one; q, k, v: (B, H, t, hd) before RoPE."""
+    """Causal attention of the new positions over every cached one; q (B, H, t, hd), k and v (B, KV, t, hd)
+    before RoPE, with KV dividing H (grouped-query attention: the cache holds only the KV heads)."""
     t, hd = q.shape[2], q.shape[3]
     cos, sin = cache.rope(hd, base, t)
     keys, values = cache.extend(vid, apply_rope(k, cos, sin), v)
     q = apply_rope(q, cos, sin)
+    gqa = keys.shape[1] != q.shape[1]
     if t == 1:  # the usual decode step: the one new position sees everything
-        return F.scaled_dot_product_attention(q, keys, values)
+        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=gqa)
     if cache.length == 0:
-        return F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=gqa)
     mask = torch.ones(t, keys.shape[2], dtype=torch.bool).tril(cache.length)  # new position i sees 0..length+i
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
 
 
 def _multi_head(module: nn.Module, x: torch.Tensor, cache: KVCache, vid: str) -> torch.Tensor:
-    """`attention` and `fused_attention_heads`: qkv rows [q_0..q_{H-1}; k...; v...], then the projection."""
+    """`attention` and `fused_attention_heads`: their own head split (`split_heads`), then the projection."""
     B, t, _ = x.shape
-    H = module.heads
-    hd = module.qkv.out_features // (3 * H)
-    q, k, v = (z.view(B, t, H, hd).transpose(1, 2) for z in module.qkv(x).split(H * hd, dim=-1))  # (B, H, t, hd)
+    q, k, v = module.split_heads(x)  # (B, H, t, hd), (B, KV, t, hd), (B, KV, t, hd)
     y = _attend(cache, vid, q, k, v, module.rope_base)
-    return module.proj(y.transpose(1, 2).reshape(B, t, H * hd))
+    return module.proj(y.transpose(1, 2).reshape(B, t, module.heads * module.head_dim))
 
 
 def _one_head(module: nn.Module, x: torch.Tensor, cache: KVCache, vid: str) -> torch.Tensor:
@@ -105,6 +105,7 @@ CACHED_OPS: dict[str, Callable[[nn.Module, torch.Tensor, KVCache, str], torch.Te
 # loss ops: what they return instead of a loss (their inputs minus the targets)
 LOGIT_OPS: dict[str, Callable[[nn.Module, torch.Tensor], torch.Tensor]] = {
     "tied_lm_head_ce": lambda module, x: x @ module.weight.T,  # (B, t, vocab)
+    "lm_head_ce": lambda module, x: x @ module.weight.T,
 }
 
 

@@ -1,4 +1,6 @@
-"""State of per-head attention VNodes <-> state of their fused VNode: weights, fp32 masters, Adam state.
+"""State of per-head attention VNodes <-> state of their fused VNode: weights, fp32 masters, Adam state
+(and, through `vocab_state_mapping`, of an embedding <-> its vocabulary shards: `convert_state` and
+`source_vnodes` cover both rewrites).
 
 Pure functions over dicts of named tensors. A key is `[<namespace>/]<vnode>.<param>[.<suffix>]`:
 `b0.h3.qkv.weight`, `param/b0.h3.qkv.weight`, `optim/b0.h3.qkv.weight.exp_avg`,
@@ -24,6 +26,7 @@ from computeall.network import NetworkSpec
 from computeall.network.head_fusion import HeadGroup, head_groups
 
 from .ops.fused_heads import qkv_from_heads, qkv_to_heads
+from .vocab_state_mapping import VocabMappingError, convert_vocab_state, vocab_sources
 
 QKV = "qkv.weight"
 
@@ -110,8 +113,8 @@ def to_unfused(state: dict[str, torch.Tensor], groups: list[HeadGroup]) -> dict[
 def convert_state(state: dict[str, torch.Tensor], spec: NetworkSpec) -> dict[str, torch.Tensor]:
     """State saved by either topology -> the form `spec` needs; groups already in that form are left alone.
 
-    `spec` is the network the state will be loaded into (fused or not); the head groups are read
-    from it (a fused VNode names its heads), so the caller needs nothing else.
+    `spec` is the network the state will be loaded into (fused or not, split by vocabulary or not); the
+    head groups are read from it (a fused VNode names its heads), so the caller needs nothing else.
     """
     fused_ids = {v.id for v in spec.vnodes if v.op == "fused_attention_heads"}
     for g in head_groups(spec):
@@ -120,15 +123,22 @@ def convert_state(state: dict[str, torch.Tensor], spec: NetworkSpec) -> dict[str
                 state = fuse_group(state, g)
         elif _owned(state, g.fused_id):
             state = unfuse_group(state, g)
-    return state
+    try:
+        return convert_vocab_state(state, spec)
+    except VocabMappingError as exc:
+        raise StateMappingError(str(exc)) from None
 
 
 def source_vnodes(spec: NetworkSpec, vid: str) -> list[str]:
     """The VNodes whose checkpoint objects may hold `vid`'s state, from either topology.
 
     A fused VNode's state may sit in its heads' objects (and the concat's, which has its id); a
-    head's or the concat's state may sit in the fused VNode's object (the concat's id).
+    head's or the concat's state may sit in the fused VNode's object (the concat's id); an embedding's
+    in its vocabulary shards' objects, and theirs in the embedding's.
     """
+    vocab = vocab_sources(spec, vid)
+    if vocab is not None:
+        return vocab
     for g in head_groups(spec):
         if vid == g.fused_id:
             return [vid, *g.head_ids]

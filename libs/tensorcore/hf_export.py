@@ -1,8 +1,9 @@
 """A trained network as a Hugging Face Llama checkpoint: config.json, model.safetensors, tokenizer files.
 
 A network maps onto `LlamaForCausalLM` when it is, VNode for VNode, a Llama: an embedding, then
-blocks of `x + attn(rmsnorm(x))`, `x + swiglu(rmsnorm(x))`, a final rmsnorm and an LM head tied to
-the embedding, every block alike (one eps, one head layout, one rope base, one hidden size).
+blocks of `x + attn(rmsnorm(x))`, `x + swiglu(rmsnorm(x))`, a final rmsnorm and an LM head, tied to
+the embedding (`tied_lm_head_ce`) or with its own weight (`lm_head_ce`), every block alike (one
+eps, one head layout with its key/value heads, one rope base, one hidden size).
 `llama_layout` walks the residual stream and says which VNode breaks the pattern otherwise.
 Per-head networks export in their fused form (see `trained_model`).
 
@@ -11,7 +12,7 @@ Two conventions differ and are converted here, so the logits stay the same:
   rotates (x[i], x[i + hd/2]), with the same frequency for pair i. Reordering each head's q and
   k rows to [even rows; odd rows] turns one into the other; q.k is unchanged because both are
   reordered alike, and v is not touched.
-- Fused weights. Our qkv (3*H*hd, dim) is [q; k; v] and gate_up (2*hidden, dim) is [gate; up];
+- Fused weights. Our qkv ((H + 2*KV)*hd, dim) is [q; k; v] and gate_up (2*hidden, dim) is [gate; up];
   Llama keeps q_proj, k_proj, v_proj, gate_proj and up_proj apart.
 """
 
@@ -26,10 +27,13 @@ from safetensors.torch import save_file
 
 from computeall.network import Graph, NetworkSpec, VNodeSpec
 from computeall.network.ops import AttentionParams, FusedAttentionHeadsParams, NormParams, SwiGLUParams
+from computeall.protocol.prompts import starting_documents
 
 from .trained_model import TrainedModel
 
 ATTENTION_OPS = ("attention", "fused_attention_heads")
+HEAD_OPS = ("tied_lm_head_ce", "lm_head_ce")  # the LM head tied to the embedding, or with its own weight
+UNTIED_HEAD = "lm_head.weight"  # a model's own LM head (a tied one may be saved as a copy of the embedding)
 
 
 class ExportError(ValueError):
@@ -57,23 +61,26 @@ class LlamaLayout:
     norm: str
     head: str
     heads: int
+    kv_heads: int
     head_dim: int
     hidden: int
     eps: float
     rope_base: float
     dim: int
+    tied: bool  # the LM head reads the embedding's weight
 
 
 def _refuse(v: VNodeSpec, why: str) -> ExportError:
     return ExportError(f"VNode {v.id} ({v.op}) does not map onto a Llama model: {why}")
 
 
-def _head_layout(v: VNodeSpec) -> tuple[int, int, float]:
+def _head_layout(v: VNodeSpec) -> tuple[int, int, int, float]:
+    """(query heads, key/value heads, head dim, rope base) of an attention VNode."""
     if v.op == "attention":
         p = AttentionParams.model_validate(v.params)
-        return p.heads, p.dim // p.heads, p.rope_base
+        return p.heads, p.kv, p.head_dim, p.rope_base
     p = FusedAttentionHeadsParams.model_validate(v.params)
-    return p.heads, p.head_dim, p.rope_base
+    return p.heads, p.heads, p.head_dim, p.rope_base
 
 
 def llama_layout(spec: NetworkSpec) -> LlamaLayout:
@@ -110,8 +117,8 @@ def llama_layout(spec: NetworkSpec) -> LlamaLayout:
     blocks: list[Block] = []
     while True:
         norm = only_consumer(x, ("rmsnorm",), "an RMSNorm", skip_adds=True)
-        nxt = only_consumer(norm.id, (*ATTENTION_OPS, "tied_lm_head_ce"), "attention or the LM head")
-        if nxt.op == "tied_lm_head_ce":
+        nxt = only_consumer(norm.id, (*ATTENTION_OPS, *HEAD_OPS), "attention or the LM head")
+        if nxt.op in HEAD_OPS:
             head = nxt
             break
         attn = nxt
@@ -121,8 +128,9 @@ def llama_layout(spec: NetworkSpec) -> LlamaLayout:
         res2 = residual(res1.id, mlp)
         blocks.append(Block(norm.id, attn.id, res1.id, norm2.id, mlp.id, res2.id))
         x = res2.id
-    if head.tie != embed.id:
-        raise _refuse(head, f"Llama ties its LM head to the embedding {embed.id}; this one ties {head.tie}")
+    if head.tie not in (None, embed.id):
+        raise _refuse(head, f"a Llama's LM head is tied to its embedding {embed.id} or has its own weight; "
+                            f"this one ties {head.tie}")
     if not blocks:
         raise ExportError("the network has no transformer block to export")
 
@@ -130,7 +138,7 @@ def llama_layout(spec: NetworkSpec) -> LlamaLayout:
     hiddens = {b.mlp: SwiGLUParams.model_validate(by_id[b.mlp].params).hidden for b in blocks}
     norm_ids = [n for b in blocks for n in (b.norm1, b.norm2)] + [norm.id]
     epss = {n: NormParams.model_validate(by_id[n].params).eps for n in norm_ids}
-    for what, values in (("head layout (heads, head_dim, rope_base)", layouts), ("hidden size", hiddens), ("eps", epss)):
+    for what, values in (("head layout (heads, kv_heads, head_dim, rope_base)", layouts), ("hidden size", hiddens), ("eps", epss)):
         first = next(iter(values.values()))
         for vid, value in values.items():
             if value != first:
@@ -138,12 +146,12 @@ def llama_layout(spec: NetworkSpec) -> LlamaLayout:
     used = {embed.id, norm.id, head.id} | {vid for b in blocks for vid in astuple(b)}
     extra = [v for v in spec.vnodes if v.id not in used]
     if extra:
-        raise _refuse(extra[0], "it is outside the Llama pattern (embedding, blocks, final norm, tied head)")
-    heads, head_dim, rope_base = next(iter(layouts.values()))
+        raise _refuse(extra[0], "it is outside the Llama pattern (embedding, blocks, final norm, LM head)")
+    heads, kv_heads, head_dim, rope_base = next(iter(layouts.values()))
     return LlamaLayout(
-        embed=embed.id, blocks=blocks, norm=norm.id, head=head.id, heads=heads, head_dim=head_dim,
+        embed=embed.id, blocks=blocks, norm=norm.id, head=head.id, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         hidden=next(iter(hiddens.values())), eps=next(iter(epss.values())), rope_base=rope_base,
-        dim=embed.params["dim"],
+        dim=embed.params["dim"], tied=head.tie is not None,
     )
 
 
@@ -162,44 +170,54 @@ class Piece:
     """A Hugging Face tensor that is one block of rows of one of our weights."""
 
     name: str
-    rope: bool = False  # q or k rows: RoPE pairs reordered on the way (see the module's docstring)
+    rows: int | None = None  # how many of our weight's rows it takes; None: all of them
+    rope_heads: int = 0  # q or k rows of this many heads: RoPE pairs reordered on the way (module docstring)
 
 
 def llama_pieces(layout: LlamaLayout) -> dict[str, list[Piece]]:
-    """Each of our weights (`<vnode>.<param>`) and the Llama tensors it is made of, as equal blocks of rows
-    in order: qkv is [q; k; v], gate_up is [gate; up]. The LM head is tied, so it has none of its own."""
+    """Each of our weights (`<vnode>.<param>`) and the Llama tensors it is made of, as blocks of rows in
+    order: qkv is [q; k; v], gate_up is [gate; up]. A tied LM head has no weight of its own."""
     out = {f"{layout.embed}.weight": [Piece("model.embed_tokens.weight")], f"{layout.norm}.weight": [Piece("model.norm.weight")]}
+    if not layout.tied:
+        out[f"{layout.head}.weight"] = [Piece(UNTIED_HEAD)]
+    hd, kv = layout.head_dim, layout.kv_heads
     for i, b in enumerate(layout.blocks):
         layer = f"model.layers.{i}"
         out.update({
             f"{b.norm1}.weight": [Piece(f"{layer}.input_layernorm.weight")],
-            f"{b.attn}.qkv.weight": [Piece(f"{layer}.self_attn.q_proj.weight", rope=True),
-                                     Piece(f"{layer}.self_attn.k_proj.weight", rope=True),
-                                     Piece(f"{layer}.self_attn.v_proj.weight")],
+            f"{b.attn}.qkv.weight": [Piece(f"{layer}.self_attn.q_proj.weight", layout.heads * hd, rope_heads=layout.heads),
+                                     Piece(f"{layer}.self_attn.k_proj.weight", kv * hd, rope_heads=kv),
+                                     Piece(f"{layer}.self_attn.v_proj.weight", kv * hd)],
             f"{b.attn}.proj.weight": [Piece(f"{layer}.self_attn.o_proj.weight")],
             f"{b.norm2}.weight": [Piece(f"{layer}.post_attention_layernorm.weight")],
-            f"{b.mlp}.gate_up.weight": [Piece(f"{layer}.mlp.gate_proj.weight"), Piece(f"{layer}.mlp.up_proj.weight")],
+            f"{b.mlp}.gate_up.weight": [Piece(f"{layer}.mlp.gate_proj.weight", layout.hidden),
+                                        Piece(f"{layer}.mlp.up_proj.weight", layout.hidden)],
             f"{b.mlp}.down.weight": [Piece(f"{layer}.mlp.down_proj.weight")],
         })
     return out
 
 
+def split_rows(pieces: list[Piece], weight: torch.Tensor) -> list[torch.Tensor]:
+    """Our weight as the blocks of rows its pieces take, in order."""
+    return list(weight.split([p.rows or weight.shape[0] for p in pieces], dim=0))
+
+
 def to_llama(piece: Piece, rows: torch.Tensor, layout: LlamaLayout) -> torch.Tensor:
     """Our block of rows as the Llama tensor `piece`."""
-    return _rope_to_half(rows, layout.heads, layout.head_dim) if piece.rope else rows
+    return _rope_to_half(rows, piece.rope_heads, layout.head_dim) if piece.rope_heads else rows
 
 
 def from_llama(piece: Piece, tensor: torch.Tensor, layout: LlamaLayout) -> torch.Tensor:
     """The Llama tensor `piece` as our block of rows."""
-    return _rope_from_half(tensor, layout.heads, layout.head_dim) if piece.rope else tensor
+    return _rope_from_half(tensor, piece.rope_heads, layout.head_dim) if piece.rope_heads else tensor
 
 
 def llama_state(model: TrainedModel, layout: LlamaLayout) -> dict[str, torch.Tensor]:
-    """The `LlamaForCausalLM` state dict (the LM head is tied, so not stored)."""
+    """The `LlamaForCausalLM` state dict (a tied LM head is the embedding, so not stored)."""
     weights = model.weights()
     out = {}
     for ours, pieces in llama_pieces(layout).items():
-        for piece, rows in zip(pieces, weights[ours].chunk(len(pieces), dim=0)):
+        for piece, rows in zip(pieces, split_rows(pieces, weights[ours])):
             out[piece.name] = to_llama(piece, rows, layout)
     return {k: t.detach().contiguous().clone() for k, t in out.items()}
 
@@ -214,15 +232,16 @@ def llama_config(spec: NetworkSpec, layout: LlamaLayout, eos_token_id: int, pad_
         "intermediate_size": layout.hidden,
         "num_hidden_layers": len(layout.blocks),
         "num_attention_heads": layout.heads,
-        "num_key_value_heads": layout.heads,
+        "num_key_value_heads": layout.kv_heads,
         "head_dim": layout.head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": spec.context,
         "rms_norm_eps": layout.eps,
+        "rope_theta": layout.rope_base,  # what transformers before v5 read
         "rope_parameters": {"rope_type": "default", "rope_theta": layout.rope_base},
         "attention_bias": False,
         "mlp_bias": False,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": layout.tied,
         "bos_token_id": eos_token_id,  # documents start after <|endoftext|> in training
         "eos_token_id": eos_token_id,
         "pad_token_id": pad_token_id,
@@ -241,21 +260,6 @@ def tokenizer_config(spec: NetworkSpec, eos_token: str, pad_token: str | None) -
         "clean_up_tokenization_spaces": False,
         "add_bos_token": True,
     }
-
-
-def starting_documents(tokenizer_json: bytes, eos_token: str, eos_id: int) -> bytes:
-    """The tokenizer with a post-processor that starts every text with `eos_token`, as our prompts do
-    (`computeall.protocol.prompts`: every document in training follows it): `transformers` then encodes
-    a prompt to the ids `computeall generate` continues. A post-processor the tokenizer had runs first."""
-    tokenizer = json.loads(tokenizer_json)
-    start = {"type": "TemplateProcessing",
-             "single": [{"SpecialToken": {"id": eos_token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-             "pair": [{"SpecialToken": {"id": eos_token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                      {"SpecialToken": {"id": eos_token, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-             "special_tokens": {eos_token: {"id": eos_token, "ids": [eos_id], "tokens": [eos_token]}}}
-    had = tokenizer.get("post_processor")
-    tokenizer["post_processor"] = start if had is None else {"type": "Sequence", "processors": [had, start]}
-    return json.dumps(tokenizer, ensure_ascii=False).encode()
 
 
 def export_llama(model: TrainedModel, tokenizer_json: bytes, out: Path, eos_token: str, pad_token: str | None) -> list[Path]:

@@ -2,7 +2,7 @@
 
 The inverse of `hf_export`, through the same table (`llama_pieces`): the network must be a Llama
 (`llama_layout`), the directory's config must compute what the network computes (rope theta, norm
-eps, one key/value head per query head, SiLU, a tied LM head), and every tensor must be there with
+eps, the key/value heads, SiLU, the LM head tied or not), and every tensor must be there with
 the shape the network needs; a mismatch names the tensor (or the setting). Only safetensors files
 are read (a `.bin` is a pickle), and nothing is downloaded. The result is one object per VNode of
 the network's fused form, weights only, which the PNodes load like a checkpoint.
@@ -20,7 +20,7 @@ from safetensors import safe_open
 from computeall.network import NetworkSpec
 
 from .checkpoint import weights_object
-from .hf_export import ExportError, LlamaLayout, from_llama, llama_layout, llama_pieces
+from .hf_export import UNTIED_HEAD, ExportError, LlamaLayout, from_llama, llama_layout, llama_pieces
 from .trained_model import TrainedModel
 
 SINGLE_FILE = "model.safetensors"
@@ -48,11 +48,13 @@ def llama_objects(spec: NetworkSpec, directory: Path) -> dict[str, bytes]:
         weights = {}
         for ours, pieces in llama_pieces(layout).items():
             rows, *rest = wanted[ours]
-            shape = (rows // len(pieces), *rest)
             blocks = []
             for piece in pieces:
+                shape = (piece.rows or rows, *rest)
                 if piece.name not in files:
-                    raise WeightsMismatch(f"{directory} has no tensor {piece.name} (the network's {ours})")
+                    tied = " (its LM head is tied to the embedding; the network's has its own weight)" \
+                        if piece.name == UNTIED_HEAD and config.get("tie_word_embeddings") else ""
+                    raise WeightsMismatch(f"{directory} has no tensor {piece.name} (the network's {ours}){tied}")
                 found = tuple(files[piece.name].get_slice(piece.name).get_shape())
                 if found != shape:
                     raise WeightsMismatch(
@@ -90,7 +92,7 @@ def check_config(config: dict, layout: LlamaLayout) -> None:
     attn = by_block(layout, "attn")
     checks = [
         ("num_attention_heads", heads, layout.heads, attn),
-        ("num_key_value_heads", config.get("num_key_value_heads", heads), layout.heads, attn),
+        ("num_key_value_heads", config.get("num_key_value_heads", heads), layout.kv_heads, attn),
         ("rope type", rope_type, "default", attn),
         ("rope_theta", float(theta), float(layout.rope_base), attn),
         ("rms_norm_eps", float(config.get("rms_norm_eps", 1e-6)), float(layout.eps), layout.norm),
@@ -126,12 +128,12 @@ def _check_leftovers(files: dict, pieces: dict, embedding: torch.Tensor, directo
     """Refuse tensors the network has no place for, but a saved copy of the tied LM head."""
     used = {p.name for blocks in pieces.values() for p in blocks}
     extra = [n for n in files if n not in used and not n.endswith(IGNORED)]
-    if "lm_head.weight" in extra:
-        head = files["lm_head.weight"].get_tensor("lm_head.weight").float()
+    if UNTIED_HEAD in extra:
+        head = files[UNTIED_HEAD].get_tensor(UNTIED_HEAD).float()
         if head.shape != embedding.shape or not torch.equal(head, embedding):
             raise WeightsMismatch("lm_head.weight differs from model.embed_tokens.weight; the network's LM head is "
                                   "tied to its embedding, so a model with its own LM head does not fit")
-        extra.remove("lm_head.weight")
+        extra.remove(UNTIED_HEAD)
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         raise WeightsMismatch(f"{directory} has {sorted(extra)[0]}{more}, which the network has no place for")

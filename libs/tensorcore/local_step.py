@@ -88,7 +88,7 @@ def local_step(
                 grad_out = loss_gradient(loss_scale, result.tokens, host[vid].device)
             else:
                 parts = grads.pop(vid)
-                grad_out = summed_in_order([parts[c] for c in graph.consumers(vid)], host[vid].dtypes[vid])
+                grad_out = summed_in_order([parts[c] for c in graph.consumers(vid)], host[vid].output_dtypes[vid])
                 del parts
                 if not keep_outputs:
                     values.pop(vid)  # its consumers' backwards are done

@@ -1,18 +1,22 @@
-"""The optimizer a PNode runs on its own parameters: fused AdamW with fp32 masters and weight-decay groups.
+"""The optimizer a PNode runs on its own parameters: AdamW with weight-decay groups, its state as the
+session's `optimizer.state` says.
 
-Parameters may be fp32, bf16 or fp16 (each VNode's precision). The optimizer keeps an fp32
-master copy of every low-precision parameter and fp32 Adam moments; one fused pass per
-(device, dtype) bucket unscales the gradients by the loss scale, updates the master and writes
-the low-precision copy back (`computeall.kernels.FusedAdamW`). fp32 parameters are their own
-master. The parameters become views into the optimizer's flat buffers: load into them with
-`p.copy_(...)`, never `p.data = ...`.
+Parameters may be fp32, bf16 or fp16 (each VNode's precision).
+- "fp32": an fp32 master copy of every low-precision parameter and fp32 Adam moments; one fused pass
+  per (device, dtype) bucket unscales the gradients by the loss scale, updates the master and
+  writes the low-precision copy back (`computeall.kernels.FusedAdamW`). fp32 parameters are their
+  own master. The parameters become views into the optimizer's flat buffers: load into them with
+  `p.copy_(...)`, never `p.data = ...`.
+- "int8": 8-bit blockwise moments and a bf16 weight's master as its low half, updated parameter by
+  parameter in chunks (`computeall.kernels.AdamW8bit`): no flat buffer, no gradient copy.
 """
 
 from __future__ import annotations
 
 import torch
 
-from computeall.kernels import FusedAdamW
+from computeall.kernels import AdamW8bit, FusedAdamW
+from computeall.kernels.adamw_8bit import fp32_state
 from computeall.protocol.config import DecayGroup, OptimizerConfig
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -43,11 +47,17 @@ class VNodeOptimizer:
             ([(n, params[n]) for n in names if groups[n] not in config.no_decay], config.weight_decay),
             ([(n, params[n]) for n in names if groups[n] in config.no_decay], 0.0),
         )
-        self._fused = [
-            FusedAdamW(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay, impl=impl)
-            for named, decay in split
-            if named
-        ]
+        self.state = config.state
+        self._fused: list[FusedAdamW] = []
+        self._int8: list[AdamW8bit] = []
+        for named, decay in split:
+            if not named:
+                continue
+            if config.state == "int8":
+                self._int8.append(AdamW8bit(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay))
+            else:
+                self._fused.append(FusedAdamW(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay,
+                                              impl=impl))
 
     def _buckets(self):
         return [b for opt in self._fused for b in opt._buckets]
@@ -59,9 +69,32 @@ class VNodeOptimizer:
         Whether to apply at all is the orchestrator's call (every PNode applies or skips the same
         step), so no overflow check runs here.
         """
+        self._step(lr, loss_scale / clip_factor)
+
+    def _step(self, lr: float, grad_scale: float, measure: dict[str, tuple[float, float]] | None = None) -> None:
         for opt in self._fused:
             opt.lr = lr
-            opt.step(grad_scale=loss_scale / clip_factor, found_inf=torch.zeros(()))
+            opt.step(grad_scale=grad_scale, found_inf=torch.zeros(()))
+        for opt8 in self._int8:
+            opt8.lr = lr
+            opt8.step(grad_scale, measure)
+
+    @torch.no_grad()
+    def measured_step(self, lr: float, loss_scale: float = 1.0, clip_factor: float = 1.0) -> dict[str, tuple[float, float]]:
+        """`step`, and each parameter's (|update|^2, |master before|^2) of it, in float64. The 8-bit
+        state measures chunk by chunk inside its update; the fp32 state keeps a copy of its masters
+        for the update's length (one fp32 word per parameter)."""
+        measure: dict[str, tuple[float, float]] = {}
+        masters = self.masters()
+        names = sorted(masters)
+        before = [masters[n].clone() for n in names]
+        weights = [float(w) ** 2 for w in torch._foreach_norm(before)] if before else []
+        self._step(lr, loss_scale / clip_factor, measure)
+        if before:
+            torch._foreach_sub_(before, [masters[n] for n in names])  # before - after: the update, negated
+            updates = [float(u) ** 2 for u in torch._foreach_norm(before)]
+            measure.update({n: (u, w) for n, u, w in zip(names, updates, weights)})
+        return measure
 
     def zero_grad(self) -> None:
         for p in self.params.values():
@@ -69,7 +102,8 @@ class VNodeOptimizer:
 
     def masters(self) -> dict[str, torch.Tensor]:
         """Every parameter's fp32 master (the parameter itself when it is fp32), as views into the
-        optimizer's buffers: change them in place, then `masters_changed()` writes the parameters."""
+        optimizer's buffers: change them in place, then `masters_changed()` writes the parameters.
+        The fp32 state only (an 8-bit state keeps no fp32 master to view: none here)."""
         out: dict[str, torch.Tensor] = {}
         for b in self._buckets():
             out.update(zip(b.names, b.views(b.master)))
@@ -89,6 +123,8 @@ class VNodeOptimizer:
         that serializes them before the next update (a checkpoint: a copy of the state less at its peak)."""
         wanted = set(self.params if names is None else names)
         out: dict[str, torch.Tensor] = {}
+        for opt8 in self._int8:
+            out.update(opt8.state_dict([n for n in opt8.states if n in wanted], copy))
         for b in self._buckets():
             own_master = b.master is not b.flat_param
             views = {key: b.views(getattr(b, key)) for key in _MOMENTS + (("master",) if own_master else ())}
@@ -104,7 +140,12 @@ class VNodeOptimizer:
     def load_state_dict(self, flat: dict[str, torch.Tensor]) -> None:
         """Inverse of `state_dict`, for any subset of parameters. A parameter without a saved master
         (saved from an fp32 run) takes its master from its current value; a saved master wins over
-        the parameter (it is the more precise copy), and the parameter is rewritten from it."""
+        the parameter (it is the more precise copy), and the parameter is rewritten from it. Either
+        state loads what the other saved (8-bit moments are dequantized, fp32 ones quantized)."""
+        for opt8 in self._int8:
+            opt8.load_state_dict(flat)
+        if self._fused:
+            flat = fp32_state(flat, self.params)
         for b in self._buckets():
             masters, params = b.views(b.master), b.views(b.flat_param)
             moments = {key: b.views(getattr(b, key)) for key in _MOMENTS}
@@ -125,9 +166,13 @@ class VNodeOptimizer:
 
     # -- memory ------------------------------------------------------------------------
     def state_bytes(self) -> dict[str, int]:
-        """Bytes the optimizer holds between updates, by category: fp32 masters of low-precision
-        parameters (fp32 parameters are their own master: 0), Adam moments and step counters."""
+        """Bytes the optimizer holds between updates, by category: masters of low-precision parameters
+        (fp32 ones, or a bf16 weight's low half; fp32 parameters are their own master: 0), Adam
+        moments (with their blocks' scales) and step counters."""
         master = optimizer = 0
+        for opt8 in self._int8:
+            held = opt8.state_bytes()
+            master, optimizer = master + held["master"], optimizer + held["optimizer"]
         for b in self._buckets():
             if b.master is not b.flat_param:
                 master += b.master.numel() * b.master.element_size()

@@ -1,7 +1,9 @@
-"""The same network as one plain torch module in one process.
+"""Our VNode modules as one torch module in one process: same init (seeded per VNode), ordinary autograd.
 
-The ground truth the distributed run is checked against, and the anchor of the
-throughput benchmark: same init (seeded per VNode), same batches, ordinary autograd.
+A correctness check for what rewrites our own graph or runs it in pieces (head fusion, clipping,
+precision casts, the local step), where the question is "the same as our ops in one piece". It is
+built from the same op modules as the PNodes, so it cannot catch a bug in an op: the distributed run
+is checked against torch's own modules for that (`plain_gpt`, tests/integration/test_equivalence.py).
 """
 
 from __future__ import annotations

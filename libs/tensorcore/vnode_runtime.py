@@ -62,6 +62,8 @@ class VNodeRuntime:
         self.device = device
         self.order = [v for v in graph.order if v in set(vnode_ids)]
         self.dtypes = {v: dtype_of(graph.vnodes[v].precision) for v in self.order}
+        # what each output is in, so the gradients handed back to it are summed in it too
+        self.output_dtypes = {v: output_dtype(graph, v) for v in self.order}
         self.modules: dict[str, nn.Module] = {}
         # tied VNodes point at their partner, so build the partners (embeddings) first
         for vid in sorted(self.order, key=lambda v: graph.vnodes[v].tie is not None):
@@ -189,6 +191,12 @@ def _stand_in(leaf: torch.Tensor) -> torch.Tensor:
 
 
 # -- how gradients meet at VNode boundaries (the PNode stage and `local_step` both follow these) --
+def output_dtype(graph: Graph, vid: str) -> torch.dtype:
+    """The dtype of a VNode's output, in which the gradients handed back to it are summed: its precision's,
+    or fp32 for an op whose output is fp32 whatever its precision (`OpSpec.fp32_output`)."""
+    return torch.float32 if graph.op(vid).fp32_output else dtype_of(graph.vnodes[vid].precision)
+
+
 def loss_gradient(loss_scale: float, tokens: int, device: torch.device) -> torch.Tensor:
     """The gradient that starts a loss VNode's backward: d(loss_sum * scale / tokens), because the
     step's loss is the mean over all its tokens, whatever the micro-batch split."""

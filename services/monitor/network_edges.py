@@ -13,12 +13,13 @@ from typing import Any
 
 from computeall.network import Graph, load_network
 from computeall.network.head_fusion import fuse_heads
+from computeall.network.vocab_split import split_vocab
 
 
 @lru_cache(maxsize=64)
 def _graph_edges(network_yaml: str, batch_size: int, fused: bool) -> tuple[tuple[str, str, int], ...]:
     spec = load_network(network_yaml)
-    graph = Graph(fuse_heads(spec)[0] if fused else spec)
+    graph = Graph(split_vocab(fuse_heads(spec)[0] if fused else spec)[0])  # a large vocabulary always runs in shards
     return tuple((e.src, e.dst, graph.edge_bytes_per_step(e, batch_size)) for e in graph.edges)
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from computeall.network import Graph
-from computeall.protocol.config import Stages
+from computeall.protocol.config import OptimizerState, Stages
 
 from .step_time import PNodeCapacity, StageCosts, band_stage_time, stage_time, step_time_s
 
@@ -73,13 +73,13 @@ class Allocation:
 
 
 def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_batch_size: int,
-             stages: Stages = "auto") -> Allocation:
+             stages: Stages = "auto", state: OptimizerState = "fp32") -> Allocation:
     if not pnodes:
         raise AllocationError("no PNodes are available; start one with `computeall pnode`")
     units = _units(graph)
     most = min(len(pnodes), len(units))
     counts = _stage_counts(most) if stages == "auto" else [min(stages, most)]
-    costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - counts[0] + 1)
+    costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - counts[0] + 1, state=state)
     micro_batches = max(1, batch_size // micro_batch_size)
     bands = _bands(costs, pnodes, micro_batches)
     found: dict[int, tuple[float, list[int], list[PNodeCapacity]]] = {}  # stage count -> the best of that count

@@ -157,7 +157,7 @@ class Placement:
         exclude = set(exclude) | set(self.recorder.state.quarantined)  # caught computing wrong results
         return await self.jobs.allocate(  # off the event loop
             self.graph, self.registry.capacities(exclude), self.config.replicas, self.config.batch_size,
-            self.config.micro_batches, self.config.pipeline.stages,
+            self.config.micro_batches, self.config.pipeline.stages, self.config.optimizer.state,
         )
 
     def _event_fields(self, allocation: ReplicatedAllocation) -> dict:

@@ -157,11 +157,12 @@ class Orchestrator:
         """On the way out, each session this orchestrator drives checkpoints at its next step boundary
         (the PNodes still run: `computeall up` stops the orchestrator first), so that a restart goes on
         from there instead of from an older checkpoint. Bounded: past `SHUTDOWN_S` the older one stands."""
-        for driver in self.driving.values():
-            driver.shut_down()
-        if self.drivers:
-            log.info("checkpointing %d session(s) before stopping", len(self.drivers))
-            await asyncio.wait(list(self.drivers.values()), timeout=SHUTDOWN_S)
+        training = [sid for sid, driver in self.driving.items() if driver.state.status == SessionStatus.RUNNING]
+        for sid in training:
+            self.driving[sid].shut_down()
+        if training:  # a driver whose session ended has only its own cleanup left: not waited for
+            log.info("checkpointing %d session(s) before stopping", len(training))
+            await asyncio.wait([self.drivers[sid] for sid in training], timeout=SHUTDOWN_S)
 
     # -- liveness -----------------------------------------------------------------------
     async def _reconnected(self) -> None:

@@ -8,5 +8,5 @@ from computeall.protocol.session_state import SessionState
 
 
 def session_graph(state: SessionState) -> tuple[Graph, list[str]]:
-    """The session's graph as it will be placed, and head fusion's log lines; raises `NetworkError`."""
+    """The session's graph as it will be placed, and the rewrites' log lines; raises `NetworkError`."""
     return configured_graph(state.config, state.fuse_heads)

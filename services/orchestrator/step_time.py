@@ -26,7 +26,8 @@ from itertools import accumulate
 import numpy as np
 
 from computeall.network import Graph
-from computeall.network.memory_model import vnode_memory_bytes
+from computeall.network.memory_model import StepShape, VNodeMemory, stage_bytes, vnode_memory
+from computeall.protocol.config import OptimizerState
 
 # What a PNode that has not measured itself is taken to have: a CPU core's training throughput,
 # a 1 Gbit/s LAN link with a 1 ms round trip.
@@ -63,12 +64,13 @@ class StageCosts:
     """
 
     def __init__(self, graph: Graph, units: list[tuple[str, ...]], batch_size: int, micro_batch_size: int,
-                 max_len: int) -> None:
+                 max_len: int, state: OptimizerState = "fp32") -> None:
         tokens = batch_size * graph.spec.context
         self.n = n = len(units)
         self.max_len = max_len
         self._flops = [0.0, *accumulate(sum(vnode_flops_per_token(graph, v) for v in u) * tokens for u in units)]
-        self._memory = [0, *accumulate(sum(vnode_memory_bytes(graph, v, micro_batch_size) for v in u) for u in units)]
+        shape = StepShape(micro_batch_size, max(1, batch_size // micro_batch_size), state)
+        self._parts = [[vnode_memory(graph, v, shape) for v in u] for u in units]
         self._vnodes = [0, *accumulate(len(u) for u in units)]
         self._traffic = traffic_grid(graph, units, batch_size)
         # band arrays: row b (0..n), column d: the stage [b - d - 1, b)
@@ -76,17 +78,30 @@ class StageCosts:
         self.start = b - np.arange(max_len)[None, :] - 1
         self.valid = self.start >= 0
         start = np.where(self.valid, self.start, 0)
-        flops, memory, vnodes = np.array(self._flops), np.array(self._memory, dtype=np.float64), np.array(self._vnodes)
+        flops, vnodes = np.array(self._flops), np.array(self._vnodes)
         self.band_flops = np.where(self.valid, flops[b] - flops[start], np.inf)
         self.band_vnodes = np.where(self.valid, vnodes[b] - vnodes[start], 0)
-        self.band_memory = np.where(self.valid, memory[b] - memory[start], np.inf)
+        self.band_memory = np.where(self.valid, self._band_memory(b, start), np.inf)
         self.band_traffic = np.where(self.valid, self._traffic[start, np.broadcast_to(b, start.shape)], 0.0)
 
     def flops(self, a: int, b: int) -> float:
         return self._flops[b] - self._flops[a]
 
+    def _band_memory(self, b: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """`stage_bytes` of every band: prefix sums of what adds up, a running max of working memory."""
+        def prefix(field: str) -> np.ndarray:
+            return np.array([0, *accumulate(sum(getattr(p, field) for p in u) for u in self._parts)], dtype=np.float64)
+
+        held, busy, update = (prefix(f)[b] - prefix(f)[start] for f in ("held", "busy", "update"))
+        working = np.array([max((p.working for p in u), default=0) for u in self._parts] + [0], dtype=np.float64)
+        band_working = np.zeros(start.shape)  # column d: the most of units [b - d - 1, b)
+        for d in range(start.shape[1]):
+            unit = working[np.clip(start[:, d], 0, None)]
+            band_working[:, d] = np.maximum(band_working[:, d - 1] if d else 0, unit)
+        return held + np.maximum(busy + band_working, update)
+
     def memory(self, a: int, b: int) -> int:
-        return self._memory[b] - self._memory[a]
+        return stage_bytes([p for u in self._parts[a:b] for p in u])
 
     def vnodes(self, a: int, b: int) -> int:
         return self._vnodes[b] - self._vnodes[a]

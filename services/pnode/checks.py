@@ -23,9 +23,8 @@ from computeall.protocol.pnode_api import PNodeReply, Recompute, SendCheckMateri
 from computeall.protocol.verification import CheckReport, ItemDigests
 from computeall.protocol.wire import WireError
 from computeall.tensorcore.digest import tensor_digest, tensors_digest
-from computeall.tensorcore.precision import dtype_of
 from computeall.tensorcore.recompute import Recomputer
-from computeall.tensorcore.vnode_runtime import gradients_by_input, loss_gradient, summed_in_order
+from computeall.tensorcore.vnode_runtime import gradients_by_input, loss_gradient, output_dtype, summed_in_order
 
 from .audit import as_read
 from .routing import CheckPartRoute
@@ -185,7 +184,8 @@ async def run_check(stage: SessionStage, request: Recompute, deadline_s: float, 
             missing = [c for c in stage.graph.consumers(item.vnode) if c not in grads]
             if missing:
                 raise ValueError(f"the material for check {item.check_id} lacks the gradients of {', '.join(missing)}")
-            grad_output = summed_in_order([grads[c] for c in stage.graph.consumers(item.vnode)], dtype_of(spec.precision))
+            grad_output = summed_in_order([grads[c] for c in stage.graph.consumers(item.vnode)],
+                                          output_dtype(stage.graph, item.vnode))
 
     def work() -> CheckReport:
         with host_threads(request.threads):

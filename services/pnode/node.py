@@ -12,7 +12,7 @@ import nats.errors
 import psutil
 import torch
 
-from computeall.network.memory_model import hosting_bytes
+from computeall.network.memory_model import StepShape, hosting_bytes
 from computeall.protocol.credentials import Credential
 from computeall.protocol.dataset_api import pnode_batch_subject
 from computeall.protocol.pnode_api import (
@@ -138,7 +138,8 @@ class PNode(BusMember):
                 old.abort()
             self.stages[request.session_id] = stage
             log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
-            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, request.batches.micro_batch_size,
+            shape = StepShape(request.batches.micro_batch_size, len(request.block), request.optimizer.state)
+            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, shape,
                                                           hosting_bytes(self.memory_bytes, self.process_bytes)):
                 self.lean_memory = map_large_allocations()
                 log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)", request.session_id)

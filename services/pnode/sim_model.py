@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from computeall.network import Graph
 from computeall.network.graph import BYTES_PER_ELEMENT, init_seed
-from computeall.network.memory_model import ADAM_STATE_BYTES
+from computeall.network.memory_model import STATE_BYTES
 from computeall.protocol.pnode_api import LoadPlan
 
 # what a simulated PNode reports of its link (it measures nothing): a 1 Gbit/s LAN, 1 ms away
@@ -55,7 +55,7 @@ def memory_by_category(costs: dict[str, VNodeCost]) -> dict[str, int]:
     weights = sum(c.params * c.element_bytes for c in costs.values())
     return {
         "weights": weights,
-        "optimizer": sum(c.params * ADAM_STATE_BYTES for c in costs.values()),
+        "optimizer": sum(c.params * STATE_BYTES["fp32"].moments for c in costs.values()),
         "gradients": weights,
         "params": sum(c.params for c in costs.values()),
     }

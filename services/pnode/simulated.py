@@ -16,7 +16,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from computeall.network.memory_model import ADAM_STATE_BYTES
+from computeall.network.memory_model import STATE_BYTES
 from computeall.protocol import wire
 from computeall.protocol.credentials import Credential
 from computeall.protocol.object_store import CheckpointObject, existing_bucket
@@ -116,7 +116,7 @@ class SimulatedPNode(BusMember):
         for vid in stage.local:
             cost = stage.costs[vid]
             data = SimulatedCheckpoint(vnode=vid, step=request.step, state=stage.state[vid],
-                                       real_bytes=cost.params * (cost.element_bytes + ADAM_STATE_BYTES),
+                                       real_bytes=cost.params * (cost.element_bytes + STATE_BYTES["fp32"].moments),
                                        ).model_dump_json().encode()
             name = object_name(request.session_id, request.step, vid, suffix="sim.json")
             await store.put(name, data)

@@ -202,14 +202,14 @@ class SessionStage:
             if self.audit:  # before the update: a check recomputes with the parameters the step used
                 self.audit.keep(request.keep)
                 self.audit.release(request.release)
-            update = partial(self.optimizer.step, request.lr, self.loss_scale, request.clip_factor)
             measured = None
             if request.skip:
                 pass  # every PNode drops this step's gradients
             elif request.measure_update:
-                measured = measured_update(self.optimizer, self.runtime.owners(), update)
+                measured = measured_update(self.runtime.owners(), partial(
+                    self.optimizer.measured_step, request.lr, self.loss_scale, request.clip_factor))
             else:
-                update()
+                self.optimizer.step(request.lr, self.loss_scale, request.clip_factor)
             self.runtime.zero_grad()
             return measured
 
@@ -385,7 +385,7 @@ class SessionStage:
                     parts[consumer] = self.inbox.pop(GradientKey(p.phase, p.step, m, vid, consumer))
             if self.audit:
                 self.audit.grads_received(m, vid, parts)
-            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]], self.runtime.dtypes[vid])
+            grad_out = summed_in_order([parts[c] for c in self._consumers[vid]], self.runtime.output_dtypes[vid])
             if grad_out is None:  # an output nothing reads: nothing flows back
                 self.runtime.drop_one(m, vid)
                 return

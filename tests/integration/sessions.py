@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import statistics
 from contextlib import aclosing
 
-from pydantic import TypeAdapter
-
-from computeall.cli.client import Client, connect
+from computeall.cli.client import Client
 from computeall.cli.follow import follow_session, start_session
 from computeall.cli.session_view import session_events
 from computeall.protocol.commands import CommandEnvelope
 from computeall.protocol.config import DataConfig, PipelineConfig, SessionConfig
-from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import CheckpointCommitted, CommandRejected, StepCompleted
-from computeall.protocol.subjects import TEL_STREAM
-from computeall.protocol.telemetry import StepTiming, Telemetry
 from computeall.protocol.session_state import SessionState, fold
 
 from .cluster import stdlib_corpus
@@ -97,30 +91,3 @@ def final_digests(events) -> dict[str, str]:
     last = [e.payload for _, e in events if isinstance(e.payload, CheckpointCommitted)][-1]
     return {o.vnode: o.digest for o in last.objects}
 
-
-_TELEMETRY = TypeAdapter(Telemetry)
-
-
-async def step_timings(supervisor, sid: str, last_step: int, wait_s: float = 10.0) -> list[StepTiming]:
-    """Each PNode's `StepTiming` of session `sid`, read from the telemetry stream as the monitor reads it
-    (a user may not), once one of `last_step` is there (or `wait_s` passed)."""
-    async with connect(supervisor.credentials.credential("monitor")) as observer:
-        log = EventLog(observer.js, observer.subjects)
-        deadline = asyncio.get_running_loop().time() + wait_s
-        while True:
-            records = await log.read(observer.subjects.tel_all("step"), stream=TEL_STREAM)
-            timings = [t for t in (_TELEMETRY.validate_json(r.data) for r in records)
-                       if isinstance(t, StepTiming) and t.session_id == sid]
-            if any(t.step == last_step for t in timings) or asyncio.get_running_loop().time() > deadline:
-                return timings
-            await asyncio.sleep(0.2)
-
-
-def time_shares(timings: list[StepTiming], from_step: int) -> dict[str, dict[str, float]]:
-    """Each PNode's median share of a step spent computing, sending and waiting, over steps `from_step` on."""
-    shares = {}
-    for pnode in sorted({t.pnode for t in timings}):
-        mine = [t for t in timings if t.pnode == pnode and t.step >= from_step and t.step_s > 0]
-        shares[pnode] = {kind: statistics.median(getattr(t, f"{kind}_s") / t.step_s for t in mine)
-                         for kind in ("compute", "send", "wait")}
-    return shares

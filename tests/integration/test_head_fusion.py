@@ -33,7 +33,8 @@ async def test_per_head_network_spread_over_pnodes_equals_fused_single_process(t
     assert len(lines) == 2 and all(line.startswith("fused") for line in lines)
     config = session_config(fuse_heads=False)
     async with running_cluster(tmp_path, pnodes=PNODES) as (client, _):
-        allocated, steps = await run_session(client, config)
+        run = await run_session(client, config)
+        allocated, steps = run.allocated, run.steps
         batches = await fetch_batches(client, config, unfused)
 
     distributed = [s.loss for s in steps]
@@ -55,7 +56,8 @@ async def test_per_head_network_spread_over_pnodes_equals_fused_single_process(t
 async def test_orchestrator_fuses_heads_by_default(tmp_path):
     config = session_config(pnodes=2)
     async with running_cluster(tmp_path, pnodes=2) as (client, _):
-        allocated, steps = await run_session(client, config)
+        run = await run_session(client, config)
+        allocated, steps = run.allocated, run.steps
         batches = await fetch_batches(client, config, load_network(NETWORK))
     losses = [s.loss for s in steps]
     ops = {p.vnode: p.op for p in allocated.placements}

@@ -5,35 +5,25 @@ with the clean run's bits."""
 
 from __future__ import annotations
 
-import argparse
-import re
+import sys
 from pathlib import Path
 
 import pytest
 
-from computeall.cli.commands.run import add_training_args, session_config
-from computeall.cli.follow import start_session
-from computeall.cli.session_view import session_events
-from computeall.protocol.config import DataConfig, SessionConfig
-from computeall.protocol.events import Allocated, Reallocated, RolledBack, StepCompleted
-
-from .cluster import running_cluster, stdlib_corpus
-from .sessions import config, final_digests, losses, run_to_end, step_timings, time_shares, wait_for
-
 REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "examples" / "networks" / "tiny-gpt.yaml"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # `bench` is no package of the distribution
+
+from bench.demo_placement import demo_config  # noqa: E402
+from bench.sessions import step_timings, time_shares  # noqa: E402
+from computeall.cli.follow import start_session  # noqa: E402
+from computeall.cli.session_view import session_events  # noqa: E402
+from computeall.protocol.events import Allocated, Reallocated, RolledBack, StepCompleted  # noqa: E402
+
+from .cluster import running_cluster  # noqa: E402
+from .sessions import config, final_digests, losses, run_to_end, wait_for  # noqa: E402
+
 pytestmark = pytest.mark.timeout(900)
-
-
-def demo_config(steps: int) -> SessionConfig:
-    """The session `make demo` creates (`up --pnodes 3 --train tiny-gpt` with the Makefile's DEMO_TRAINING,
-    through the CLI's own flags), `steps` long, on a smaller corpus."""
-    flags = re.search(r"^DEMO_TRAINING := (.*)$", (REPO / "Makefile").read_text(), re.MULTILINE).group(1).split()
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--network")
-    add_training_args(parser)
-    args = parser.parse_args(["--network", str(TINY), "--steps", str(steps), "--dataset", "unused", *flags])
-    return session_config(args, min_pnodes=3).model_copy(update={"data": DataConfig(files=stdlib_corpus())})
 
 
 def roles(allocated: Allocated) -> dict[str, list[str]]:

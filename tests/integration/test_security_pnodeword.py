@@ -24,7 +24,7 @@ from computeall.cli.nats_server import EmbeddedNats, free_port
 from computeall.cli.security.invitations import invite, revoke
 from computeall.cli.session_view import session_events
 from computeall.network import Graph, load_network
-from computeall.network.memory_model import vnode_memory_bytes
+from computeall.network.memory_model import StepShape, stage_memory_bytes
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import (
     Allocated, EventEnvelope, PNodeJoined, PNodeLost, Reallocated, StepAborted, StepCompleted,
@@ -42,10 +42,11 @@ PIB = 2**50
 COMPUTEALL = str(Path(sys.executable).parent / "computeall")
 
 
-def pnode_process(token: str, args: list[str], log: Path) -> subprocess.Popen:
-    """A PNode joining with `token`, passed as users pass it: in the environment, never in argv."""
+def pnode_process(args: list[str], log: Path, token: str | None = None) -> subprocess.Popen:
+    """A PNode, joining with an invite `token` when given, passed as users pass it: in the environment."""
+    env = {**os.environ, JOIN.env: token} if token else None
     return subprocess.Popen([sys.executable, "-m", "computeall.pnode", *args], stdout=open(log, "wb"),
-                            stderr=subprocess.STDOUT, env={**os.environ, JOIN.env: token})
+                            stderr=subprocess.STDOUT, env=env)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -83,7 +84,7 @@ async def test_a_pnode_offering_a_pebibyte_is_counted_at_its_cap(tmp_path):
         small = invite(bus.security, "pnode", bus.public_urls(), trust, name="lender", memory="2MiB")
         plain = invite(bus.security, "pnode", bus.public_urls(), trust, name="stranger")
         claim = ["--simulate", "--memory", "1PiB"]
-        lender = pnode_process(small.token(), claim, tmp_path / "lender.log")
+        lender = pnode_process(claim, tmp_path / "lender.log", small.token())
         stranger = None
         try:
             lent = await joined(supervisor, client.subjects, "lender")
@@ -95,15 +96,16 @@ async def test_a_pnode_offering_a_pebibyte_is_counted_at_its_cap(tmp_path):
             assert paused.auto_resume and "not enough capacity" in paused.pause_reason, paused.pause_reason
             assert "lender=2 MiB" in paused.pause_reason, "the allocator was given the cap, not 1 PiB"
 
-            stranger = pnode_process(plain.token(), claim, tmp_path / "stranger.log")
+            stranger = pnode_process(claim, tmp_path / "stranger.log", plain.token())
             other = await joined(supervisor, client.subjects, "stranger")
             assert (other.memory_bytes, other.offered_bytes) == (DEFAULT_PNODE_MEMORY, PIB), "the stated default cap"
             done = await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
             graph = Graph(load_network(cfg.network_yaml))
             on_lender = [v for v, p in done.allocation.items() if p == "lender"]
-            held = sum(vnode_memory_bytes(graph, v, cfg.batch_size // cfg.micro_batches) for v in on_lender)
-            assert held <= 2 << 20 < sum(vnode_memory_bytes(graph, v, cfg.batch_size // cfg.micro_batches)
-                                         for v in graph.order), "the lender holds what fits its cap, never more"
+            shape = StepShape(cfg.micro_batch_size, cfg.micro_batches, cfg.optimizer.state)
+            held = stage_memory_bytes(graph, on_lender, shape)
+            assert held <= 2 << 20 < stage_memory_bytes(graph, graph.order, shape), \
+                "the lender holds what fits its cap, never more"
 
             key = bus.security.local_api_key()
             shown = wait_until(lambda: {p["id"]: p["memoryBytes"] for p in

@@ -40,7 +40,8 @@ async def test_two_steps_on_three_pnodes_within_their_memory(tmp_path):
                            batch_size=8, micro_batches=4, seed=1, min_pnodes=3, update_ratio_every=1,
                            pipeline=spread())
     async with running_cluster(tmp_path, pnodes=3, pnode_memory="1.5GiB") as (client, supervisor):
-        allocated, steps = await run_session(client, config)
+        run = await run_session(client, config)
+        allocated, steps = run.allocated, run.steps
         peaks = {name: supervisor.peak_rss_bytes(name) for name in allocated.pnodes}
     ops = {p.vnode: p.op for p in allocated.placements}
     assert len(allocated.pnodes) == 3

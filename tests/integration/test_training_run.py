@@ -48,15 +48,16 @@ def test_same_bits_on_one_and_three_pnodes_and_the_loss_falls(tmp_path):
         shutil.copy(name, copy)
     one, three = run(tmp_path, 1, stdlib_corpus()), run(tmp_path, 3, [str(copy)])
     assert not list((tmp_path / "cluster1" / "dataset" / "uploads").iterdir()), "the stdlib is read where it is"
-    uploaded = sorted(p.name for p in (tmp_path / "cluster3" / "dataset" / "uploads").glob("*/*"))
+    uploaded = sorted(p.name for p in (tmp_path / "cluster3" / "dataset" / "uploads").glob("*/*/*"))  # user/digest/name
     assert uploaded == sorted(p.name for p in copy.iterdir())
     assert [r["step"] for r in one] == list(range(20)) == [r["step"] for r in three]
     for a, b in zip(one, three):
         assert a["loss"] == b["loss"], (a, b)
         assert a["tokens"] == b["tokens"] == 8 * 64
-        assert {"step_time_s", "lr", "grad_norm", "clipped", "compute_s_by_pnode"} <= set(a)
+        assert {"ts", "step_time_s", "lr", "grad_norm", "clipped", "compute_s_by_pnode"} <= set(a)
         assert a["grad_norm"] == b["grad_norm"] and a["clipped"] == b["clipped"]
         assert len(a["compute_s_by_pnode"]) == 1 and len(b["compute_s_by_pnode"]) == 3
+    assert all(a["ts"] < b["ts"] for a, b in zip(one, one[1:])), "each line says when its step was recorded"
     assert any(r["clipped"] for r in one), "--grad-clip 0.5 acts on some steps"
     board = scalars(next((tmp_path / "board1").iterdir()))  # written live, one run folder per session
     assert [s.step for s in board["train/loss"]] == list(range(1, 21)), "x: steps completed"

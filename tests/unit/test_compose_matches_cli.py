@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 from computeall.cli.nats_cluster import NatsCluster
-from computeall.cli.security.compose import compose_env, compose_file, identities, variable
+from computeall.cli.security.compose import IMAGE, NATS_CONFIG, compose_env, compose_file, identities, variable
 from computeall.cli.security.deployment import Security
 from computeall.cli.security.server_config import MAX_PAYLOAD
 from computeall.cli.supervisor import default_services
+from computeall.protocol.credentials import Credential
 
 REPO = Path(__file__).resolve().parents[2]
-VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[?-][^}]*)?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([?-])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def env_of(text: str) -> dict[str, str]:
@@ -25,8 +26,8 @@ def env_of(text: str) -> dict[str, str]:
 
 
 def interpolate(value, env: dict[str, str]):
-    """What docker compose makes of the parsed file's values: in each string `$$` is a `$`, and
-    `${VAR}`, `${VAR:?why}` and `$VAR` the variable."""
+    """What docker compose makes of the parsed file's values: in each string `$$` is a `$`, `${VAR}`,
+    `${VAR:?why}` and `$VAR` the variable, and `${VAR:-default}` the variable or else the default."""
     if isinstance(value, dict):
         return {k: interpolate(v, env) for k, v in value.items()}
     if isinstance(value, list):
@@ -37,7 +38,9 @@ def interpolate(value, env: dict[str, str]):
     def one(m: re.Match) -> str:
         if m.group(0) == "$$":
             return "$"
-        name = m.group(1) or m.group(2)
+        name, modifier, default = m.group(1) or m.group(4), m.group(2), m.group(3)
+        if modifier == "-":
+            return env.get(name) or default
         assert name in env, f"compose would read ${name}, which the .env does not set"
         return env[name]
     return VARIABLE.sub(one, value)
@@ -72,7 +75,8 @@ def test_compose_services_match_the_cli(tmp_path, nats_cluster):
         # every server's URL (`bus.replicas`: as many stream replicas as servers, at most 3)
         assert command[command.index("--nats") + 1].split(",") == [f"tls://{s}:4222" for s in servers]
         assert "--data-dir" in command and all(arg in command for arg in spec.args if arg != "0")
-        assert set(servers) <= set(service["depends_on"]) and "profiles" not in service, "in every profile"
+        assert "profiles" not in service, "in every profile"
+    assert {spec["image"] for spec in compose["services"].values()} == {IMAGE}, "the project's image, nats-servers' too"
 
 
 def test_cluster_profile_runs_the_servers_of_up_nats_cluster_3(tmp_path):
@@ -82,7 +86,7 @@ def test_cluster_profile_runs_the_servers_of_up_nats_cluster_3(tmp_path):
     up = NatsCluster(tmp_path, 3, security)  # what `up --nats-cluster 3` would run (not started)
     servers = profile(compose, "cluster")
     for i, name in enumerate(servers):
-        ours = blocks(interpolate(compose["configs"][f"{name}_conf"]["content"], env))
+        ours = blocks(interpolate(compose["services"][name]["environment"][NATS_CONFIG], env))
         theirs = blocks(up.servers[i].config())
         # compose publishes the client port, so it listens with TLS (up's cluster is on localhost only)
         assert ours.keys() == theirs.keys() | {"tls"} and ours["max_payload"] == theirs["max_payload"] == MAX_PAYLOAD
@@ -101,7 +105,7 @@ def test_each_service_has_its_own_credential_and_the_server_knows_each_key():
     compose = yaml.safe_load(compose_file())
     credentials = [s["environment"]["COMPUTEALL_CREDENTIAL"] for s in compose["services"].values() if "profiles" not in s]
     assert len(set(credentials)) == len(credentials) == len(default_services(pnodes=3))
-    for config in (c["content"] for c in compose["configs"].values() if "content" in c):  # each server's
+    for config in (s["environment"][NATS_CONFIG] for s in compose["services"].values() if "profiles" in s):  # each server's
         for _, name in identities():
             assert f'"nkey": "${{{variable("NKEY", name)}}}"' in config
         assert f"max_payload: {MAX_PAYLOAD}" in config and "jetstream" in config and "authorization" in config
@@ -117,6 +121,24 @@ def test_compose_env_fills_every_variable(tmp_path):
     assert compose_env(Security(tmp_path)) == "\n".join(f"{k}={v}" for k, v in env.items()) + "\n", "identities are kept"
 
 
-def test_dockerfile_pins_torch_and_installs_the_project():
-    dockerfile = (REPO / "Dockerfile").read_text()
-    assert "torch==2.13.0" in dockerfile and "pip install --no-cache-dir ." in dockerfile
+@pytest.mark.parametrize("nats_cluster", [1, 3])
+def test_compose_env_publishes_on_the_host_ports_it_is_given(tmp_path, nats_cluster):
+    """Where 4222 or 8080 is taken on the host: the servers and the monitor are published on the ports
+    `compose-env` was given, and the host's CLI dials those."""
+    security = Security(tmp_path)
+    env = env_of(compose_env(security, nats_cluster, nats_port=14222, monitor_port=18080))
+    compose = interpolate(yaml.safe_load(compose_file()), env)
+    servers = profile(compose, env["COMPOSE_PROFILES"])
+    assert [compose["services"][name]["ports"] for name in servers] == [[f"{14222 + i}:4222"] for i in range(nats_cluster)]
+    assert compose["services"]["monitor"]["ports"] == ["18080:8080"]
+    for role, name in identities():
+        if role in ("user", "admin"):  # the host's identities
+            servers = Credential.load(security.credential_path(role, name)).servers
+            assert servers == [f"tls://127.0.0.1:{14222 + i}" for i in range(nats_cluster)]
+
+
+def test_without_ports_in_the_env_the_defaults_are_published(tmp_path):
+    older = {k: v for k, v in env_of(compose_env(Security(tmp_path))).items() if not k.startswith("CA_PORT_")}
+    compose = interpolate(yaml.safe_load(compose_file()), older)
+    assert [compose["services"][name]["ports"] for name in ("nats", "nats-0", "nats-1", "nats-2", "monitor")] == [
+        ["4222:4222"], ["4222:4222"], ["4223:4222"], ["4224:4222"], ["8080:8080"]]

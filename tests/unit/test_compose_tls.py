@@ -19,7 +19,7 @@ import yaml
 from cryptography import x509
 
 from computeall.cli.nats_server import free_port, nats_binary, port_open
-from computeall.cli.security.compose import TLS_IN_CONTAINER, compose_env, compose_file, identities, variable
+from computeall.cli.security.compose import NATS_CONFIG, TLS_IN_CONTAINER, compose_env, compose_file, identities, variable
 from computeall.cli.security.deployment import Security
 from computeall.cli.security.tls import SERVER_NAME
 from computeall.protocol import bus
@@ -38,10 +38,10 @@ def deployment(request, tmp_path):
 
 
 def mounted(compose: dict, service: str) -> dict[str, str]:
-    """Where a service finds each config and secret it mounts: source -> the file on the host."""
+    """Where a service finds each file of the host it mounts (bound or as a secret): target -> the file on the host."""
     spec = compose["services"][service]
-    files = {**{n: c.get("file") for n, c in compose["configs"].items()}, **{n: s["file"] for n, s in compose["secrets"].items()}}
-    return {m["target"]: files[m["source"]] for m in [*spec.get("configs", []), *spec.get("secrets", [])]}
+    bound = {target: source for source, target, *_ in (v.split(":") for v in spec.get("volumes", []) if v.startswith("/"))}
+    return {**bound, **{s["target"]: compose["secrets"][s["source"]]["file"] for s in spec.get("secrets", [])}}
 
 
 def test_every_published_listener_speaks_tls(deployment):
@@ -57,10 +57,10 @@ def test_every_published_listener_speaks_tls(deployment):
             command = spec["command"]
             cert, key = command[command.index("--tls-cert") + 1], command[command.index("--tls-key") + 1]
         else:
-            tls = blocks(compose["configs"][f"{name}_conf"]["content"])["tls"]
+            tls = blocks(spec["environment"][NATS_CONFIG])["tls"]
             cert, key = tls["cert_file"], tls["key_file"]
         assert files[cert] == str(tls_dir.resolve() / "server.pem") and files[key] == str(tls_dir.resolve() / "server-key.pem")
-        assert next(s for s in spec["secrets"] if s["target"] == key), "the key is mounted as a secret, not a config"
+        assert next(s for s in spec["secrets"] if s["target"] == key), "the key is mounted as a secret, not bound"
     assert (tls_dir / "server-key.pem").stat().st_mode & 0o777 == 0o600
 
 
@@ -93,7 +93,7 @@ async def test_the_compose_bus_speaks_tls_only_and_its_clients_trust_the_deploym
     env = env_of(compose_env(Security(tmp_path / "security")))
     compose = interpolate(yaml.safe_load(compose_file()), env)
     tls_dir, port = Path(env["CA_TLS_DIR"]), free_port()
-    config = compose["configs"]["nats_conf"]["content"]  # what the `nats` container runs, its paths on this machine
+    config = compose["services"]["nats"]["environment"][NATS_CONFIG]  # what the `nats` container runs, its paths here
     for inside, here in ((TLS_IN_CONTAINER.cert_file, tls_dir / "server.pem"), (TLS_IN_CONTAINER.key_file, tls_dir / "server-key.pem"),
                          ('"store_dir": "/data"', f'"store_dir": "{tmp_path / "store"}"'), ("port: 4222\n", f"port: {port}\n")):
         assert inside in config

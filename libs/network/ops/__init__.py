@@ -10,17 +10,20 @@ Adding an op: a file here that defines its params model and `OP = OpSpec(...)`, 
 `OPS` below, and its torch module in `libs/tensorcore/ops/`.
 """
 
-from . import add, attention, attention_head, concat_heads, embedding, fused_heads, norms, swiglu, tied_head
+from . import (add, attention, attention_head, concat_heads, embedding, fused_heads, lm_head, norms, swiglu, tied_head,
+               vocab_shards)
 from .add import AddParams
 from .attention import AttentionParams
 from .attention_head import AttentionHeadParams
 from .concat_heads import ConcatHeadsParams
 from .embedding import EmbeddingParams
 from .fused_heads import FusedAttentionHeadsParams
+from .lm_head import LMHeadParams
 from .norms import NormParams
 from .spec import DATA_INPUTS, OpParams, OpSpec, Problem, Site, TiedWeight, catalogue, n_inputs
 from .swiglu import SwiGLUParams
 from .tied_head import TiedHeadParams
+from .vocab_shards import STATS, ShardParams, VocabParams
 
 OPS: dict[str, OpSpec] = catalogue(
     embedding.OP,
@@ -30,6 +33,11 @@ OPS: dict[str, OpSpec] = catalogue(
     swiglu.OP,
     add.OP,
     tied_head.OP,
+    lm_head.OP,
+    vocab_shards.EMBEDDING_SHARD,
+    vocab_shards.EMBEDDING_GATHER,
+    vocab_shards.LM_HEAD_SHARD,
+    vocab_shards.SHARDED_CE,
     attention_head.OP,
     concat_heads.OP,
     fused_heads.OP,
@@ -45,13 +53,17 @@ __all__ = [
     "ConcatHeadsParams",
     "EmbeddingParams",
     "FusedAttentionHeadsParams",
+    "LMHeadParams",
     "NormParams",
     "OpParams",
     "OpSpec",
     "Problem",
+    "STATS",
+    "ShardParams",
     "Site",
     "SwiGLUParams",
     "TiedHeadParams",
     "TiedWeight",
+    "VocabParams",
     "n_inputs",
 ]

@@ -20,10 +20,14 @@ def _norm(name: str, module: str, weights_per_feature: int) -> OpSpec:
         param_count=param_count,
         check=no_shape_rules,
         flops_per_token=weights_flops(param_count),
-        activation_elements=lambda p, site: 2 * site.features,
+        activation_elements=lambda p, site: site.features,  # its output
+        # what it normalised, in fp32, and below fp32 its input's fp32 copy
+        fp32_activation_elements=lambda p, site, upcast: (2 if upcast else 1) * site.features,
         module=f"computeall.tensorcore.ops.norms:{module}",
         example={"dim": 8},
         param_group="norm",
+        # it normalises in fp32 whatever its precision: five fp32 widths per token
+        working_bytes=lambda p, site, tokens, element: 5 * site.features * tokens * 4,
     )
 
 

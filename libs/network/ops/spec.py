@@ -50,6 +50,13 @@ class TiedWeight:
 
 Params = Any  # the entry's own `params` model; each op's functions take that concrete type
 ShapeCheck = Callable[[Params, list[str]], list[Problem]]
+# (params, site, tokens of a micro-batch, bytes of an element of its precision) -> bytes
+WorkingBytes = Callable[[Params, Site, int, int], int]
+
+
+def per_token_working(widths: float) -> WorkingBytes:
+    """Working memory of an op whose temporaries are `widths` of its width per token, in its precision."""
+    return lambda p, site, tokens, element: int(widths * site.features * tokens * element)
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,16 @@ class OpSpec:
     # False for an op whose backward reads no input values (a sum): when it recomputes, it keeps
     # nothing of its inputs and runs again on stand-ins of their shape
     backward_reads_inputs: bool = True
+    # True for an op whose output is fp32 whatever its precision (softmax statistics): the gradients
+    # handed back to it are summed in fp32 too
+    fp32_output: bool = False
+    # what its forward or backward holds for a moment above what it keeps and the gradients it hands
+    # on (temporaries, a weight gradient made in two steps): a stage's peak has its largest VNode's
+    # (`computeall.network.memory_model`); measured per op with torch's profiler, its allocations replayed
+    working_bytes: WorkingBytes = per_token_working(12)
+    # elements per token it keeps in fp32 besides `activation_elements`, whatever its precision (a norm
+    # normalises in fp32); (params, site, below fp32) -> elements, below fp32 its input's fp32 copy too
+    fp32_activation_elements: Callable[[Params, Site, bool], int] = lambda p, site, upcast: 0
 
     def decay_group(self, ndim: int) -> DecayGroup:
         """The weight-decay group of one of this op's parameters, from its number of dimensions."""

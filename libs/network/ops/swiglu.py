@@ -15,8 +15,8 @@ def param_count(p: SwiGLUParams) -> int:
 
 
 def activation_elements(p: SwiGLUParams, site: Site) -> int:
-    # input and output, plus gate, up and their product in the hidden width (in units of `features`)
-    return site.features * (2 + 3 * p.hidden // max(1, site.features))
+    # its output, and in the hidden width gate and up (one matmul's output), silu(gate) and the product
+    return site.features + 4 * p.hidden
 
 
 OP = width_preserving(
@@ -27,5 +27,7 @@ OP = width_preserving(
     flops_per_token=weights_flops(param_count),
     activation_elements=activation_elements,
     module="computeall.tensorcore.ops.swiglu:SwiGLU",
+    # gate and up (one matmul's output), their product and gradients: four and a half hidden widths
+    working_bytes=lambda p, site, tokens, element: int(4.5 * p.hidden * tokens * element),
     example={"dim": 8, "hidden": 12},
 )

@@ -59,7 +59,7 @@ def build_vnode(
         module = cls(**spec.params)
         from_parts = getattr(module, "reset_parameters_from", None)
         if init and from_parts is not None:  # fused from several VNodes: each part starts from its own VNode's seed
-            from_parts(generator, lambda vid: torch.Generator().manual_seed(init_seed(session_seed, vid)))
+            from_parts(generator, lambda vid: torch.Generator().manual_seed(init_seed(session_seed, vid)), spec.id)
         elif init:
             module.reset_parameters(generator)  # on the CPU, so every device starts from the same numbers
     return module.to(device=device, dtype=dtype)

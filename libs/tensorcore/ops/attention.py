@@ -20,13 +20,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    """Causal multi-head self-attention with RoPE, all heads in one VNode."""
+    """Causal multi-head self-attention with RoPE, all heads in one VNode.
 
-    def __init__(self, dim: int, heads: int, rope_base: float = 10000.0) -> None:
+    qkv.weight rows are [q (heads * hd); k (kv_heads * hd); v (kv_heads * hd)]. With fewer key/value
+    heads than query heads (grouped-query attention), query head h reads key/value head
+    h // (heads / kv_heads), as Llama's `repeat_kv` and SDPA's `enable_gqa` do.
+    """
+
+    def __init__(self, dim: int, heads: int, kv_heads: int | None = None, rope_base: float = 10000.0) -> None:
         super().__init__()
         self.heads = heads
+        self.kv_heads = kv_heads or heads
+        self.head_dim = dim // heads
         self.rope_base = rope_base
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.qkv = nn.Linear(dim, (heads + 2 * self.kv_heads) * self.head_dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
     def reset_parameters(self, generator: torch.Generator) -> None:
@@ -34,11 +41,20 @@ class Attention(nn.Module):
             self.qkv.weight.normal_(0.0, 0.02, generator=generator)
             self.proj.weight.normal_(0.0, 0.02, generator=generator)
 
+    def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, dim) -> q (B, heads, T, hd), k and v (B, kv_heads, T, hd), before RoPE."""
+        B, T, _ = x.shape
+        hd = self.head_dim
+        q, k, v = self.qkv(x).split([self.heads * hd, self.kv_heads * hd, self.kv_heads * hd], dim=-1)
+        return (q.view(B, T, self.heads, hd).transpose(1, 2), k.view(B, T, self.kv_heads, hd).transpose(1, 2),
+                v.view(B, T, self.kv_heads, hd).transpose(1, 2))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
-        cos, sin = rope_tables(T, C // self.heads, self.rope_base, x.device)
+        q, k, v = self.split_heads(x)
+        cos, sin = rope_tables(T, self.head_dim, self.rope_base, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = flash_attention(q, k, v, causal=True, impl=attention_impl(x.device, C // self.heads))  # (B, H, T, hd)
+        if self.kv_heads != self.heads:  # each key/value head serves its group of query heads
+            k, v = (t.repeat_interleave(self.heads // self.kv_heads, dim=1) for t in (k, v))
+        y = flash_attention(q, k, v, causal=True, impl=attention_impl(x.device, self.head_dim))  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))

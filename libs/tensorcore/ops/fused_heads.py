@@ -42,6 +42,7 @@ class FusedAttentionHeads(nn.Module):
     ) -> None:
         super().__init__()
         self.heads = heads
+        self.kv_heads = heads  # one key/value head per query head, as the per-head VNodes it stands for
         self.head_dim = head_dim
         self.rope_base = rope_base
         self.head_ids = list(head_ids or [])
@@ -54,7 +55,8 @@ class FusedAttentionHeads(nn.Module):
             self.qkv.weight.normal_(0.0, 0.02, generator=generator)
             self.proj.weight.normal_(0.0, 0.02, generator=generator)
 
-    def reset_parameters_from(self, generator: torch.Generator, seed_of: Callable[[str], torch.Generator]) -> None:
+    def reset_parameters_from(self, generator: torch.Generator, seed_of: Callable[[str], torch.Generator],
+                              vid: str) -> None:
         """Each head's slice from that head's VNode seed, the projection from this VNode's own (the concat's id):
         the same numbers the unfused network starts from."""
         if not self.head_ids:
@@ -65,12 +67,16 @@ class FusedAttentionHeads(nn.Module):
             self.qkv.weight.copy_(qkv_from_heads([init_head_qkv(dim, self.head_dim, seed_of(h)) for h in self.head_ids]))
             self.proj.weight.normal_(0.0, 0.02, generator=generator)
 
+    def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, dim) -> q, k, v (B, H, T, hd) each, before RoPE."""
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split(self.heads * self.head_dim, dim=-1)  # (B, T, H*hd) each
+        return tuple(t.view(B, T, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        width = self.heads * self.head_dim
-        q, k, v = self.qkv(x).split(width, dim=-1)  # (B, T, H*hd) each
-        q, k, v = (t.view(B, T, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
+        q, k, v = self.split_heads(x)
         cos, sin = rope_tables(T, self.head_dim, self.rope_base, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = flash_attention(q, k, v, causal=True, impl=attention_impl(x.device, self.head_dim))  # (B, H, T, hd): every head in one call
-        return self.proj(y.transpose(1, 2).reshape(B, T, width))
+        return self.proj(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))

@@ -46,12 +46,11 @@ def check_linear_cross_entropy(lce, n, d, vocab, dtype, reduction, device="cpu")
         assert_close(got, want, dtype)
 
 
-def check_fused_adamw(impl, dtype, device="cpu", steps=3):
+def check_fused_adamw(impl, dtype, device="cpu", steps=3, shapes=((5, 3), (7,), (33, 2))):
     """FusedAdamW matches the unfused reference over several steps, with loss scaling, lr changes and one overflow."""
     from computeall.kernels import FusedAdamW
     from computeall.kernels.adamw_reference import adamw_reference_step
 
-    shapes = [(5, 3), (7,), (33, 2)]
     params = [torch.randn(s, device=device).to(dtype).requires_grad_() for s in shapes]
     ref_params = [p.detach().clone().requires_grad_() for p in params]
     masters = [p.detach().float() for p in params]

@@ -7,6 +7,13 @@ pick the interpreter on the CPU). So the flag is set for the block only, and any
 Python modules or ours that were decorated without it are imported afresh under it. They stay
 loaded afterwards: unloading Triton makes its compiled extension report leaks at exit, and on a
 CPU without the flag nothing calls a Triton kernel (`triton_support.triton_usable`).
+
+One repair inside the block: numpy has no bf16, so the interpreter holds bf16 values as their
+uint16 bits, and its `tl.dot` multiplies those bits as integers (the attention kernel's bf16 output
+came out as garbage of order 1e8). A GPU's tensor cores multiply the bf16 values exactly and
+accumulate in fp32; `_bf16_dots` makes the interpreter do the same by widening bf16 operands to fp32
+before its matmul (a product of two bf16 values is exact in fp32), so bf16 runs through the same
+kernel code as on CUDA.
 """
 
 from __future__ import annotations
@@ -43,6 +50,21 @@ def _drop_modules_decorated_without_the_flag() -> None:
             sys.modules.pop(name)
 
 
+def _bf16_dots(patch: pytest.MonkeyPatch) -> None:
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    multiply = interpreter.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, *args):
+        def widened(x):
+            return self.cast_impl(x, tl.float32) if x.dtype.scalar == tl.bfloat16 else x
+
+        return multiply(self, widened(a), widened(b), d, *args)
+
+    patch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
+
+
 @contextlib.contextmanager
 def triton_interpreter() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
@@ -50,4 +72,5 @@ def triton_interpreter() -> Iterator[None]:
         _drop_modules_decorated_without_the_flag()
         for name in KERNEL_MODULES:
             importlib.import_module(name)
+        _bf16_dots(patch)
         yield

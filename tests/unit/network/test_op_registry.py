@@ -6,7 +6,7 @@ import pytest
 
 from computeall.network import Graph, NetworkError, load_network
 from computeall.network.ops import OPS, OpParams, OpSpec, Problem, Site, n_inputs
-from computeall.network.memory_model import vnode_memory_bytes
+from computeall.network.memory_model import StepShape, VNodeMemory, vnode_memory
 from computeall.orchestrator.step_time import vnode_flops_per_token
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -93,6 +93,8 @@ def test_a_new_op_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None
     graph = Graph(load_network(NETWORK.format(dim=8)))
     assert graph.param_count("s") == 8
     assert vnode_flops_per_token(graph, "s") == 123.0
-    assert vnode_memory_bytes(graph, "s", 2) == 8 * (2 * 4 + 8 + 4) + 2 * 16 * (5 * 8) * 4
+    # fp32: weight, gradient and Adam's moments held; a micro-batch's activations; the default working memory
+    assert vnode_memory(graph, "s", StepShape(2)) == VNodeMemory(
+        held=8 * (2 * 4 + 8), busy=2 * 16 * (5 * 8) * 4, working=12 * 8 * 2 * 16 * 4, update=8 * 4)
     with pytest.raises(NetworkError, match=r"vnode 's', field 'dim': must be even"):
         load_network(NETWORK.format(dim=7))

@@ -1,5 +1,7 @@
 """Export to Hugging Face: transformers loads the directory and computes our logits; other networks are refused."""
 
+import json
+
 import pytest
 import torch
 
@@ -8,7 +10,7 @@ import declared
 transformers = declared.module("transformers")
 
 from computeall.protocol.dataset_api import EOT_TOKEN, PAD_TOKEN  # noqa: E402
-from computeall.protocol.prompts import PromptCodec  # noqa: E402
+from computeall.protocol.prompts import PromptCodec, starting_documents, without_document_start  # noqa: E402
 from computeall.tensorcore.generation import Generator, KVCache  # noqa: E402
 from computeall.tensorcore.hf_export import ExportError, export_llama, llama_layout  # noqa: E402
 from computeall.tensorcore.trained_model import TrainedModel, inference_network  # noqa: E402
@@ -77,3 +79,12 @@ def test_a_network_that_is_no_llama_is_refused_naming_the_vnode(yaml, vnode, why
     with pytest.raises(ExportError, match=rf"^VNode {vnode} \(.*\) does not map onto a Llama model") as refused:
         llama_layout(inference_network(yaml))
     assert why in str(refused.value)
+
+
+def test_the_exported_tokenizer_gives_back_the_datasets_bytes():
+    """`--init-from DIR` checks an exported tokenizer against its dataset's by digest: the document start
+    added for transformers comes off again, byte for byte."""
+    for ours in (tokenizer_json().encode(), json.dumps(json.loads(tokenizer_json()), indent=2).encode()):  # as saved
+        exported = starting_documents(ours, EOT_TOKEN, 0)
+        assert exported != ours and without_document_start(exported) == ours
+        assert without_document_start(ours) == ours

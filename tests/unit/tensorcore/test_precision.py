@@ -101,23 +101,6 @@ def test_bf16_activations_and_wire_bytes_are_half_of_fp32():
         assert wire_bytes / wire32 == pytest.approx(0.5, abs=0.01)  # payload halves; headers are tiny
 
 
-def test_training_ops_never_time_kernels(monkeypatch):
-    """The runtime names its kernels (kernel_choice); the dispatcher's measured choice, which could
-    differ between PNode processes, is never consulted."""
-    from computeall.kernels import attention as attention_dispatch
-    from computeall.kernels import lce as lce_dispatch
-
-    def boom(*a, **k):
-        raise AssertionError("measured kernel choice used in training")
-
-    monkeypatch.setattr(attention_dispatch, "choose_attention", boom)
-    monkeypatch.setattr(lce_dispatch, "choose_linear_cross_entropy", boom)
-    monkeypatch.delenv("COMPUTEALL_TRAIN_ATTENTION", raising=False)
-    monkeypatch.delenv("COMPUTEALL_TRAIN_LCE", raising=False)
-    graph = tiny_graph("bf16")
-    local_step(VNodeRuntime(graph, graph.order, 0, CPU), [batch(graph)])
-
-
 @pytest.mark.parametrize("mix", [dict(default="bf16"), dict(default="fp16", embed="fp32", head="bf16")])
 def test_any_placement_computes_the_same_bits_in_mixed_precision(mix):
     """One PNode or two (the cut crossing precisions): the same losses and weights, bit for bit."""

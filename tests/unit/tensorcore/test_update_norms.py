@@ -1,6 +1,7 @@
 """The update-to-weight measurement: per VNode, the update's and the weights' squared norms, taken
 around the optimizer's own step (which it runs exactly once)."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -9,20 +10,21 @@ from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.update_norms import measured_update
 
 
-def optimizer_of(params: dict[str, nn.Parameter]) -> VNodeOptimizer:
-    return VNodeOptimizer(params, OptimizerConfig(), {name: "weights" for name in params})
+def optimizer_of(params: dict[str, nn.Parameter], state: str = "fp32") -> VNodeOptimizer:
+    return VNodeOptimizer(params, OptimizerConfig(state=state), {name: "weights" for name in params})
 
 
-def test_norms_per_vnode_are_the_update_and_the_weights_before_it():
+@pytest.mark.parametrize("state", ["fp32", "int8"])
+def test_norms_per_vnode_are_the_update_and_the_weights_before_it(state):
     torch.manual_seed(0)
     params = {"a.w": nn.Parameter(torch.randn(4, 3)), "a.v": nn.Parameter(torch.randn(5, 2)),
               "b.w": nn.Parameter(torch.randn(3, 3))}
     for p in params.values():
         p.grad = torch.randn_like(p)
     before = {name: p.detach().clone() for name, p in params.items()}
-    optimizer = optimizer_of(params)
+    optimizer = optimizer_of(params, state)
 
-    updates, weights = measured_update(optimizer, {"a.w": "a", "a.v": "a", "b.w": "b"}, lambda: optimizer.step(1e-2))
+    updates, weights = measured_update({"a.w": "a", "a.v": "a", "b.w": "b"}, lambda: optimizer.measured_step(1e-2))
 
     def sq(tensors):
         return sum(float(t.double().pow(2).sum()) for t in tensors)
@@ -36,5 +38,5 @@ def test_norms_per_vnode_are_the_update_and_the_weights_before_it():
 
 def test_a_pnode_without_parameters_still_steps_and_measures_nothing():
     ran = []
-    assert measured_update(optimizer_of({}), {}, lambda: ran.append(1)) == ({}, {})
+    assert measured_update({}, lambda: ran.append(1) or optimizer_of({}).measured_step(1e-2)) == ({}, {})
     assert ran == [1]

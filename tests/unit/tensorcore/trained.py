@@ -12,6 +12,7 @@ import torch
 
 from computeall.network import Graph, load_network
 from computeall.network.head_fusion import fuse_heads
+from computeall.network.vocab_split import split_vocab
 from computeall.network.ops import OPS
 from computeall.protocol.config import OptimizerConfig
 from computeall.tensorcore.checkpoint import save_vnode
@@ -26,10 +27,12 @@ def network_yaml(name: str) -> str:
     return (NETWORKS / f"{name}.yaml").read_text()
 
 
-def checkpoint(yaml: str, fused: bool = False, seed: int = 5) -> tuple[VNodeRuntime, dict[str, bytes]]:
-    """A runtime hosting the whole network (fused or as written) and its checkpoint objects."""
+def checkpoint(yaml: str, fused: bool = False, seed: int = 5, split: bool = False) -> tuple[VNodeRuntime, dict[str, bytes]]:
+    """A runtime hosting the whole network (fused or as written; `split`: its vocabulary in shards, as a
+    session runs it) and its checkpoint objects."""
     spec = load_network(yaml)
-    graph = Graph(fuse_heads(spec)[0] if fused else spec)
+    spec = fuse_heads(spec)[0] if fused else spec
+    graph = Graph(split_vocab(spec)[0] if split else spec)
     runtime = VNodeRuntime(graph, graph.order, seed, CPU)
     noise = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench.<name> [--quick] [--json PATH]` from the repository root (bench/common.py)."""

@@ -1,0 +1,246 @@
+"""AdamW8bit: AdamW with 8-bit blockwise moments and, for bf16 weights, only the master's low half.
+
+What a parameter costs between updates, besides its weight and gradient: its two moments as one
+byte each (`blockwise_8bit`: bitsandbytes' dynamic map, a scale per 2048 elements), and its fp32
+master as the 16 bits the bf16 weight lacks (`split_master`): the weight is the master's upper half,
+rounded, so the pair is the fp32 master exactly, in 2 bytes instead of 4. fp16 weights keep a whole
+fp32 master (fp16 is no half of an fp32); fp32 weights are their own.
+
+The update runs parameter by parameter in chunks of whole blocks: dequantize the chunk's moments,
+join its master, the AdamW step in fp32 (torch's fused kernel's order of operations), quantize the
+moments again and write the weight and the low half back. So nothing flat is built over the
+parameters (no gradient copy), a chunk's fp32 temporaries are all the update adds, and every element
+is updated from its own values and its block's scales only: the same bits whoever hosts the
+parameter and however many threads run. `adamw_8bit_reference` is the readable ground truth: the
+same step on whole tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+from .blockwise_8bit import BLOCK, blocks_of, dequantize, quantize
+
+CHUNK = 256 * BLOCK  # elements updated at once: about 10 fp32 temporaries of 2 MiB
+
+
+# -- the fp32 master as a bf16 weight and a low half ------------------------------------------
+def split_master(master: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 -> (bf16: the upper half rounded to nearest, ties away from zero; int16: the low half)."""
+    bits = master.view(torch.int32)
+    high = ((bits + 0x8000) >> 16).to(torch.int16).view(torch.bfloat16)
+    low = ((bits << 16) >> 16).to(torch.int16)
+    return high, low
+
+
+def join_master(high: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """The fp32 `split_master` split, exactly: the upper half less the carry its rounding added."""
+    lo = low.to(torch.int32) & 0xFFFF
+    hi = high.view(torch.int16).to(torch.int32) - (lo >= 0x8000).to(torch.int32)
+    return ((hi << 16) | lo).view(torch.float32)
+
+
+@dataclass
+class _Moment:
+    codes: torch.Tensor  # (n,) uint8
+    scale: torch.Tensor  # (blocks,) fp32
+    signed: bool
+
+    @classmethod
+    def zeros(cls, n: int, signed: bool, device: torch.device) -> "_Moment":
+        codes = torch.empty(n, dtype=torch.uint8, device=device)
+        scale = torch.empty(blocks_of(n), dtype=torch.float32, device=device)
+        quantize(torch.zeros(n, device=device), signed, codes, scale)
+        return cls(codes, scale, signed)
+
+    def read(self, start: int, stop: int) -> torch.Tensor:
+        blocks = slice(start // BLOCK, blocks_of(stop))
+        return dequantize(self.codes[start:stop], self.scale[blocks], self.signed)
+
+    def write(self, start: int, stop: int, values: torch.Tensor) -> None:
+        quantize(values, self.signed, self.codes[start:stop], self.scale[start // BLOCK: blocks_of(stop)])
+
+    def nbytes(self) -> int:
+        return self.codes.numel() + self.scale.numel() * 4
+
+
+@dataclass
+class ParamState:
+    param: torch.Tensor  # the weight, updated in place
+    low: torch.Tensor | None  # (n,) int16: a bf16 weight's master's low half
+    master: torch.Tensor | None  # (n,) fp32: an fp16 weight's master
+    exp_avg: _Moment
+    exp_avg_sq: _Moment
+
+    def read_master(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """fp32 master of elements [start, stop): a new tensor (a view of `master` for fp16)."""
+        flat = self.param.detach().view(-1)
+        stop = flat.numel() if stop is None else stop
+        if self.low is not None:
+            return join_master(flat[start:stop], self.low[start:stop])
+        if self.master is not None:
+            return self.master[start:stop]
+        return flat[start:stop]
+
+    @torch.no_grad()
+    def write_master(self, start: int, values: torch.Tensor) -> None:
+        flat = self.param.detach().view(-1)
+        stop = start + values.numel()
+        if self.low is not None:
+            high, low = split_master(values)
+            flat[start:stop].copy_(high)
+            self.low[start:stop].copy_(low)
+            return
+        if self.master is not None:
+            self.master[start:stop].copy_(values)
+        flat[start:stop].copy_(values)  # fp32: in place already; fp16: one cast
+
+
+class AdamW8bit:
+    """AdamW over named parameters, the state per parameter (module docstring)."""
+
+    def __init__(self, params: Iterable[tuple[str, torch.Tensor]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.states: dict[str, ParamState] = {}
+        seen: set[int] = set()
+        for name, p in params:
+            if not p.requires_grad or id(p) in seen:  # a tied parameter listed twice lives once
+                continue
+            if not p.is_contiguous():
+                raise ValueError(f"{name}: AdamW8bit updates contiguous parameters in place")
+            seen.add(id(p))
+            n, device = p.numel(), p.device
+            self.states[name] = ParamState(
+                p,
+                torch.zeros(n, dtype=torch.int16, device=device) if p.dtype == torch.bfloat16 else None,
+                p.detach().reshape(-1).float() if p.dtype == torch.float16 else None,
+                _Moment.zeros(n, True, device), _Moment.zeros(n, False, device),
+            )
+        device = next(iter(self.states.values())).param.device if self.states else torch.device("cpu")
+        self.step_count = torch.zeros((), device=device)  # applied steps, fp32 as FusedAdamW keeps it
+
+    @torch.no_grad()
+    def step(self, grad_scale: float = 1.0,
+             measure: dict[str, tuple[float, float]] | None = None) -> None:
+        """One update; the gradients carry `grad_scale` (divided out here). `measure`, when given, gets
+        each parameter's (|update|^2, |master before|^2), summed chunk by chunk."""
+        self.step_count += 1
+        step = int(self.step_count.item())
+        beta1, beta2 = self.betas
+        step_size = self.lr / (1 - beta1**step)
+        bias2_sqrt = math.sqrt(1 - beta2**step)
+        for name, s in self.states.items():
+            flat = s.param.detach().view(-1)
+            grad = None if s.param.grad is None else s.param.grad.reshape(-1)
+            sums = [0.0, 0.0]
+            for start in range(0, flat.numel(), CHUNK):
+                stop = min(start + CHUNK, flat.numel())
+                g = torch.zeros(stop - start, device=flat.device) if grad is None else grad[start:stop].float()
+                g.div_(grad_scale)
+                m, v = s.exp_avg.read(start, stop), s.exp_avg_sq.read(start, stop)
+                master = s.read_master(start, stop)
+                before = master.clone() if measure is not None else None
+                master.mul_(1 - self.lr * self.weight_decay)
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                denom = (v.sqrt() / bias2_sqrt).add_(self.eps)
+                master.addcdiv_(m, denom, value=-step_size)
+                s.exp_avg.write(start, stop, m)
+                s.exp_avg_sq.write(start, stop, v)
+                s.write_master(start, master)
+                if before is not None:
+                    sums[1] += float(torch.linalg.vector_norm(before, dtype=torch.float64)) ** 2
+                    sums[0] += float(torch.linalg.vector_norm(before.sub_(s.read_master(start, stop)),
+                                                              dtype=torch.float64)) ** 2
+            if measure is not None:
+                measure[name] = (sums[0], sums[1])
+
+    def zero_grad(self) -> None:
+        for s in self.states.values():
+            s.param.grad = None
+
+    # -- persistence: flat, safetensors-ready ----------------------------------------------------
+    def state_dict(self, names: Iterable[str] | None = None, copy: bool = True) -> dict[str, torch.Tensor]:
+        """`{name}.exp_avg.codes`/`.scale`, `.exp_avg_sq.codes`/`.scale`, `.step`, and the master:
+        `.master_low` (int16, shaped like the weight) for bf16, `.master` for fp16. With `copy=False`
+        the tensors are views of the state, for a caller that serializes them before the next update."""
+        take = (lambda t: t.detach().clone()) if copy else (lambda t: t.detach())
+        out: dict[str, torch.Tensor] = {}
+        for name in self.states if names is None else names:
+            s = self.states[name]
+            for key, moment in (("exp_avg", s.exp_avg), ("exp_avg_sq", s.exp_avg_sq)):
+                out[f"{name}.{key}.codes"] = take(moment.codes)
+                out[f"{name}.{key}.scale"] = take(moment.scale)
+            if s.low is not None:
+                out[f"{name}.master_low"] = take(s.low.view(s.param.shape))
+            if s.master is not None:
+                out[f"{name}.master"] = take(s.master.view(s.param.shape))
+            out[f"{name}.step"] = self.step_count.detach().clone()
+        return out
+
+    @torch.no_grad()
+    def load_state_dict(self, flat: dict[str, torch.Tensor]) -> None:
+        """Inverse of `state_dict`, for any subset of parameters; fp32 moments (`.exp_avg`) are
+        quantized and an fp32 `.master` split, so a state kept in fp32 loads too. A parameter without
+        a saved master takes it from its weight, as it is now."""
+        for name, s in self.states.items():
+            if not any(f"{name}.{key}" in flat for key in ("exp_avg", "exp_avg.codes", "master", "master_low")):
+                continue
+            for key, moment in (("exp_avg", s.exp_avg), ("exp_avg_sq", s.exp_avg_sq)):
+                if f"{name}.{key}.codes" in flat:
+                    moment.codes.copy_(flat[f"{name}.{key}.codes"].reshape(-1))
+                    moment.scale.copy_(flat[f"{name}.{key}.scale"])
+                elif f"{name}.{key}" in flat:
+                    quantize(flat[f"{name}.{key}"].float().reshape(-1), moment.signed, moment.codes, moment.scale)
+            if f"{name}.master_low" in flat and s.low is not None:
+                s.low.copy_(flat[f"{name}.master_low"].reshape(-1))
+            else:
+                master = flat.get(f"{name}.master")
+                s.write_master(0, s.param.detach().reshape(-1).float() if master is None else master.float().reshape(-1))
+            if f"{name}.step" in flat:
+                self.step_count.copy_(flat[f"{name}.step"])
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes held between updates: "master" (low halves, fp16's masters), "optimizer" (moments, scales, step)."""
+        master = sum(t.numel() * t.element_size() for s in self.states.values() for t in (s.low, s.master) if t is not None)
+        moments = sum(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes() for s in self.states.values())
+        return {"master": master, "optimizer": moments + 4}
+
+
+def fp32_state(flat: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A flat optimizer state with every 8-bit moment dequantized (`.exp_avg`, shaped like its weight)
+    and every `.master_low` joined with its weight into `.master`; the rest as it is. `weights`: each
+    parameter's weight by name (the upper halves)."""
+    out = dict(flat)
+    for key in [k for k in flat if k.endswith(".codes")]:
+        stem = key[: -len(".codes")]  # <name>.exp_avg or <name>.exp_avg_sq
+        name, moment = stem.rsplit(".", 1)
+        values = dequantize(out.pop(key).reshape(-1), out.pop(f"{stem}.scale"), signed=moment == "exp_avg")
+        out[stem] = values.view(weights[name].shape)
+    for key in [k for k in flat if k.endswith(".master_low")]:
+        name = key[: -len(".master_low")]
+        low = out.pop(key)
+        out[f"{name}.master"] = join_master(weights[name].detach().to(torch.bfloat16).reshape(-1), low.reshape(-1)).view(low.shape)
+    return out
+
+
+@torch.no_grad()
+def adamw_8bit_reference(weight: torch.Tensor, grad: torch.Tensor, state: dict[str, torch.Tensor], step: int,
+                         lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+    """The same update on one whole tensor, readably: `state` holds `master` (fp32) and `exp_avg`,
+    `exp_avg_sq` as (codes, scale) pairs; all are replaced, and `weight` takes the master's rounding."""
+    m, v = dequantize(*state["exp_avg"], signed=True), dequantize(*state["exp_avg_sq"], signed=False)
+    g = grad.reshape(-1).float()
+    master = state["master"]
+    master.mul_(1 - lr * weight_decay)
+    m.lerp_(g, 1 - betas[0])
+    v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
+    denom = (v.sqrt() / math.sqrt(1 - betas[1] ** step)).add_(eps)
+    master.addcdiv_(m, denom, value=-lr / (1 - betas[0] ** step))
+    state["exp_avg"], state["exp_avg_sq"] = quantize(m, signed=True), quantize(v, signed=False)
+    weight.copy_((split_master(master)[0] if weight.dtype == torch.bfloat16 else master).view_as(weight))
