@@ -32,8 +32,13 @@ browser:
 docker: setup web
 	$(PY) tools/docker_engine.py
 
+# 8 micro-batches (of one sequence each): the allocator's estimate then takes a stage on each of the
+# 3 PNodes and the pipeline overlaps; with one micro-batch it would train on one and keep two standing
+# by (`python -m bench.demo_placement` measures each PNode's share of a step spent waiting)
+DEMO_TRAINING := --micro-batches 8
+
 demo: setup web
-	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS) \
+	$(VENV)/bin/computeall up --pnodes 3 --train examples/networks/tiny-gpt.yaml --steps $(STEPS) $(DEMO_TRAINING) \
 		--validate-every 25 --sample-every 50 --sample-prompt 'def ' --sample-prompt 'class '
 
 up: setup web

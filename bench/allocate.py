@@ -8,11 +8,14 @@ of one micro-batch of 8 x 256 tokens, every VNode in this process, every core), 
 machine's speed in training work, and the smallest step a session of ours takes. Placing even 256
 VNodes over 256 PNodes must cost less than that one step. The network is tiny-gpt repeated to the
 size (6 VNodes a block), the PNodes differ in speed and link (a mix of 20, 100 and 1000 Mbit/s), and
-the batch has 1 or 8 micro-batches (with more, the search tries more bottleneck caps).
+the batch has 1 or 8 micro-batches (with more, the search tries more bottleneck caps). Each shape
+is placed twice: on every PNode (`stages: K`) and with the stages that shorten the step (`auto`,
+which searches several stage counts).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import time
@@ -61,13 +64,13 @@ def main() -> int:
     shapes = [(2, 4), (16, 42), (256, 42)] if args.quick else [(2, 4), (4, 4), (16, 42), (64, 42), (256, 42)]
     for k, blocks in shapes:
         graph = network(blocks)
-        for micro_batches in (1, 8):
+        for micro_batches, stages in itertools.product((1, 8), (k, "auto")):
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                allocate(graph, pnodes(k), MICRO_BATCH * micro_batches, MICRO_BATCH)
+                allocate(graph, pnodes(k), MICRO_BATCH * micro_batches, MICRO_BATCH, stages=stages)
                 times.append(time.perf_counter() - t0)
-            bench.row(f"allocate {k} PNodes x {len(graph.vnodes)} VNodes, {micro_batches} micro-batch(es)", "s",
+            bench.row(f"allocate {k} PNodes x {len(graph.vnodes)} VNodes, {micro_batches} micro-batch(es), stages {stages}", "s",
                       statistics.median(times), "one step of tiny-gpt (8 x 256 tokens)", step_s(),
                       at_most(1.0))
     return bench.finish()

@@ -26,7 +26,7 @@ from .sessions import run_to_end, small_corpus, wait_for
 
 def session(network: Path, steps: int, checkpoint_every: int) -> SessionConfig:
     return SessionConfig(network_yaml=network.read_text(), data=DataConfig(files=small_corpus()), steps=steps, seed=1,
-                         checkpoint_every=checkpoint_every, min_pnodes=3)
+                         checkpoint_every=checkpoint_every, min_pnodes=3, pipeline={"stages": 3})
 
 
 async def seconds_per_step(client, network: Path, steps: int, checkpoint_every: int) -> float:

@@ -103,6 +103,7 @@ async def system(network_yaml: str, pnodes: int, memory: str, steps: int) -> dic
         network_yaml=network_yaml, data=DataConfig(files=corpus()), steps=steps + 1, batch_size=BATCH,
         micro_batches=MICRO_BATCHES, precision="bf16", optimizer=OptimizerConfig(state="int8"),
         lr=LrSchedule(peak=1e-4, warmup_steps=1, min_lr=1e-5), min_pnodes=pnodes, update_ratio_every=0,
+        pipeline={"stages": pnodes},  # the figure is of a pipeline over every PNode
     )
     names = [f"pnode-{i}" for i in range(pnodes)]
     with tempfile.TemporaryDirectory() as tmp:

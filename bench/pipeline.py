@@ -49,10 +49,13 @@ def corpus() -> list[str]:
 
 
 def session(network: str, steps: int, batch: int, micro: int, **extra) -> SessionConfig:
+    """A pipeline over `min_pnodes` PNodes, one stage each: the figures are of that pipeline."""
+    pnodes = extra.pop("min_pnodes", 1)
+    pipeline = extra.pop("pipeline", PipelineConfig()).model_copy(update={"stages": pnodes})
     return SessionConfig(
         network_yaml=(NETWORKS / network).read_text(), data=DataConfig(files=corpus()), steps=steps,
         batch_size=batch, micro_batches=micro, seed=1, lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4),
-        min_pnodes=extra.pop("min_pnodes", 1), **extra,
+        min_pnodes=pnodes, pipeline=pipeline, **extra,
     )
 
 

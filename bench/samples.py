@@ -28,7 +28,7 @@ def run(network: Path, steps: int, pnodes: int, sample_args: list[str]) -> tuple
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "m.jsonl"
         cmd = [str(Path(sys.executable).parent / "computeall"), "run", str(network), "--data", *corpus(),
-               "--steps", str(steps), "--pnodes", str(pnodes), "--seed", "1", "--metrics-out", str(metrics),
+               "--steps", str(steps), "--pnodes", str(pnodes), "--stages", str(pnodes), "--seed", "1", "--metrics-out", str(metrics),
                "--no-progress", *sample_args]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, timeout=1800)

@@ -8,11 +8,14 @@ does for a step is in it, the orchestrator's requests, the bus, appending the st
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from computeall.cli.client import Client
+from pydantic import TypeAdapter
+
+from computeall.cli.client import Client, connect
 from computeall.cli.data_upload import with_sent_data
 from computeall.cli.default_corpus import stdlib_files
 from computeall.cli.follow import follow_session, start_session
@@ -20,10 +23,11 @@ from computeall.cli.session_view import session_events
 from computeall.cli.supervisor import Supervisor
 from computeall.protocol import bus
 from computeall.protocol.config import SessionConfig
+from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import EventEnvelope, StepCompleted
 from computeall.protocol.session_state import SessionState, fold
-from computeall.protocol.subjects import Subjects
-from computeall.protocol.telemetry import Heartbeat
+from computeall.protocol.subjects import TEL_STREAM, Subjects
+from computeall.protocol.telemetry import Heartbeat, StepTiming, Telemetry
 
 from .common import REPO
 
@@ -109,3 +113,32 @@ async def wait_for_pnodes(supervisor: Supervisor, names: list[str], timeout: flo
 
 async def _now(value: bool) -> bool:
     return value
+
+
+_TELEMETRY = TypeAdapter(Telemetry)
+
+
+async def step_timings(supervisor: Supervisor, sid: str, last_step: int, wait_s: float = 10.0) -> list[StepTiming]:
+    """Each PNode's `StepTiming` of session `sid`, read from the telemetry stream as the monitor reads it
+    (a user may not), once one of `last_step` is there (or `wait_s` passed)."""
+    async with connect(supervisor.credentials.credential("monitor")) as observer:
+        log = EventLog(observer.js, observer.subjects)
+        deadline = time.monotonic() + wait_s
+        while True:
+            records = await log.read(observer.subjects.tel_all("step"), stream=TEL_STREAM)
+            timings = [t for t in (_TELEMETRY.validate_json(r.data) for r in records)
+                       if isinstance(t, StepTiming) and t.session_id == sid]
+            if any(t.step == last_step for t in timings) or time.monotonic() > deadline:
+                return timings
+            await asyncio.sleep(0.2)
+
+
+def time_shares(timings: list[StepTiming], from_step: int) -> dict[str, dict[str, float]]:
+    """Each PNode's median share of a step spent computing, sending and waiting, over steps `from_step` on
+    (the dashboard's time shares)."""
+    shares = {}
+    for pnode in sorted({t.pnode for t in timings}):
+        mine = [t for t in timings if t.pnode == pnode and t.step >= from_step and t.step_s > 0]
+        shares[pnode] = {kind: statistics.median(getattr(t, f"{kind}_s") / t.step_s for t in mine)
+                         for kind in ("compute", "send", "wait")}
+    return shares

@@ -74,7 +74,7 @@ def network(pnodes: int) -> str:
 def session_config(pnodes: int) -> SessionConfig:
     return SessionConfig(network_yaml=network(pnodes), data=DataConfig(files=stdlib_files(300_000)), steps=10_000,
                          seed=1, micro_batches=4, checkpoint_every=5, keep_checkpoints=3, min_pnodes=pnodes,
-                         rebalance="on-failure")
+                         pipeline={"stages": pnodes}, rebalance="on-failure")
 
 
 def allocation_as_a_service(pnodes: int) -> dict:
@@ -94,7 +94,7 @@ async def allocation(pnodes: int) -> dict:
     cfg = session_config(pnodes)
     graph = Graph(load_network(cfg.network_yaml))
     capacities = [PNodeCapacity(name, MEMORY, flops_per_s=FLOPS) for name in swarm_names(pnodes)]
-    placement = (capacities, cfg.replicas, cfg.batch_size, cfg.micro_batches)
+    placement = (capacities, cfg.replicas, cfg.batch_size, cfg.micro_batches, cfg.pipeline.stages)
     jobs = NetworkJobs(allocate_timeout_s=ALLOCATION_CAP_S)
     await jobs.offloop.warm()
     seconds = []

@@ -98,7 +98,8 @@ async def computeall(name: str, network_yaml: str, steps: int, size: int, pnodes
                      tls: bool = False, **settings) -> Run:
     config = SessionConfig(
         network_yaml=network_yaml, data=DataConfig(files=corpus()), steps=steps + warmup, batch_size=size,
-        lr=LrSchedule(peak=1e-3, warmup_steps=2, min_lr=1e-4), min_pnodes=pnodes, **settings,
+        lr=LrSchedule(peak=1e-3, warmup_steps=2, min_lr=1e-4), min_pnodes=pnodes,
+        pipeline={"stages": pnodes}, **settings,
     )
     with tempfile.TemporaryDirectory() as tmp:
         # one PNode takes every core, as the anchor does; several share them

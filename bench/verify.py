@@ -98,7 +98,8 @@ def detection_table(graph: Graph, assignment: dict[str, str], trials: int, horiz
 
 def config(network: Path, steps: int, rate: float, micro_batches: int = MICRO_BATCHES) -> SessionConfig:
     return SessionConfig(network_yaml=network.read_text(), data=DataConfig(files=small_corpus()), steps=steps, seed=1,
-                         micro_batches=micro_batches, min_pnodes=3, verify=VerifyConfig(rate=rate))
+                         micro_batches=micro_batches, min_pnodes=3, pipeline={"stages": 3},
+                         verify=VerifyConfig(rate=rate))
 
 
 async def session(client, cfg: SessionConfig) -> list:
@@ -233,7 +234,7 @@ async def measure(bench: Bench, quick: bool) -> None:
     network = REPO / "examples" / "networks" / ("micro-gpt.yaml" if quick else "tiny-gpt.yaml")
     graph = Graph(load_network_file(network))
     capacities = [PNodeCapacity(p, 8 << 30) for p in PNODES]
-    assignment = allocate(graph, capacities, 8, 8 // MICRO_BATCHES).assignment
+    assignment = allocate(graph, capacities, 8, 8 // MICRO_BATCHES, stages=len(PNODES)).assignment  # as the sessions
     trials, horizon = (200, 200) if quick else (1000, 500)
     detection = detection_table(graph, assignment, trials, horizon)
     in_process = [ledger_cost(graph, m, 3 if quick else 7) for m in (1, MICRO_BATCHES)]

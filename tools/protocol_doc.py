@@ -79,6 +79,8 @@ SUBJECTS = [
       for verb, models, what in [
           ("create", (dataset_api.CreateDataset, dataset_api.DatasetReply), "train a tokenizer, tokenize, cut splits; replies when done"),
           ("get", (dataset_api.GetDataset,), "a dataset's manifest (the user's own, or a public one)"),
+          ("check", (dataset_api.CheckData,), "whether a session's data could be prepared (the orchestrator asks at "
+           "create, as the session's owner)"),
           ("list", (dataset_api.ListDatasets,), "the manifests of the user's datasets and the public ones"),
           ("share", (dataset_api.ShareDataset,), "make one's dataset public (read only for everyone else), or private"),
           ("batch", (dataset_api.BatchRequest,), "one batch of token ids, as a tensor frame"),
@@ -267,7 +269,7 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
         "pnode_requests": lambda: page.models([*members(pnode_api.PNodeRequest), pnode_api.PNodeReply]),
         "tensor_header": lambda: page.models([wire.TensorHeader]),
         "dataset_api": lambda: page.models([
-            dataset_api.CreateDataset, dataset_api.GetDataset, dataset_api.ListDatasets, dataset_api.ShareDataset,
+            dataset_api.CreateDataset, dataset_api.CheckData, dataset_api.GetDataset, dataset_api.ListDatasets, dataset_api.ShareDataset,
             dataset_api.BatchRequest, dataset_api.SampleRequest, dataset_api.LocateFiles, dataset_api.OpenUploads,
             dataset_api.DatasetProgress, dataset_api.DatasetReply,
             uploads.UploadManifest]),

@@ -83,7 +83,8 @@ async def run_session(cloud: Cloud, lab: WanLab, config: SessionConfig, timeout_
     client, supervisor = cloud
     pnodes = [start_pnode(lab, node, supervisor) for node in lab.nodes]
     try:
-        sid, command_id = await start_session(client, config.model_copy(update={"min_pnodes": len(lab.nodes)}))
+        spread = {"min_pnodes": len(lab.nodes), "pipeline": config.pipeline.model_copy(update={"stages": len(lab.nodes)})}
+        sid, command_id = await start_session(client, config.model_copy(update=spread))
         try:
             run = await asyncio.wait_for(_follow(client, sid, command_id), timeout_s)
         except asyncio.TimeoutError:

@@ -72,6 +72,10 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wire", choices=list(get_args(Wire)), default=None,
                    help="how activations and gradients travel between VNodes, for VNodes that name none "
                         "(default: the network's `defaults.wire`, else fp32: uncompressed)")
+    p.add_argument("--stages", type=_stages, default="auto", metavar="N|auto",
+                   help="pipeline stages per replica: auto (default) takes those that make steps faster by the "
+                        "allocator's estimate, the other PNodes become replicas (--replicas auto) or standbys; "
+                        "N spreads the network over N PNodes. Either way the same seed gives the same bits")
     p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="each PNode's order of work (default 1f1b)")
     p.add_argument("--in-flight", type=int, default=None,
                    help="1f1b: micro-batches a PNode holds at once (default: twice the pipeline's segments)")
@@ -118,12 +122,20 @@ def _size(text: str) -> str:
 
 
 def _replicas(text: str) -> int | str:
+    return _count_or_auto("--replicas", text)
+
+
+def _stages(text: str) -> int | str:
+    return _count_or_auto("--stages", text)
+
+
+def _count_or_auto(flag: str, text: str) -> int | str:
     if text == "auto":
         return text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--replicas takes a number or auto, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"{flag} takes a number or auto, not {text!r}") from None
 
 
 def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConfig:
@@ -152,7 +164,7 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             precision=args.precision,
             optimizer=OptimizerConfig(state=args.optimizer_state),
             wire=args.wire,
-            pipeline={"schedule": args.schedule, "in_flight": args.in_flight},  # validated in place: errors say `pipeline.`
+            pipeline={"stages": args.stages, "schedule": args.schedule, "in_flight": args.in_flight},  # errors say `pipeline.`
             fuse_heads=args.fuse_heads,
             grad_clip=args.grad_clip,
             update_ratio_every=args.update_ratio_every,

@@ -1,4 +1,4 @@
-"""`computeall session create|start|pause|resume|stop|validate|list|show`: thin clients over NATS.
+"""`computeall session create|start|pause|resume|stop|validate|delete|list|show`: thin clients over NATS.
 
 Each command is published to `ca.cmd.<user>.session.<sid>`; the client then waits for the event that
 shows its effect, or for the `CommandRejected` that says why not.
@@ -14,6 +14,7 @@ from contextlib import aclosing
 
 from computeall.protocol.commands import (
     CommandEnvelope,
+    DeleteSession,
     PauseSession,
     ResumeSession,
     StartSession,
@@ -22,8 +23,10 @@ from computeall.protocol.commands import (
 )
 from computeall.protocol.events import (
     CommandRejected,
+    DeleteRequested,
     PauseRequested,
     SessionCreated,
+    SessionDeleted,
     SessionPaused,
     SessionQueued,
     SessionResumed,
@@ -52,7 +55,10 @@ EFFECTS = {
     "resume": (ResumeSession, (SessionResumed, SessionQueued)),
     "stop": (StopSession, (StopRequested, SessionStopped)),
     "validate": (ValidateSession, (ValidationRequested,)),
+    "delete": (DeleteSession, (DeleteRequested, SessionDeleted)),
 }
+HELP = {"delete": "delete a session: lists and views leave it out, its events stay in the log; a running one "
+                  "stops at its next step boundary first"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.set_defaults(func=lambda a: asyncio.run(_create(a)))
 
     for verb in EFFECTS:
-        v = verbs.add_parser(verb, help=f"{verb} a session")
+        v = verbs.add_parser(verb, help=HELP.get(verb, f"{verb} a session"))
         v.add_argument("session_id")
         if verb == "resume":
             fusion = v.add_mutually_exclusive_group()
@@ -152,7 +158,7 @@ async def _list(args: argparse.Namespace) -> int:
         rows = []
         for sid in await client.session_ids():
             state = fold(sid, await session_events(client, sid))
-            if state.status != SessionStatus.NEW:
+            if state.status not in (SessionStatus.NEW, SessionStatus.DELETED):
                 rows.append(summary(state))
     if args.json:
         print(json.dumps(rows, indent=2))

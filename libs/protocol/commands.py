@@ -48,8 +48,14 @@ class ValidateSession(_Command):
     type: Literal["ValidateSession"] = "ValidateSession"
 
 
+class DeleteSession(_Command):
+    """Hide the session from every list and view (its events stay in the log); a running one stops first."""
+
+    type: Literal["DeleteSession"] = "DeleteSession"
+
+
 Command = Annotated[
-    Union[CreateSession, StartSession, PauseSession, ResumeSession, StopSession, ValidateSession],
+    Union[CreateSession, StartSession, PauseSession, ResumeSession, StopSession, ValidateSession, DeleteSession],
     Field(discriminator="type"),
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .dataset_names import DatasetName
 from .micro_tree import replica_problem
@@ -84,11 +84,27 @@ class LossScaleConfig(BaseModel):
     max_scale: float = Field(2.0**24, gt=0)
 
 
+def _stage_count(value: object) -> object:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"give a number of stages (1 or more) or auto, not {value!r}")
+
+
+# how many pipeline stages a replica is cut into: "auto" (those that shorten the allocator's estimated
+# step) or a number (fewer when fewer PNodes are live)
+Stages = Annotated[int | Literal["auto"], BeforeValidator(_stage_count)]
+
+
 class PipelineConfig(BaseModel):
-    """How each PNode orders a step's work items (the PNode's `schedule.py`). Any schedule gives the
-    same bits: it changes when work runs and how much memory it holds, never the math."""
+    """How the network is cut into stages, and how each PNode orders a step's work items (the PNode's
+    `schedule.py`). Neither changes the bits: only where and when work runs, and what memory it holds."""
 
     model_config = ConfigDict(extra="forbid")
+
+    stages: Stages = Field(
+        "auto", description="stages per replica: auto takes those that shorten the estimated step (a PNode that "
+        "would only add a bubble becomes a replica or a standby); N spreads the network over N PNodes",
+    )
 
     schedule: Literal["1f1b", "gpipe"] = Field(
         "1f1b", description="1f1b: a backward as soon as one is ready, at most `in_flight` micro-batches held; "

@@ -138,6 +138,15 @@ class LocateFiles(_Request):
     files: list[LocalFile] = Field(..., min_length=1, max_length=DATA_FILES_PER_REQUEST)
 
 
+class CheckData(_Request):
+    """`check`: whether a session's data can be prepared, looked at without preparing it: the dataset is
+    there, the asker may read it and it has the split; every file is inside the data roots and there;
+    every upload is complete in the asker's uploads bucket (or fetched already). Nothing is read or
+    fetched but names, sizes and the uploads' small records. Replies ok, or the first problem."""
+
+    data: DataConfig
+
+
 class GetDataset(_Request):
     """`get`: a dataset's manifest (yours or public)."""
 

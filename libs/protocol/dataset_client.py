@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import wire
 from .dataset_api import (
-    BatchRequest, CreateDataset, DatasetReply, DecodeTokens, EncodePrompts, GetDataset, ListDatasets,
+    BatchRequest, CheckData, CreateDataset, DatasetReply, DecodeTokens, EncodePrompts, GetDataset, ListDatasets,
     LocateFiles, OpenUploads, SampleRequest, ShareDataset, user_subject,
 )
 from .subjects import Subjects
@@ -59,6 +59,11 @@ async def fetch_batch(nc, subject: str, request: BatchRequest, timeout: float) -
 async def create_dataset(nc, subjects: Subjects, user: str, request: CreateDataset, timeout: float) -> dict:
     """Create (or, with `if_exists="reuse"`, find) a dataset of `user`'s; its manifest."""
     return (await _ask(nc, subjects, user, "create", request, timeout)).dataset or {}
+
+
+async def check_data(nc, subjects: Subjects, user: str, request: CheckData, timeout: float) -> None:
+    """Raises `DatasetError` with the reason when `user`'s session data could not be prepared."""
+    await _ask(nc, subjects, user, "check", request, timeout)
 
 
 async def get_dataset(nc, subjects: Subjects, user: str, name: str, timeout: float) -> dict:

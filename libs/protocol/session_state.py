@@ -21,6 +21,7 @@ from .events import (
     CheckpointCommitted,
     CheckpointDiscarded,
     CheckpointPruned,
+    DeleteRequested,
     EventEnvelope,
     PauseRequested,
     PNodeQuarantined,
@@ -31,6 +32,7 @@ from .events import (
     SessionClaimed,
     SessionCompleted,
     SessionCreated,
+    SessionDeleted,
     SessionEvent,
     SessionFailed,
     SessionPaused,
@@ -100,6 +102,7 @@ class SessionState(BaseModel):
     claimed_by: str | None = None
     pause_requested: bool = False
     stop_requested: bool = False
+    delete_requested: bool = False  # deleted while running: deleted once it stops
     validation_requested: bool = False
     checkpoints: list[CheckpointCommitted] = []  # committed and not pruned, oldest first
     allocation: dict[str, str] = {}  # vnode -> pnode (of the first replica)
@@ -167,6 +170,15 @@ class SessionState(BaseModel):
         self._require("validate", {RUNNING}, "; resume it first")
         return [] if self.validation_requested else [ValidationRequested()]
 
+    def delete(self) -> list[SessionEvent]:
+        """Deleted at once, or (running) stopped at the next step boundary and deleted then."""
+        if self.status == SessionStatus.DELETED:
+            return []
+        self._require("delete", set(SessionStatus) - {NEW})
+        if self.status != RUNNING:
+            return [SessionDeleted()]
+        return [*([] if self.stop_requested else [StopRequested()]), *([] if self.delete_requested else [DeleteRequested()])]
+
     def _require(self, verb: str, allowed: set[SessionStatus], hint: str = "") -> None:
         if self.status not in allowed:
             raise Rejected(f"cannot {verb} a session that is {self.status}{hint}")
@@ -185,7 +197,7 @@ class SessionState(BaseModel):
     def at_boundary(self, step: int) -> list[SessionEvent]:
         """What a pending stop (it wins) or pause records before `step`; the driver checkpoints `step` first."""
         if self.stop_requested:
-            return [SessionStopped(step=step)]
+            return [SessionStopped(step=step), *([SessionDeleted()] if self.delete_requested else [])]
         if self.pause_requested:
             return [SessionPaused(step=step)]
         return []
@@ -250,6 +262,10 @@ class SessionState(BaseModel):
     def _on_stop_requested(self, e: StopRequested) -> None:
         self.stop_requested = True
 
+    @applies(DeleteRequested)
+    def _on_delete_requested(self, e: DeleteRequested) -> None:
+        self.delete_requested = True
+
     @applies(ValidationRequested)
     def _on_validation_requested(self, e: ValidationRequested) -> None:
         self.validation_requested = True
@@ -310,6 +326,10 @@ class SessionState(BaseModel):
     @applies(SessionFailed)
     def _on_failed(self, e: SessionFailed) -> None:
         self.status, self.claimed_by, self.failure = SessionStatus.FAILED, None, e.reason
+
+    @applies(SessionDeleted)
+    def _on_deleted(self, e: SessionDeleted) -> None:
+        self.status, self.claimed_by, self.queue_reason, self.delete_requested = SessionStatus.DELETED, None, None, False
 
 
 def _run(owner: str | None, slots: RunningSlots, event: SessionEvent, fuse_heads: bool | None = None) -> list[SessionEvent]:

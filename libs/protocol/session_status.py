@@ -16,6 +16,7 @@ class SessionStatus(StrEnum):
     STOPPED = "stopped"
     COMPLETED = "completed"
     FAILED = "failed"
+    DELETED = "deleted"  # its owner deleted it: its events stay in the log, lists and views leave it out
 
 
-TERMINAL = frozenset({SessionStatus.STOPPED, SessionStatus.COMPLETED, SessionStatus.FAILED})
+TERMINAL = frozenset({SessionStatus.STOPPED, SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.DELETED})

@@ -145,7 +145,33 @@ async def upload(store: ObjectStore, path: Path, manifest: UploadManifest | None
 
 async def fetch(store: ObjectStore, file: UploadedFile, out: BinaryIO) -> None:
     """Write the uploaded `file` into `out`, every part checked; `UploadError` says what is wrong."""
-    again = f"upload {file.name} again (`computeall dataset create --files` and `session create --data` do)"
+    again = _again(file)
+    manifest = await _record(store, file, again)
+    whole = hashlib.sha256()
+    for index, digest in enumerate(manifest.parts):
+        data = await _part(store, digest, manifest.part_size(index), f"part {index + 1} of {file.name}", again)
+        whole.update(data)
+        await asyncio.to_thread(out.write, data)
+    if whole.hexdigest() != file.sha256:
+        raise UploadError(f"{file.name} does not match its sha256 once its parts are joined; {again}")
+
+
+async def check_complete(store: ObjectStore, file: UploadedFile) -> None:
+    """`UploadError` unless the uploaded `file`'s record and every part of the size it names are in `store`:
+    what `fetch` needs, looked at without reading the parts (their digests are checked when fetched)."""
+    again = _again(file)
+    manifest = await _record(store, file, again)
+    for index, digest in enumerate(manifest.parts):
+        if not await _present(store, part_object(digest), manifest.part_size(index)):
+            raise UploadError(f"part {index + 1} of {file.name} is missing from the uploads bucket; {again}")
+
+
+def _again(file: UploadedFile) -> str:
+    return f"upload {file.name} again (`computeall dataset create --files` and `session create --data` do)"
+
+
+async def _record(store: ObjectStore, file: UploadedFile, again: str) -> UploadManifest:
+    """The upload record of `file` (`files/<sha256>`), which is put last: it says the upload is complete."""
     try:
         manifest = UploadManifest.model_validate_json((await store.get(file_object(file.sha256))).data)
     except (ObjectNotFoundError, NotFoundError):
@@ -154,13 +180,7 @@ async def fetch(store: ObjectStore, file: UploadedFile, out: BinaryIO) -> None:
         raise UploadError(f"the upload record of {file.name} is not valid ({exc.errors()[0]['msg']}); {again}") from None
     if (manifest.sha256, manifest.size) != (file.sha256, file.size):
         raise UploadError(f"the upload record of {file.name} names another file; {again}")
-    whole = hashlib.sha256()
-    for index, digest in enumerate(manifest.parts):
-        data = await _part(store, digest, manifest.part_size(index), f"part {index + 1} of {file.name}", again)
-        whole.update(data)
-        await asyncio.to_thread(out.write, data)
-    if whole.hexdigest() != file.sha256:
-        raise UploadError(f"{file.name} does not match its sha256 once its parts are joined; {again}")
+    return manifest
 
 
 async def _part(store: ObjectStore, digest: str, size: int, what: str, again: str) -> bytes:

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from computeall.protocol import wire
 from computeall.protocol.dataset_api import (
     BatchRequest,
+    CheckData,
     CreateDataset,
     DatasetReply,
     DecodeTokens,
@@ -108,6 +109,7 @@ class DatasetService:
         self._handlers = {  # verb -> (request, handler(request, who asks)); a PNode asks only for batches
             "create": (CreateDataset, self.create),
             "get": (GetDataset, self.get),
+            "check": (CheckData, self.check),
             "list": (ListDatasets, self.list_datasets),
             "share": (ShareDataset, self.share),
             "batch": (BatchRequest, self.batch),
@@ -215,6 +217,21 @@ class DatasetService:
     async def _record(self, manifest: Manifest, result: builder.BuildResult) -> None:
         for event in creation_events(manifest, result, self.store.bucket):
             await self.events.append_event(self.subjects.dataset_evt(manifest.name, event.type), Envelope(actor=ACTOR, payload=event))
+
+    async def check(self, request: CheckData, asker: Requester) -> DatasetReply:
+        """Whether `asker`'s session could be prepared from this data, without preparing it (`CheckData`)."""
+        data = request.data
+        if data.dataset:
+            manifest = await self.access.check(asker, data.dataset)
+            if data.split not in manifest.splits:
+                raise DatasetUserError(f"dataset {data.dataset!r} has no split {data.split!r}; it has "
+                                       f"{', '.join(sorted(manifest.splits))}")
+        for name in data.files:
+            if not os.access(self.roots.check(name), os.R_OK):
+                raise DatasetUserError(f"{name}: not found, or not readable, on the dataset service's machine")
+        for upload in data.uploads:
+            await self.uploads.check(asker.name, upload)
+        return DatasetReply(ok=True)
 
     async def get(self, request: GetDataset, asker: Requester) -> DatasetReply:
         manifest = await self.access.check(asker, request.name)

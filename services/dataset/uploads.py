@@ -20,10 +20,11 @@ from pathlib import Path
 
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError
+from nats.js.object_store import ObjectStore
 
 from computeall.protocol.object_store import existing_bucket, open_bucket, uploads_bucket
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.uploads import UploadError, UploadedFile, fetch
+from computeall.protocol.uploads import UploadError, UploadedFile, check_complete, fetch
 
 from .data_roots import confined
 from .errors import DatasetUserError
@@ -50,24 +51,40 @@ class UploadCache:
         await open_bucket(self.js, bucket, self.replicas)
         return bucket
 
+    async def check(self, user: str, file: UploadedFile) -> None:
+        """`DatasetUserError` unless `local` would find `user`'s file: fetched already, or complete in their bucket."""
+        if self._paths(user, file)[1].exists():
+            return
+        try:
+            await check_complete(await self._bucket(user, file), file)
+        except UploadError as exc:
+            raise DatasetUserError(str(exc)) from None
+
     async def local(self, user: str, file: UploadedFile) -> Path:
         """`user`'s uploaded file in the uploads folder, fetched and checked first when it is not there yet."""
-        folder = confined(self.root, user, f"the uploads of {user}")
-        target = confined(folder, f"{file.sha256}/{file.name}", f"upload {file.name}")
+        folder, target = self._paths(user, file)
         lock = self._fetching.setdefault((user, file.sha256), asyncio.Lock())
         async with lock:  # one fetch per file, however many requests name it
             if not target.exists():
                 await self._fetch(user, file, folder, target)
         return target
 
-    async def _fetch(self, user: str, file: UploadedFile, folder: Path, target: Path) -> None:
+    def _paths(self, user: str, file: UploadedFile) -> tuple[Path, Path]:
+        """`user`'s folder, and where their `file` lies in it once fetched: `<uploads>/<user>/<sha256>/<name>`."""
+        folder = confined(self.root, user, f"the uploads of {user}")
+        return folder, confined(folder, f"{file.sha256}/{file.name}", f"upload {file.name}")
+
+    async def _bucket(self, user: str, file: UploadedFile) -> ObjectStore:
         bucket = uploads_bucket(self.subjects, user)
-        log.info("fetching upload %s (%d bytes) from bucket %s", file.name, file.size, bucket)
         try:
-            store = await existing_bucket(self.js, bucket)
+            return await existing_bucket(self.js, bucket)
         except BucketNotFoundError:
             raise DatasetUserError(f"{file.name}: you have uploaded nothing yet (there is no bucket {bucket}); upload it "
                                    "(`computeall dataset create --files` and `session create --data` do)") from None
+
+    async def _fetch(self, user: str, file: UploadedFile, folder: Path, target: Path) -> None:
+        log.info("fetching upload %s (%d bytes) from bucket %s", file.name, file.size, uploads_bucket(self.subjects, user))
+        store = await self._bucket(user, file)
         folder.mkdir(exist_ok=True)
         staging = folder / f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
         try:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
+    DeleteSession,
     PauseSession,
     ResumeSession,
     StopSession,
@@ -72,5 +73,6 @@ for _name, _model in (
     ("resumeSession", ResumeSession),
     ("stopSession", StopSession),
     ("validateSession", ValidateSession),
+    ("deleteSession", DeleteSession),
 ):
     _session_command(_name, _model)

@@ -101,8 +101,8 @@ def _set_status(batch: Batch, h: Header, status: str) -> None:
     if status == "running":  # the first time it ran, not the latest resume; why it waited no longer holds
         sets += ["started_ts = coalesce(started_ts, ?)", "reason = NULL"]
         args.append(h.ts)
-    if status in ENDED:
-        sets.append("ended_ts = ?")
+    if status in ENDED:  # when it first ended: a deletion later keeps it
+        sets.append("ended_ts = coalesce(ended_ts, ?)")
         args.append(h.ts)
     batch.ops.append((f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", [*args, h.session_id]))
 

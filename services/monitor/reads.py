@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 
 from . import network_edges, time_and_links
+from .session_status import HIDDEN
 
 SESSION_FIELDS = (
     "id", "owner", "status", "config", "created_at", "started_at", "ended_at", "step", "last_loss", "tokens",
@@ -20,7 +21,8 @@ SESSION_FIELDS = (
 )
 SESSION_SQL = (
     "SELECT id, owner, status, config, created_ts, started_ts, ended_ts, coalesce(step, 0), last_loss, tokens, tokens_per_s, "
-    "loss_scale, reason, pnodes, bytes_across_per_step, replicas FROM sessions"
+    "loss_scale, reason, pnodes, bytes_across_per_step, replicas FROM sessions "
+    "WHERE NOT list_contains(?, status)"  # HIDDEN: a deleted session reads as a missing one
 )
 PNODE_FIELDS = (
     "id", "host", "os_pid", "device", "memory_bytes", "state", "joined_at", "left_at", "last_heartbeat", "rss_bytes",
@@ -37,17 +39,20 @@ def _rows(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], sql: str, arg
 def _session(row: dict[str, Any]) -> dict[str, Any]:
     row["config"] = json.loads(row["config"]) if row["config"] else None
     row["pnodes"] = json.loads(row["pnodes"]) if row["pnodes"] else []
-    row["planned_steps"] = row["config"].get("steps") if isinstance(row["config"], dict) else None
+    config = row["config"] if isinstance(row["config"], dict) else {}
+    row["planned_steps"] = config.get("steps")
+    row["verifies"] = (config.get("replay_of") or {}).get("session_id")  # a `replay verify` run: of which session
     return row
 
 
 def sessions(cur: duckdb.DuckDBPyConnection, owner: str, limit: int) -> list[dict[str, Any]]:
-    rows = _rows(cur, SESSION_FIELDS, f"{SESSION_SQL} WHERE owner = ? ORDER BY created_ts DESC LIMIT ?", [owner, limit])
+    rows = _rows(cur, SESSION_FIELDS, f"{SESSION_SQL} AND owner = ? ORDER BY created_ts DESC LIMIT ?",
+                 [list(HIDDEN), owner, limit])
     return [_session(r) for r in rows]
 
 
 def session(cur: duckdb.DuckDBPyConnection, owner: str, sid: str) -> dict[str, Any] | None:
-    rows = _rows(cur, SESSION_FIELDS, f"{SESSION_SQL} WHERE owner = ? AND id = ?", [owner, sid])
+    rows = _rows(cur, SESSION_FIELDS, f"{SESSION_SQL} AND owner = ? AND id = ?", [list(HIDDEN), owner, sid])
     return _session(rows[0]) if rows else None
 
 

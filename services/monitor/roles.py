@@ -1,9 +1,10 @@
 """Each PNode's role in the caller's sessions that are not over, as their current allocations say.
 
 A stage is a contiguous cut of the network's order (placements are recorded in that order, per
-replica), so a replica's stages are its PNodes in the order their first VNode appears. A PNode in
-an allocation's PNodes without a VNode is a standby; one outside it is idle, and the card says why
-from what the log shows: it joined after the session was placed (and when the session takes new
+replica), so a replica's stages are its PNodes in the order their first VNode appears. A PNode the
+allocation names among its `standbys` is a standby (offered to the session, another stage would not
+have made its steps faster, it takes over a lost PNode's stage); any other is idle, and the card says
+why from what the log shows: it joined after the session was placed (and when the session takes new
 PNodes), it was quarantined or lost, or the session was placed without it.
 """
 
@@ -42,6 +43,7 @@ class Placed(BaseModel):
     ts: float
     reason: str  # why this allocation: the session started, or the Reallocated's reason
     pnodes: list[str]
+    standbys: list[str]
     replicas: int
     # replica -> its PNodes in pipeline order, each with its VNodes in the network's order
     pipelines: dict[int, dict[str, list[str]]]
@@ -59,9 +61,10 @@ def role(placed: Placed, pnode: str, joined_at: float | None, state: str) -> Rol
             return Role(session_id=sid, kind="stage", replica=replica, stage=stage, stages=len(stages),
                         replicas=placed.replicas, vnodes=vnodes,
                         why=f"hosts {span}; placed {placed.reason}")
-    if pnode in placed.pnodes:
+    if pnode in placed.standbys:
         return Role(session_id=sid, kind="standby", replicas=placed.replicas,
-                    why=f"in session {sid}'s allocation without a stage of its own")
+                    why=f"standby of session {sid}: another stage would not make its steps faster; "
+                        "it takes over the stage of a PNode the session loses")
     return Role(session_id=sid, kind="idle", replicas=placed.replicas, why=_idle_because(placed, joined_at, state))
 
 
@@ -100,8 +103,8 @@ def _placed(sid: str, config: str | None, seq: int, ts: float, payload: str) -> 
     for p in allocation.placements:  # recorded in the network's order, replica by replica
         pipelines.setdefault(p.replica, {}).setdefault(p.pnode, []).append(p.vnode)
     reason = f"again after: {allocation.reason}" if isinstance(allocation, Reallocated) else "when the session (re)started"
-    return Placed(session_id=sid, ts=ts, reason=reason, pnodes=allocation.pnodes, replicas=allocation.replicas,
-                  pipelines=dict(sorted(pipelines.items())), **_settings(config))
+    return Placed(session_id=sid, ts=ts, reason=reason, pnodes=allocation.pnodes, standbys=allocation.standbys,
+                  replicas=allocation.replicas, pipelines=dict(sorted(pipelines.items())), **_settings(config))
 
 
 def _settings(config: str | None) -> dict[str, Any]:

@@ -18,6 +18,8 @@ STATUSES: tuple[str, ...] = tuple(s.value for s in SessionStatus)
 # a session the monitor has seen a CreateSession for, before (or instead of) SessionCreated
 INITIAL: str = SessionState.model_fields["status"].default.value
 ENDED: tuple[str, ...] = tuple(s.value for s in SessionStatus if s in TERMINAL)  # enum order: stable
+# what lists and views leave out: sessions their owner deleted (the `events` table keeps their events)
+HIDDEN: tuple[str, ...] = (SessionStatus.DELETED.value,)
 
 _BY_TYPE: dict[type, str | None] = {}
 

@@ -6,8 +6,13 @@ weight (an embedding and its tied LM head) form one unit placed at the first mem
 The score is the estimated step time (step_time.py): compute per stage at its PNode's speed, the
 stage's traffic over its PNode's link, latency per hop. So on a slow link the cuts go where the
 activations are smallest, and a slow PNode (or one behind a slow link) gets less work. A PNode
-never holds more than the memory it advertises, and every PNode gets a stage while there are
-at least as many units as PNodes (the session asked for them; failover relies on it).
+never holds more than the memory it advertises.
+
+How many stages: `stages="auto"` takes the fewest whose estimate is within `WORTH` of the least
+any count reaches, so a stage that would only add a bubble is not made (with one micro-batch
+nothing overlaps and one stage is fastest, memory permitting); `stages=N` takes N (fewer when
+there are fewer PNodes or units), for a session that wants its network spread. The PNodes left
+without a stage are the allocation's standbys (`standby.py` has one take a lost PNode's stage).
 
 For one order of the PNodes along the pipeline, dynamic programmes over the cut points find
 1. the least possible bottleneck B* (the busiest stage's time per micro-batch), then
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from computeall.network import Graph
-from computeall.protocol.config import OptimizerState
+from computeall.protocol.config import OptimizerState, Stages
 
 from .step_time import PNodeCapacity, StageCosts, band_stage_time, stage_time, step_time_s
 
@@ -36,6 +41,13 @@ __all__ = ["Allocation", "AllocationError", "PNodeCapacity", "Stage", "allocate"
 
 CAP_STEP = 1.04  # the bottleneck ladder's rung: stages within 4% of each other count as balanced
 MAX_RUNGS = 60
+# `stages: auto`: more stages must shorten the estimated step by more than this share to be worth
+# their PNodes; within it, fewer stages do the same work with fewer bubbles and hops, and the
+# choice does not flip with the noise of the PNodes' measurements
+WORTH = 0.05
+# `stages: auto` with many PNodes: every count up to this one, then a ladder of counts this much apart
+EVERY_COUNT_UP_TO = 8
+COUNT_STEP = 1.5
 
 
 class AllocationError(ValueError):
@@ -57,22 +69,27 @@ class Allocation:
     stages: tuple[Stage, ...]
     bytes_across_per_step: int
     step_time_s: float = 0.0  # the estimate the allocation minimised
+    standbys: tuple[str, ...] = ()  # the PNodes offered that got no stage
 
 
 def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_batch_size: int,
-             state: OptimizerState = "fp32") -> Allocation:
+             stages: Stages = "auto", state: OptimizerState = "fp32") -> Allocation:
     if not pnodes:
         raise AllocationError("no PNodes are available; start one with `computeall pnode`")
     units = _units(graph)
-    used = min(len(pnodes), len(units))
-    costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - used + 1, state=state)
+    most = min(len(pnodes), len(units))
+    counts = _stage_counts(most) if stages == "auto" else [min(stages, most)]
+    costs = StageCosts(graph, units, batch_size, micro_batch_size, max_len=len(units) - counts[0] + 1, state=state)
     micro_batches = max(1, batch_size // micro_batch_size)
     bands = _bands(costs, pnodes, micro_batches)
-    best: tuple[float, list[int], list[PNodeCapacity]] | None = None
-    for order in _orders(pnodes, costs, used):
-        found = _Search(costs, order[:used], micro_batches, bands).best()
-        if found is not None and (best is None or found[0] < best[0]):
-            best = (found[0], found[1], order)
+    found: dict[int, tuple[float, list[int], list[PNodeCapacity]]] = {}  # stage count -> the best of that count
+    for used in counts:
+        best = _best_of(costs, pnodes, used, micro_batches, bands)
+        if best is not None:
+            found[used] = best
+        if _past_the_least(found, used):
+            break
+    best = _fewest_worth_it(found)
     if best is None:
         need = costs.memory(0, len(units))
         have = ", ".join(f"{p.pnode}={p.memory_bytes / 2**20:.0f} MiB" for p in pnodes)
@@ -81,14 +98,53 @@ def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_b
             "add PNodes or give them more memory"
         )
     estimate, cuts, order = best
-    stages, assignment, start = [], {}, 0
+    placed, assignment, start = [], {}, 0
     for speed, end in zip(order, cuts):
         members = tuple(v for u in units[start:end] for v in u)
         assignment.update({v: speed.pnode for v in members})
-        stages.append(Stage(speed.pnode, members, costs.flops(start, end), costs.memory(start, end),
+        placed.append(Stage(speed.pnode, members, costs.flops(start, end), costs.memory(start, end),
                             stage_time(costs, speed, start, end, micro_batches).busy_s))
         start = end
-    return Allocation(assignment, tuple(stages), bytes_across(graph, assignment, batch_size), estimate)
+    standbys = tuple(p.pnode for p in order[len(cuts):])
+    return Allocation(assignment, tuple(placed), bytes_across(graph, assignment, batch_size), estimate, standbys)
+
+
+def _stage_counts(most: int) -> list[int]:
+    """The stage counts `stages: auto` tries, fewest first: each up to EVERY_COUNT_UP_TO, then a ladder
+    (a count's search costs about count x units x stage length; 256 PNodes cannot try them all)."""
+    counts = list(range(1, min(most, EVERY_COUNT_UP_TO) + 1))
+    while counts[-1] < most:
+        counts.append(min(most, math.ceil(counts[-1] * COUNT_STEP)))
+    return counts
+
+
+def _best_of(costs: StageCosts, pnodes: list[PNodeCapacity], used: int, micro_batches: int,
+             bands: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[float, list[int], list[PNodeCapacity]] | None:
+    """The least estimate with `used` stages, its cuts and the PNode order they are laid along."""
+    best = None
+    for order in _orders(pnodes, costs, used):
+        found = _Search(costs, order[:used], micro_batches, bands).best()
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], found[1], order)
+    return best
+
+
+def _past_the_least(found: dict[int, tuple], used: int) -> bool:
+    """Whether counts beyond `used` need no try: the two last tried both missed the least so far by
+    more than WORTH (more stages add bubbles and hops; the estimate only grows from there)."""
+    tried = sorted(found)
+    if len(tried) < 3 or tried[-1] != used:
+        return False
+    least = min(f[0] for f in found.values())
+    return all(found[c][0] > least * (1 + WORTH) for c in tried[-2:])
+
+
+def _fewest_worth_it(found: dict[int, tuple]) -> tuple | None:
+    """The fewest stages whose estimate is within WORTH of the least."""
+    if not found:
+        return None
+    least = min(f[0] for f in found.values())
+    return found[min(c for c, f in found.items() if f[0] <= least * (1 + WORTH))]
 
 
 class _Search:
@@ -98,11 +154,16 @@ class _Search:
                  bands: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
         self.costs, self.order, self.m = costs, order, micro_batches
         self.n, self.k = costs.n, len(order)
-        self.busy = [bands[p.pnode][0] for p in order]  # PNodes alike share one array
-        self.through = [bands[p.pnode][1] for p in order]
+        longest = self.n - self.k + 1  # every other stage keeps a unit: the bands' columns beyond are of no use
+        narrowed: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # PNodes alike share one pair of arrays
+        for p in order:
+            busy, through = bands[p.pnode]
+            narrowed.setdefault(id(busy), (busy[:, :longest], through[:, :longest]))
+        self.busy = [narrowed[id(bands[p.pnode][0])][0] for p in order]
+        self.through = [narrowed[id(bands[p.pnode][0])][1] for p in order]
         self.last_end = [self.n - self.k + s + 1 for s in range(self.k)]  # every later stage keeps a unit
         # the stage [b - d - 1, b) reads the previous stages' best at its start: an index per band cell
-        self.start = np.where(costs.valid, costs.start, 0)
+        self.start = np.where(costs.valid, costs.start, 0)[:, :longest]
         # the least busy any stage of a given length can be: longer stages than a cap allows are cut off
         distinct = {id(b): b for b in self.busy}.values()
         self.shortest = np.min([busy.min(axis=0) for busy in distinct], axis=0)

@@ -10,10 +10,9 @@ limits here catch what the size limits cannot foresee (and #16's large allocatio
 from __future__ import annotations
 
 from computeall.network import Graph, NetworkError, NetworkSpec, load_network
-from computeall.protocol.session_state import SessionState
-
-from computeall.protocol.config import OptimizerState
+from computeall.protocol.config import OptimizerState, Stages
 from computeall.protocol.replica_sync import Replicas
+from computeall.protocol.session_state import SessionState
 
 from .allocator import AllocationError, PNodeCapacity
 from .errors import SessionError
@@ -44,10 +43,10 @@ def _resolve(state: SessionState) -> tuple[str | None, list[str]]:
 
 
 def _allocate(spec_json: str, capacities: list[PNodeCapacity], replicas: Replicas, batch_size: int,
-              micro_batches: int, state: OptimizerState) -> ReplicatedAllocation | str:
+              micro_batches: int, stages: Stages, state: OptimizerState) -> ReplicatedAllocation | str:
     graph = Graph(NetworkSpec.model_validate_json(spec_json))
     try:
-        return allocate_replicas(graph, capacities, replicas, batch_size, micro_batches, state)
+        return allocate_replicas(graph, capacities, replicas, batch_size, micro_batches, stages, state)
     except AllocationError as exc:
         return str(exc)
 
@@ -57,7 +56,7 @@ def _fits(state: SessionState, capacities: list[PNodeCapacity]) -> bool:
         graph, _ = session_graph(state)
         config = state.config
         allocate_replicas(graph, capacities, config.replicas, config.batch_size, config.micro_batches,
-                          config.optimizer.state)
+                          config.pipeline.stages, config.optimizer.state)
     except (AllocationError, NetworkError):
         return False
     return True
@@ -92,10 +91,10 @@ class NetworkJobs:
         return Graph(NetworkSpec.model_validate_json(spec_json)), lines
 
     async def allocate(self, graph: Graph, capacities: list[PNodeCapacity], replicas: Replicas, batch_size: int,
-                       micro_batches: int, state: OptimizerState = "fp32") -> ReplicatedAllocation:
+                       micro_batches: int, stages: Stages = "auto", state: OptimizerState = "fp32") -> ReplicatedAllocation:
         """One pipeline per replica (`replication.allocate_replicas`); `AllocationError` when the PNodes cannot
         hold them, `SessionError` when allocating failed or overran its time."""
-        args = (graph.spec.model_dump_json(), capacities, replicas, batch_size, micro_batches, state)
+        args = (graph.spec.model_dump_json(), capacities, replicas, batch_size, micro_batches, stages, state)
         try:
             result = await self.offloop.run(_allocate, args, self.allocate_timeout_s)
         except JobError as exc:

@@ -3,7 +3,8 @@
 Placing is: allocate on the live PNodes (the allocator is a pure function; with data-parallel
 replicas one pipeline per replica, `replication.py`), record `Allocated` or `Reallocated`, and
 grant exactly its PNodes the session's checkpoint bucket (`session_storage`), and send every PNode
-its plan. Loading the newest intact checkpoint onto the
+its plan. After a loss, a standby with room takes the lost PNode's stage instead, and the others
+keep theirs (`standby.py`). Loading the newest intact checkpoint onto the
 new plan is the caller's next move (`Checkpoints.restore`). At a step boundary `rebalance`
 only decides (a `Move`, `NoRoom`, or nothing); the step loop acts on the decision.
 """
@@ -26,6 +27,7 @@ from .recorder import SessionRecorder
 from .replication import ReplicatedAllocation
 from .session_pnodes import SessionPNodes
 from .session_storage import SessionStorage
+from .standby import take_over
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,13 @@ class Placement:
 
     async def place(self, reason: str, exclude: set[str] = frozenset()) -> None:
         """Allocate on the live PNodes (but `exclude`), record it and load the plans; pauses the
-        session (`DriverDone`) when they cannot hold the network."""
+        session (`DriverDone`) when they cannot hold the network. Stages of `exclude` go to standbys
+        when every one finds a standby with room."""
+        gone = set(exclude) | set(self.recorder.state.quarantined)
+        takeover = take_over(self.allocation, gone, self.registry.capacities(gone)) if self.allocation else None
+        if takeover is not None:
+            await self.adopt(takeover.allocation, f"{reason}; {takeover.describe()}")
+            return
         try:
             allocation = await self._allocate(set(exclude))
         except AllocationError as exc:
@@ -78,9 +86,12 @@ class Placement:
     async def rebalance(self, at_checkpoint: bool) -> Move | NoRoom | None:
         """At a step boundary: move VNodes off leaving PNodes, and onto joined ones at a checkpoint."""
         leaving = {p for p in self.pnodes if self.registry.is_leaving(p)}
-        joined = {hb.pnode for hb in self.registry.live()} - set(self.pnodes)
+        joined = {hb.pnode for hb in self.registry.live()} - set(self.pnodes) - set(self.allocation.standbys)
         if not leaving and not (joined and at_checkpoint and self.config.rebalance == "on-join"):
             return None
+        if leaving and (takeover := take_over(self.allocation, leaving, self.registry.capacities(leaving))):
+            why = f"{', '.join(sorted(leaving))} leaving; {takeover.describe()}"
+            return Move(takeover.allocation, why, released=sorted(leaving))
         try:
             allocation = await self._allocate(leaving)
         except AllocationError as exc:
@@ -146,7 +157,7 @@ class Placement:
         exclude = set(exclude) | set(self.recorder.state.quarantined)  # caught computing wrong results
         return await self.jobs.allocate(  # off the event loop
             self.graph, self.registry.capacities(exclude), self.config.replicas, self.config.batch_size,
-            self.config.micro_batches, self.config.optimizer.state,
+            self.config.micro_batches, self.config.pipeline.stages, self.config.optimizer.state,
         )
 
     def _event_fields(self, allocation: ReplicatedAllocation) -> dict:
@@ -167,7 +178,7 @@ class Placement:
         return dict(
             placements=placements, edges=edges, pnodes=allocation.pnodes,
             bytes_across_per_step=allocation.bytes_across_per_step, replicas=allocation.count,
-            estimated_step_s=allocation.step_time_s,
+            estimated_step_s=allocation.step_time_s, standbys=allocation.standbys,
         )
 
 

@@ -1,4 +1,8 @@
-"""Before the first step: the network as this session runs it, its dataset, and enough live PNodes."""
+"""Before the first step: the network as this session runs it, its dataset, and enough live PNodes.
+
+At create, `check_data` looks (cheaply) whether the data could be prepared, so that a session whose
+dataset is missing or not the owner's, or whose uploads are not there, is refused with the reason
+instead of being created and failing later."""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from computeall.network import Graph
-from computeall.protocol.dataset_api import CreateDataset, files_dataset_name
-from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
-from computeall.protocol.session_state import SessionState
+from computeall.protocol.config import DataConfig
+from computeall.protocol.dataset_api import CheckData, CreateDataset, files_dataset_name
+from computeall.protocol.dataset_client import DatasetError, check_data as ask_check_data, create_dataset, get_dataset
+from computeall.protocol.session_state import Rejected, SessionState
 from computeall.protocol.subjects import Subjects
 
 from .errors import SessionError
@@ -22,6 +27,9 @@ from .network_jobs import NetworkJobs
 from .pnodes import PNodeRegistry
 
 log = logging.getLogger("computeall.orchestrator.preparation")
+
+CHECK_TIMEOUT_S = 10.0  # the dataset service looks at names and sizes only
+CHECK_WAIT_S = 10.0  # for a dataset service that is starting; without one the session is created unchecked
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,26 @@ async def prepare(state: SessionState, nc: NATS, subjects: Subjects, jobs: Netwo
             f"embeds only {spec.vocab_size}; raise the network's vocab_size"
         )
     return Prepared(graph, manifest["name"], manifest["tokenizer"]["digest"])
+
+
+async def check_data(nc: NATS, subjects: Subjects, owner: str, data: DataConfig) -> None:
+    """At create: `Rejected` with the dataset service's reason when `owner`'s session could not be prepared
+    from `data` (asked as the owner, so another's private dataset reads as a missing one). When no dataset
+    service answers in time the session is created, and preparing it waits for one and finds out."""
+    deadline = time.monotonic() + CHECK_WAIT_S
+    while True:
+        try:
+            return await ask_check_data(nc, subjects, owner, CheckData(data=data), timeout=CHECK_TIMEOUT_S)
+        except DatasetError as exc:
+            raise Rejected(f"data: {exc}") from None
+        except nats.errors.NoRespondersError:
+            if time.monotonic() > deadline:
+                log.warning("no dataset service to check %s's data; the session is created unchecked", owner)
+                return
+            await asyncio.sleep(0.5)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            log.warning("the dataset service did not check %s's data in time; the session is created unchecked", owner)
+            return
 
 
 async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0) -> dict:

@@ -12,7 +12,9 @@ PNodes with good links to each other, and a slow link is not where the large VNo
 
 `replicas: auto` takes the largest replica count the micro-batches allow (`micro_tree.replica_counts`)
 for which every group can hold the network; a fixed count that the PNodes cannot hold is an
-`AllocationError` (the session pauses for capacity, as without replicas).
+`AllocationError` (the session pauses for capacity, as without replicas). Each group is cut into
+the session's `pipeline.stages` (allocator.py); the PNodes of a group left without a stage are
+the allocation's standbys.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Callable
 
 from computeall.network import Graph
 from computeall.network.graph import BYTES_PER_ELEMENT
-from computeall.protocol.config import OptimizerState
+from computeall.protocol.config import OptimizerState, Stages
 from computeall.protocol.micro_tree import exchanges, replica_counts
 from computeall.protocol.replica_sync import Replicas
 
@@ -55,7 +57,13 @@ class ReplicatedAllocation:
 
     @property
     def pnodes(self) -> list[str]:
+        """The PNodes that host a stage."""
         return [s.pnode for s in self.stages]
+
+    @property
+    def standbys(self) -> list[str]:
+        """The PNodes offered that host nothing: each can take a lost PNode's stage as it was (`standby.py`)."""
+        return [p for r in self.replicas for p in r.standbys]
 
     @property
     def bytes_across_per_step(self) -> int:
@@ -76,29 +84,30 @@ class ReplicatedAllocation:
 
 
 def allocate_replicas(graph: Graph, pnodes: list[PNodeCapacity], replicas: Replicas, batch_size: int,
-                      micro_batches: int, state: OptimizerState = "fp32") -> ReplicatedAllocation:
-    """`state`: the session's optimizer state, what each parameter costs a PNode (the memory model's)."""
+                      micro_batches: int, stages: Stages = "auto", state: OptimizerState = "fp32") -> ReplicatedAllocation:
+    """`stages`: the session's `pipeline.stages`; `state`: its optimizer state, what each parameter costs a PNode
+    (the memory model's)."""
     micro_batch_size = batch_size // micro_batches
     if replicas == "auto":
         counts = replica_counts(micro_batches, at_most=max(1, len(pnodes)))
         for count in reversed(counts[1:]):
             try:
-                return _allocate(graph, pnodes, count, batch_size, micro_batch_size, state)
+                return _allocate(graph, pnodes, count, batch_size, micro_batch_size, stages, state)
             except AllocationError:
                 continue
-        return _allocate(graph, pnodes, 1, batch_size, micro_batch_size, state)
+        return _allocate(graph, pnodes, 1, batch_size, micro_batch_size, stages, state)
     if len(pnodes) < replicas:
         raise AllocationError(
             f"{replicas} replicas need at least {replicas} PNodes (one pipeline each) and {len(pnodes)} are live; "
             "add PNodes, or use fewer replicas (or replicas: auto)"
         )
-    return _allocate(graph, pnodes, replicas, batch_size, micro_batch_size, state)
+    return _allocate(graph, pnodes, replicas, batch_size, micro_batch_size, stages, state)
 
 
 def _allocate(graph: Graph, pnodes: list[PNodeCapacity], count: int, batch_size: int,
-              micro_batch_size: int, state: OptimizerState) -> ReplicatedAllocation:
+              micro_batch_size: int, stages: Stages, state: OptimizerState) -> ReplicatedAllocation:
     if count == 1:
-        return ReplicatedAllocation((allocate(graph, pnodes, batch_size, micro_batch_size, state),))
+        return ReplicatedAllocation((allocate(graph, pnodes, batch_size, micro_batch_size, stages=stages, state=state),))
     best: ReplicatedAllocation | None = None
     failure: AllocationError | None = None
     tried: set[tuple] = set()
@@ -109,7 +118,7 @@ def _allocate(graph: Graph, pnodes: list[PNodeCapacity], count: int, batch_size:
             continue  # another ranking dealt the same groups (always so while no PNode has measured itself)
         tried.add(grouping)
         try:
-            pipelines = tuple(_pipeline(graph, g, r, count, batch_size, micro_batch_size, state)
+            pipelines = tuple(_pipeline(graph, g, r, count, batch_size, micro_batch_size, stages, state)
                               for r, g in enumerate(groups))
         except AllocationError as exc:
             failure = failure or exc
@@ -128,9 +137,9 @@ def _deal(pnodes: list[PNodeCapacity], count: int, rank: Callable[[PNodeCapacity
 
 
 def _pipeline(graph: Graph, group: list[PNodeCapacity], replica: int, count: int, batch_size: int,
-              micro_batch_size: int, state: OptimizerState) -> Allocation:
+              micro_batch_size: int, stages: Stages, state: OptimizerState) -> Allocation:
     try:
-        return allocate(graph, group, batch_size // count, micro_batch_size, state)
+        return allocate(graph, group, batch_size // count, micro_batch_size, stages=stages, state=state)
     except AllocationError as exc:
         raise AllocationError(f"replica {replica} of {count}: {exc}") from None
 

@@ -27,6 +27,7 @@ from computeall.protocol.bus_failover import TRANSIENT
 from computeall.protocol.commands import (
     CommandEnvelope,
     CreateSession,
+    DeleteSession,
     PauseSession,
     ResumeSession,
     StartSession,
@@ -52,6 +53,7 @@ from .fair_share import FairShare
 from .lanes import Lanes
 from .network_jobs import NetworkJobs
 from .initial_weights import check_source
+from .preparation import check_data
 from .membership import MembershipRecorder, ask_authority
 from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
@@ -73,6 +75,7 @@ DECIDE = {
     ResumeSession: lambda state, c, actor, slots: state.resume(c.fuse_heads, slots),
     StopSession: lambda state, c, actor, slots: state.stop(),
     ValidateSession: lambda state, c, actor, slots: state.validate(),
+    DeleteSession: lambda state, c, actor, slots: state.delete(),
 }
 
 
@@ -363,7 +366,7 @@ class Orchestrator:
         session = self.sessions.get(sid) or SessionLog(self.eventlog, sid)
         for _ in range(5):  # optimistic concurrency: on a conflict, fold what others wrote and decide again
             try:
-                if session.state.status not in TERMINAL:  # an ended session never changes: decided on what is in memory
+                if _may_change(session.state, command):  # else decided on what is in memory
                     await session.refresh()
                 await self._decide(session, command)
                 return
@@ -404,6 +407,7 @@ class Orchestrator:
             except NetworkError as exc:
                 raise Rejected(str(exc)) from None
             await check_source(session.eventlog, payload.config.init_from, owner)
+            await check_data(self.nc, self.subjects, owner, payload.config.data)
         async with self.fair.deciding(owner):  # the owner's running count holds until the events are in
             was = session.state.status
             events = DECIDE[type(payload)](session.state, payload, owner, self.fair.slots(owner))
@@ -422,6 +426,14 @@ class Orchestrator:
             await self.eventlog.append_session_event(event, None)
         except Exception as exc:  # a reject that cannot be recorded is logged, never fatal
             log.warning("could not record CommandRejected for %s: %s", sid, exc)
+
+
+def _may_change(state: SessionState, command: CommandEnvelope) -> bool:
+    """Whether the command may change the session, so its log must be read: an ended session changes
+    only by its deletion, once."""
+    if state.status not in TERMINAL:
+        return True
+    return isinstance(command.payload, DeleteSession) and state.status != SessionStatus.DELETED
 
 
 def _command_id(msg) -> str:

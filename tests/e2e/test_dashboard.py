@@ -23,6 +23,7 @@ from computeall.protocol.sampling import SamplingConfig
 
 import declared
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
+from integration.sessions import spread
 from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, UI_TIMEOUT_MS, chromium_path, default_key, ensure_dashboard_built
 
 playwright_api = declared.module("playwright.async_api")
@@ -40,7 +41,8 @@ REPLICATED_STEPS = 6
 def session_config() -> SessionConfig:
     return SessionConfig(
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=4,
-        lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), validate_every=100,
+        lr=LrSchedule(peak=3e-3, warmup_steps=10, min_lr=3e-4), min_pnodes=len(PNODES), pipeline=spread(),
+        validate_every=100,
         sample_every=10, sample_prompts=[SAMPLE_PROMPT], sampling=SamplingConfig(max_new_tokens=16, temperature=0.8, seed=1),
         verify=VerifyConfig(rate=0.2),
     )

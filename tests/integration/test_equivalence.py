@@ -32,6 +32,7 @@ from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
 from .cluster import running_cluster, stdlib_corpus
 from .reference import ADAM_REACH, fetch_batches, plain_torch_run, run_session
+from .sessions import spread
 from .test_training_run import NETWORK
 
 STEPS = 20
@@ -54,7 +55,7 @@ async def test_distributed_run_matches_plain_torch(tmp_path):
         network_yaml=NETWORK.read_text(),
         data=DataConfig(files=stdlib_corpus()),
         steps=STEPS, batch_size=8, micro_batches=2, seed=7,
-        lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=2, grad_clip=0.5,
+        lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=2, grad_clip=0.5, pipeline=spread(),
     )
     spec = load_network(config.network_yaml)
     # every PNode on one thread (cores / cores), as this process below: a reduction split over another

@@ -10,6 +10,7 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 
 from .cluster import running_cluster, stdlib_corpus
 from .reference import fetch_batches, reference_losses, run_session
+from .sessions import spread
 
 # eight micro-batches: the allocator then balances compute, which cuts inside a block's heads
 STEPS, BATCH, MICRO, PNODES = 8, 8, 8, 3
@@ -22,7 +23,7 @@ def session_config(pnodes: int = PNODES, **extra) -> SessionConfig:
         data=DataConfig(files=stdlib_corpus()),
         steps=STEPS, batch_size=BATCH, micro_batches=MICRO, seed=7,
         lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=pnodes,
-        **extra,
+        pipeline=spread(), **extra,
     )
 
 

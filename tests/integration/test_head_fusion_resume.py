@@ -11,7 +11,7 @@ from computeall.protocol.events import Allocated
 
 
 from .cluster import running_cluster, stdlib_corpus
-from .sessions import command, losses, run_to_end, wait_for
+from .sessions import command, losses, run_to_end, spread, wait_for
 
 STEPS = 30
 
@@ -21,6 +21,7 @@ def config() -> SessionConfig:
         network_yaml=per_head_gpt(heads=4, blocks=2, dim=64, context=64, vocab=512, name="micro-gpt-heads"),
         data=DataConfig(files=stdlib_corpus()), steps=STEPS, batch_size=8, micro_batches=2, seed=3,
         lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), min_pnodes=2, keep_checkpoints=10,
+        pipeline=spread(),
     )
 
 

@@ -24,6 +24,7 @@ from computeall.cli.nats_server import free_port  # noqa: E402
 from computeall.protocol.config import DataConfig, SessionConfig  # noqa: E402
 
 from .cluster import stdlib_corpus  # noqa: E402
+from .sessions import spread  # noqa: E402
 from .test_two_machines import COMPUTEALL, cli, train  # noqa: E402
 from .waiting import wait_until  # noqa: E402
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.timeout(600)
 def config(min_pnodes: int) -> SessionConfig:
     return SessionConfig(network_yaml=(REPO / "examples" / "networks" / "tiny-gpt.yaml").read_text(),
                          data=DataConfig(files=stdlib_corpus()), steps=3, batch_size=2, micro_batches=2, seed=3,
-                         checkpoint_every=0, min_pnodes=min_pnodes)
+                         checkpoint_every=0, min_pnodes=min_pnodes, pipeline=spread())
 
 
 def site_monitoring(site_dir: Path, netns: str, endpoint: str) -> dict:

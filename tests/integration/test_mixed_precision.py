@@ -19,13 +19,14 @@ from computeall.protocol.events import (
 from computeall.protocol.session_reads import ReadObject
 
 from .cluster import running_cluster, stdlib_corpus
+from .sessions import spread
 from .test_training_run import NETWORK
 
 
 def _config(steps: int, precision: str, **kw) -> SessionConfig:
     return SessionConfig(
         network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=steps,
-        batch_size=8, seed=3, precision=precision, lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), **kw,
+        batch_size=8, seed=3, precision=precision, lr=LrSchedule(peak=3e-3, warmup_steps=3, min_lr=3e-4), pipeline=spread(), **kw,
     )
 
 

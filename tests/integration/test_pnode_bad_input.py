@@ -14,11 +14,13 @@ from computeall.tensorcore.wire import tensor_frames
 
 from .cluster import running_cluster, stdlib_corpus, wait_for_pnodes
 from .identities import connect_as
+from .sessions import spread
 from .test_training_run import NETWORK
 
 
 async def test_pnode_survives_bad_frames_and_requests(tmp_path):
-    config = SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=6, min_pnodes=2)
+    config = SessionConfig(network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_corpus()), steps=6, min_pnodes=2,
+                           pipeline=spread())
     async with running_cluster(tmp_path, pnodes=2) as (client, supervisor):
         subjects = client.subjects
         rogue = await connect_as(supervisor.credentials, "pnode", "pnode-rogue")

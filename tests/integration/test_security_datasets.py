@@ -40,7 +40,7 @@ from computeall.protocol.subjects import Subjects
 
 from .cluster import running_cluster, stdlib_corpus
 from .identities import connect_as
-from .sessions import config, run_to_end, wait_for
+from .sessions import config, rejection, run_to_end, state
 from .test_dataset_service import DatasetProcess
 from .test_security_stories import connected
 from .test_training_run import NETWORK
@@ -348,8 +348,9 @@ async def test_training_on_another_users_dataset_is_refused_until_it_is_public_a
                                     CreateDataset(name="alices", files=stdlib_corpus(), vocab_size=vocab), timeout=600)
         on_hers = config(steps=2, checkpoint_every=0, min_pnodes=1).model_copy(update={"data": DataConfig(dataset="alices")})
         async with connect(supervisor.credentials.credential("user", "bob")) as bob:
-            sid, _ = await start_session(bob, on_hers)
-            failed = await wait_for(bob, sid, lambda s: s.status == "failed", timeout=180)
+            sid, command_id = await start_session(bob, on_hers)
+            refused = await rejection(bob, sid, command_id)  # at once: the create is refused, nothing recorded
+            assert (await state(bob, sid)).status == "new"
             await client.share_dataset(alice.nc, alice.subjects, alice.user, "alices", True, timeout=30)
             trained = await run_to_end(bob, on_hers)
             with pytest.raises(client.DatasetError, match="only its owner may share it"):
@@ -372,6 +373,6 @@ async def test_training_on_another_users_dataset_is_refused_until_it_is_public_a
             finally:
                 await nc.close()
 
-    assert "no dataset named 'alices' is yours or public" in failed.failure, failed.failure
+    assert "no dataset named 'alices' is yours or public" in refused, refused
     for pnode, reason in refusals.items():
         assert f"PNode {pnode} may not read dataset 'alices' for session {trained}" in reason, reason

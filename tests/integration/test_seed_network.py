@@ -12,6 +12,7 @@ from computeall.protocol.config import DataConfig, SessionConfig
 
 from .cluster import running_cluster, stdlib_corpus
 from .reference import run_session
+from .sessions import spread
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "networks" / "seed-64heads.yaml"
 OFFERED = 1.5 * 2**30
@@ -36,7 +37,8 @@ async def test_two_steps_on_three_pnodes_within_their_memory(tmp_path):
     # model takes each PNode's own footprint off its offer (`Heartbeat.process_bytes`) but does not
     # count backward's working memory
     config = SessionConfig(network_yaml=SEED.read_text(), data=DataConfig(files=stdlib_corpus()), steps=2,
-                           batch_size=8, micro_batches=4, seed=1, min_pnodes=3, update_ratio_every=1)
+                           batch_size=8, micro_batches=4, seed=1, min_pnodes=3, update_ratio_every=1,
+                           pipeline=spread())
     async with running_cluster(tmp_path, pnodes=3, pnode_memory="1.5GiB") as (client, supervisor):
         run = await run_session(client, config)
         allocated, steps = run.allocated, run.steps

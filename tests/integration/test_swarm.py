@@ -16,7 +16,7 @@ from computeall.protocol.events import CheckpointCommitted, PNodeLost, Reallocat
 from computeall.protocol.session_reads import ReadObject
 
 from .cluster import running_cluster, stdlib_corpus, wait_for_pnodes
-from .sessions import losses, wait_for
+from .sessions import losses, spread, wait_for
 from .waiting import wait_until_async
 
 PNODES, PROCESSES, STEPS = 64, 8, 20
@@ -38,7 +38,7 @@ async def test_64_simulated_pnodes_train_and_survive_three_kills(tmp_path):
         network = micro_gpt(11)  # 69 VNodes (68 units: the head shares the embedding's weight)
         cfg = SessionConfig(network_yaml=network, data=DataConfig(files=stdlib_corpus()), steps=STEPS, seed=7,
                             micro_batches=2, checkpoint_every=3, keep_checkpoints=20, min_pnodes=PNODES,
-                            rebalance="on-failure")
+                            rebalance="on-failure", pipeline=spread())
         sid, command_id = await start_session(client, cfg)
         for kill in range(3):
             state = await wait_for(client, sid, lambda s, k=kill: s.next_step >= 3 + 5 * k and s.allocation, timeout=240)

@@ -23,7 +23,7 @@ COMPUTEALL = Path(sys.executable).parent / "computeall"
 def run(tmp_path: Path, pnodes: int, data: list[str]) -> list[dict]:
     metrics = tmp_path / f"m{pnodes}.jsonl"
     result = subprocess.run(
-        [str(COMPUTEALL), "run", str(NETWORK), "--data", *data, "--steps", "20", "--pnodes", str(pnodes),
+        [str(COMPUTEALL), "run", str(NETWORK), "--data", *data, "--steps", "20", "--pnodes", str(pnodes), "--stages", str(pnodes),
          "--processes-on-machine", "3", "--seed", "1", "--grad-clip", "0.5", "--metrics-out", str(metrics), "--no-progress",
          "--tensorboard", str(tmp_path / f"board{pnodes}"), "--data-dir", str(tmp_path / f"cluster{pnodes}")],
         capture_output=True, text=True, timeout=240,

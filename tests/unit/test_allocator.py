@@ -25,7 +25,7 @@ def pnodes(n: int, memory: int = 4 * GiB) -> list[PNodeCapacity]:
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_chain_is_cut_into_k_contiguous_stages(graph, k):
-    alloc = allocate(graph, pnodes(k), batch_size=8, micro_batch_size=8)
+    alloc = allocate(graph, pnodes(k), batch_size=8, micro_batch_size=8, stages=k)
     assert len(alloc.stages) == k
     # every block VNode's stage index never goes back down along the topological order
     blocks = [v for v in graph.order if v.startswith("b") or v == "norm_f"]
@@ -37,7 +37,7 @@ def test_chain_is_cut_into_k_contiguous_stages(graph, k):
 
 def test_tied_weights_share_a_pnode(graph):
     for k in (2, 3, 4):
-        alloc = allocate(graph, pnodes(k), 8, 8)
+        alloc = allocate(graph, pnodes(k), 8, 8, stages=k)
         assert alloc.assignment["embed"] == alloc.assignment["head"]
 
 
@@ -53,7 +53,7 @@ def test_capacity_is_respected_and_forces_more_stages(graph):
 
 def test_score_is_bytes_crossing_the_network(graph):
     assert allocate(graph, pnodes(1), 8, 8).bytes_across_per_step == 0
-    alloc = allocate(graph, pnodes(2), 8, 8)
+    alloc = allocate(graph, pnodes(2), 8, 8, stages=2)
     assert alloc.bytes_across_per_step == bytes_across(graph, alloc.assignment, 8) > 0
     # a residual-stream tensor: forward activation plus its gradient, fp32, every token
     one_tensor = 2 * 8 * graph.spec.context * 256 * 4

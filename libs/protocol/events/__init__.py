@@ -14,10 +14,12 @@ from .failover import PNodeSlow, Reallocated, RolledBack, StepAborted
 from .membership import PNodeJoined, PNodeLeft, PNodeLost
 from .session import (
     CommandRejected,
+    DeleteRequested,
     PauseRequested,
     SessionClaimed,
     SessionCompleted,
     SessionCreated,
+    SessionDeleted,
     SessionFailed,
     SessionPaused,
     SessionQueued,
@@ -63,11 +65,11 @@ EventEnvelope = Envelope[Event]
 __all__ = [
     "Allocated", "CheckOutcome", "ChecksCompleted", "CheckpointCommitted", "CheckpointDiscarded", "CheckpointObject",
     "CheckpointPruned", "CommandRejected",
-    "DatasetCreated", "DatasetEvent", "DatasetShared", "DomainEvent", "EdgeTraffic", "Event", "EventEnvelope",
+    "DatasetCreated", "DeleteRequested", "DatasetEvent", "DatasetShared", "DomainEvent", "EdgeTraffic", "Event", "EventEnvelope",
     "InitializedFrom", "LossScaleChanged", "PNodeEvent", "PNodeJoined", "PNodeLeft", "PNodeLost", "PNodeQuarantined",
     "PNodeSlow", "PauseRequested", "Reallocated", "ResultsDiscarded", "RolledBack", "Sample", "SamplesGenerated",
     "SessionClaimed", "SessionCompleted",
-    "SessionCreated", "SessionEvent", "SessionFailed", "SessionPaused", "SessionQueued", "SessionResumed",
+    "SessionCreated", "SessionDeleted", "SessionEvent", "SessionFailed", "SessionPaused", "SessionQueued", "SessionResumed",
     "SessionStarted", "SessionStopped", "SplitCreated", "StepAborted", "StepCompleted",
     "StepSkipped", "StopRequested", "TokenizerTrained", "Tokenized", "UpdateRatios", "ValidationCompleted",
     "ValidationRequested", "VerificationFailed", "VerificationSeeded", "VNodePlacement", "recorded_as", "standing",

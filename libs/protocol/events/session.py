@@ -69,6 +69,20 @@ class SessionResumed(DomainEvent):
 
 
 @recorded_as("session")
+class DeleteRequested(DomainEvent):
+    """Its owner deleted the session while it ran: it stops at the next step boundary, then is deleted."""
+
+    type: Literal["DeleteRequested"] = "DeleteRequested"
+
+
+@recorded_as("session")
+class SessionDeleted(DomainEvent):
+    """Its owner deleted the session: lists and views leave it out; its events stay in the log."""
+
+    type: Literal["SessionDeleted"] = "SessionDeleted"
+
+
+@recorded_as("session")
 class SessionStopped(DomainEvent):
     type: Literal["SessionStopped"] = "SessionStopped"
     step: int

@@ -31,10 +31,14 @@ class Allocated(DomainEvent):
     type: Literal["Allocated"] = "Allocated"
     placements: list[VNodePlacement]
     edges: list[EdgeTraffic]
-    pnodes: list[str]
+    pnodes: list[str]  # those that host a stage
     bytes_across_per_step: int
     replicas: int = 1  # data-parallel replicas of the pipeline
     estimated_step_s: float | None = None  # the allocator's estimate of a step on these PNodes and links
+    standbys: list[str] = Field(
+        default_factory=list, description="PNodes offered to the session that host nothing (another stage would not "
+        "have shortened the step, `pipeline.stages`); on a loss one with room takes a lost PNode's VNodes as they were",
+    )
 
 
 @recorded_as("session")

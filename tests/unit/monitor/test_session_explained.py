@@ -123,14 +123,15 @@ def test_each_pnode_is_a_stage_of_a_replica_in_pipeline_order(db):
     config = SessionConfig(network_yaml="name: t\n", data=DataConfig(files=["a"]), steps=20, micro_batches=2)
     apply(db, "s", [SessionCreated(config=config, owner="alice"), SessionStarted(), Allocated(
         placements=placements([[("p1", ["embed", "b0"]), ("p0", ["b1", "head"])], [("p3", ["embed", "b0"]), ("p2", ["b1", "head"])]]),
-        edges=[], pnodes=["p0", "p1", "p2", "p3", "p9"], bytes_across_per_step=0, replicas=2)])
+        edges=[], pnodes=["p0", "p1", "p2", "p3"], bytes_across_per_step=0, replicas=2, standbys=["p9"])])
     (placed,) = current_allocations(db.con, "alice")
     first = role(placed, "p1", joined_at=0.0, state="live")
     assert (first.kind, first.replica, first.stage, first.stages, first.replicas) == ("stage", 0, 0, 2, 2)
     assert first.vnodes == ["embed", "b0"] and "embed to b0 (2 VNodes)" in first.why
     last = role(placed, "p2", joined_at=0.0, state="live")
     assert (last.kind, last.replica, last.stage, last.vnodes) == ("stage", 1, 1, ["b1", "head"])
-    assert role(placed, "p9", joined_at=0.0, state="live").kind == "standby"  # in the allocation, no VNodes
+    standby = role(placed, "p9", joined_at=0.0, state="live")  # offered, no stage: it takes over a lost one's
+    assert (standby.kind, standby.vnodes) == ("standby", []) and "takes over the stage" in standby.why
     assert current_allocations(db.con, "bob") == []
 
 

@@ -1,6 +1,6 @@
 """The monitor's session status is the session fold's: checked event by event over whole lives.
 
-Three sessions (stopped, completed, failed) between them record every session event type the
+Four sessions (stopped, completed, failed, deleted) between them record every session event type the
 protocol defines; after each event the status in DuckDB must equal `SessionState.apply`'s.
 """
 
@@ -24,6 +24,7 @@ from computeall.protocol.events import (
     SessionFailed, SessionPaused, SessionQueued, SessionResumed, SessionStarted, SessionStopped, StepAborted, StepCompleted,
     StepSkipped, StopRequested, UpdateRatios, ValidationCompleted, ValidationRequested, VNodePlacement,
     CheckOutcome, ChecksCompleted, PNodeQuarantined, ResultsDiscarded, VerificationFailed, VerificationSeeded,
+    DeleteRequested, SessionDeleted,
 )
 from computeall.protocol.verification import ItemDigests
 from computeall.protocol.session_state import SessionState
@@ -76,6 +77,10 @@ STORIES = {
     ],
     "failed": [
         SessionCreated(config=CONFIG, owner="bob"), SessionStarted(), SessionFailed(reason="no PNode can host embed"),
+    ],
+    "deleted": [  # deleted while it ran: stopped at a step boundary, then deleted
+        SessionCreated(config=CONFIG, owner="bob"), SessionStarted(), SessionClaimed(orchestrator="o1", resume_from_step=0),
+        step(0), StopRequested(), DeleteRequested(), SessionStopped(step=1), SessionDeleted(),
     ],
 }
 

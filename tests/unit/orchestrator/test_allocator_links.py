@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from computeall.network import Graph, load_network, load_network_file
-from computeall.orchestrator.allocator import PNodeCapacity, allocate
+from computeall.orchestrator.allocator import WORTH, PNodeCapacity, allocate
 from computeall.orchestrator.allocator import _units
 from computeall.orchestrator.step_time import VNODE_OVERHEAD_S, StageCosts, stage_time, step_time_s, traffic_grid
 
@@ -56,8 +56,8 @@ def tiny() -> Graph:
 
 def test_a_slow_link_is_cut_where_the_activations_are_smallest() -> None:
     graph = Graph(load_network(NARROW))
-    fast = allocate(graph, [pnode("p0"), pnode("p1")], batch_size=8, micro_batch_size=1)
-    slow = allocate(graph, [pnode("p0", mbit=10), pnode("p1", mbit=10)], batch_size=8, micro_batch_size=1)
+    fast = allocate(graph, [pnode("p0"), pnode("p1")], batch_size=8, micro_batch_size=1, stages=2)
+    slow = allocate(graph, [pnode("p0", mbit=10), pnode("p1", mbit=10)], batch_size=8, micro_batch_size=1, stages=2)
     # fast: balance wins, the cut is mid-chain; slow (sending takes longer than computing, so the
     # link is the bottleneck even though the two overlap): the bytes win, the cut is after the bf16 norm
     assert fast.stages[0].vnodes[-1] not in ("narrow", "a0.res2")
@@ -66,15 +66,15 @@ def test_a_slow_link_is_cut_where_the_activations_are_smallest() -> None:
 
 
 def test_a_slow_pnode_gets_less_work(tiny) -> None:
-    even = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1")], 8, 1))
-    slow = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1", flops=2.5e9)], 8, 1))
+    even = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1")], 8, 1, stages=2))
+    slow = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1", flops=2.5e9)], 8, 1, stages=2))
     assert slow["p1"] < 0.5 * slow["p0"]
     assert slow["p1"] < even["p1"]
 
 
 def test_a_pnode_behind_a_slow_link_gets_less_work(tiny) -> None:
-    even = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2")], 8, 1))
-    slow = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2", mbit=20)], 8, 1))
+    even = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2")], 8, 1, stages=3))
+    slow = stage_flops(allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2", mbit=20)], 8, 1, stages=3))
     assert slow["p2"] < even["p2"]
     assert slow["p2"] < min(slow["p0"], slow["p1"])
 
@@ -83,22 +83,53 @@ def test_extra_pnodes_behind_bad_links_are_left_out(tiny) -> None:
     units = len(tiny.vnodes) - 1  # the tied LM head shares the embedding's unit
     good = [pnode(f"good{i}") for i in range(units - 2)]
     bad = [pnode(f"bad{i}", mbit=5, rtt_ms=100) for i in range(5)]
-    alloc = allocate(tiny, bad + good, 8, 1)
+    alloc = allocate(tiny, bad + good, 8, 1, stages=len(bad + good))
     used = {s.pnode for s in alloc.stages}
     assert len(alloc.stages) == units
     assert {p.pnode for p in good} <= used and len(used - {p.pnode for p in good}) == 2
+    assert len(alloc.standbys) == 3 and set(alloc.standbys) <= {p.pnode for p in bad}
 
 
-def test_every_pnode_gets_work_even_when_one_would_be_faster(tiny) -> None:
+def test_stages_n_spreads_the_network_even_when_one_stage_would_be_faster(tiny) -> None:
     # one micro-batch: a pipeline cannot overlap anything, so the model would rather not split;
-    # the session asked for these PNodes (and failover expects them used), so each gets a stage
-    alloc = allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2")], 8, 8)
+    # a session that asks for three stages (the tests of placement invariance do) gets them
+    alloc = allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2")], 8, 8, stages=3)
     assert [bool(s.vnodes) for s in alloc.stages] == [True, True, True]
+    assert alloc.standbys == ()
+
+
+def test_a_stage_that_only_adds_a_bubble_is_not_made(tiny) -> None:
+    # one micro-batch: every further stage adds its hops and nothing overlaps, so one PNode trains
+    # and the others stand by
+    alloc = allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2")], 8, 8)
+    assert len(alloc.stages) == 1 and sorted(alloc.standbys) == ["p1", "p2"]
+    assert alloc.step_time_s < allocate(tiny, [pnode("p0"), pnode("p1"), pnode("p2")], 8, 8, stages=3).step_time_s
+
+
+def test_auto_takes_the_stages_that_shorten_the_step(tiny) -> None:
+    # eight micro-batches overlap: each stage takes a share of the work, and the estimate picks the
+    # fewest stages within WORTH of the least any count reaches
+    pnodes = [pnode(f"p{i}") for i in range(6)]
+    alloc = allocate(tiny, pnodes, 8, 1)
+    by_count = {k: allocate(tiny, pnodes, 8, 1, stages=k).step_time_s for k in range(1, 7)}
+    least = min(by_count.values())
+    assert alloc.step_time_s == by_count[len(alloc.stages)]
+    assert len(alloc.stages) == min(k for k, t in by_count.items() if t <= least * (1 + WORTH))
+    assert len(alloc.stages) > 1  # pipelining pays here
+    assert sorted([s.pnode for s in alloc.stages] + list(alloc.standbys)) == sorted(p.pnode for p in pnodes)
+
+
+def test_auto_never_needs_more_memory_than_the_pnodes_have(tiny) -> None:
+    need = allocate(tiny, [pnode("big")], 8, 8).stages[0].memory_bytes
+    small = [PNodeCapacity(f"p{i}", int(need * 0.45)) for i in range(4)]
+    alloc = allocate(tiny, small, 8, 8)  # one micro-batch would rather one stage; memory forces three
+    assert len(alloc.stages) == 3 and all(s.memory_bytes <= int(need * 0.45) for s in alloc.stages)
+    assert len(alloc.standbys) == 1
 
 
 def test_the_estimate_is_the_documented_model(tiny) -> None:
     pnodes = [pnode("p0", rtt_ms=40), pnode("p1", mbit=100, rtt_ms=40)]
-    alloc = allocate(tiny, pnodes, 8, 2)
+    alloc = allocate(tiny, pnodes, 8, 2, stages=2)
     units, bounds = _units(tiny), []
     for stage in alloc.stages:  # each stage as a range of units
         first = next(i for i, u in enumerate(units) if u[0] in stage.vnodes)
@@ -114,7 +145,7 @@ def test_the_estimate_is_the_documented_model(tiny) -> None:
     assert alloc.step_time_s == pytest.approx(step_time_s(times, [0.04, 0.04], 4))
     assert alloc.step_time_s == pytest.approx(3 * max(t.busy_s for t in times) + sum(t.through_s for t in times) + 4 * 0.04)
     # more micro-batches, more overlap: the estimate per micro-batch shrinks
-    finer = allocate(tiny, pnodes, 8, 1)
+    finer = allocate(tiny, pnodes, 8, 1, stages=2)
     assert finer.step_time_s < alloc.step_time_s
 
 
@@ -164,14 +195,15 @@ def test_the_traffic_grid_is_the_definition(name) -> None:
 
 def test_same_inputs_same_allocation_in_any_order(tiny) -> None:
     pnodes = [pnode("p0", mbit=100), pnode("p1", flops=5e9), pnode("p2", rtt_ms=30)]
-    first = allocate(tiny, pnodes, 8, 1)
-    assert allocate(tiny, pnodes[::-1], 8, 1) == first
+    for stages in ("auto", 3):
+        first = allocate(tiny, pnodes, 8, 1, stages=stages)
+        assert allocate(tiny, pnodes[::-1], 8, 1, stages=stages) == first
 
 
 def test_256_pnodes_and_256_vnodes(tiny) -> None:
     yaml = TINY.replace("count: 4", "count: 42").replace("b3.res2", "b41.res2")
     graph = Graph(load_network(yaml))
     pnodes = [pnode(f"p{i}", mbit=[20, 100, 1000][i % 3], flops=[5e9, 10e9][i % 2]) for i in range(256)]
-    alloc = allocate(graph, pnodes, 64, 8)
+    alloc = allocate(graph, pnodes, 64, 8, stages=len(pnodes))
     assert sorted(alloc.assignment) == sorted(graph.vnodes)
     assert len(alloc.stages) == len(graph.vnodes) - 1  # one unit each; a PNode is left over

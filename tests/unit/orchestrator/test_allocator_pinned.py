@@ -62,4 +62,4 @@ PINNED = {
 def test_allocation_is_pinned(case) -> None:
     network, blocks, kind, k, batch_size, micro_batch_size = case
     graph = Graph(load_network(NETWORKS[network](blocks)))
-    assert digest(allocate(graph, PNODES[kind](k), batch_size, micro_batch_size)) == PINNED[case]
+    assert digest(allocate(graph, PNODES[kind](k), batch_size, micro_batch_size, stages=k)) == PINNED[case]

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from computeall.orchestrator import service
 from computeall.protocol.credentials import Credential
 from computeall.orchestrator.service import Orchestrator
 from computeall.protocol.commands import (
@@ -45,7 +46,16 @@ class MemoryEventLog:
 def orchestrator(monkeypatch):
     orchestrator = Orchestrator(Credential(role="orchestrator", name="orchestrator"), Subjects("test"))
     orchestrator.driven = []
+    orchestrator.nc = None  # the dataset service is not asked here: `check_data` stands in for it
+    orchestrator.data_checked = []
     monkeypatch.setattr(orchestrator, "_drive", lambda session, takeover_from=None: orchestrator.driven.append(session.state.id))
+
+    async def check_data(nc, subjects, owner, data):
+        orchestrator.data_checked.append((owner, data))
+        if data.dataset == "not-hers":
+            raise Rejected("data: no dataset named 'not-hers' is yours or public")
+
+    monkeypatch.setattr(service, "check_data", check_data)
     return orchestrator
 
 
@@ -92,3 +102,13 @@ async def test_a_network_that_does_not_load_is_rejected_before_anything_is_recor
     with pytest.raises(Rejected, match="cycle"):
         await decide(orchestrator, session, CreateSession(config=config(cyclic)))
     assert session.eventlog.events == [] and orchestrator.driven == []
+
+
+async def test_a_create_whose_data_cannot_be_prepared_records_nothing(orchestrator):
+    session = SessionLog(MemoryEventLog(), "s1")
+    refused = config().model_copy(update={"data": DataConfig(dataset="not-hers")})
+    with pytest.raises(Rejected, match="no dataset named 'not-hers'"):
+        await decide(orchestrator, session, CreateSession(config=refused))
+    assert session.eventlog.events == [] and orchestrator.driven == []
+    assert orchestrator.data_checked == [("alice", refused.data)], "asked as the creator, before anything is recorded"
+    assert await decide(orchestrator, session, CreateSession(config=config())) == ["SessionCreated", "SessionStarted"]

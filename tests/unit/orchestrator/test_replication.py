@@ -22,13 +22,13 @@ def pnodes(*memory: int) -> list[PNodeCapacity]:
 
 
 def test_each_replica_gets_its_own_pnodes_and_the_whole_network(graph):
-    placed = allocate_replicas(graph, pnodes(*[4 * GiB] * 4), 2, batch_size=8, micro_batches=4)
+    placed = allocate_replicas(graph, pnodes(*[4 * GiB] * 4), 2, batch_size=8, micro_batches=4, stages=2)
     assert placed.count == 2 and sorted(placed.pnodes) == ["p0", "p1", "p2", "p3"]
     assert [sorted(set(a.values())) for a in placed.assignments] == [["p0", "p2"], ["p1", "p3"]]
     assert all(sorted(a) == sorted(graph.vnodes) for a in placed.assignments)
     assert [placed.replica_of(p) for p in ("p0", "p1", "p2", "p3")] == [0, 1, 0, 1]
     # each replica's pipeline is sized for its share of the batch
-    alone = allocate(graph, pnodes(4 * GiB, 4 * GiB), 4, 2)
+    alone = allocate(graph, pnodes(4 * GiB, 4 * GiB), 4, 2, stages=2)
     assert placed.replicas[0].bytes_across_per_step == alone.bytes_across_per_step
 
 
@@ -64,13 +64,24 @@ def test_replicas_of_a_vnode_are_summed_over_good_links_when_links_are_known(gra
     # dealt by memory (all equal: by name), p0+p2 and p1+p3 would be the replicas: one all fast, one all
     # slow, and every VNode summed across a slow link
     links = {"p0": FAST, "p1": SLOW, "p2": FAST, "p3": SLOW}
-    placed = allocate_replicas(graph, measured(links), 2, batch_size=8, micro_batches=4)
+    placed = allocate_replicas(graph, measured(links), 2, batch_size=8, micro_batches=4, stages=2)
     first, second = placed.assignments
     assert all(links[first[v]] == links[second[v]] for v in graph.order), "each VNode's replicas share a link class"
     assert [sorted(set(a.values())) for a in placed.assignments] == [["p0", "p1"], ["p2", "p3"]]
     by_memory = [[p for p in measured(links) if p.pnode in group] for group in (("p0", "p2"), ("p1", "p3"))]
-    slow_sums = sum_time_s(graph, measured(links), [allocate(graph, g, 4, 2).assignment for g in by_memory])
+    slow_sums = sum_time_s(graph, measured(links), [allocate(graph, g, 4, 2, stages=2).assignment for g in by_memory])
     assert placed.sum_s < slow_sums and placed.step_time_s > max(r.step_time_s for r in placed.replicas)
+
+
+def test_pnodes_that_would_only_slow_a_replica_stand_by(graph):
+    # the same PNodes with the stages left to the estimate: a stage behind a home uplink costs more
+    # than it computes, so each replica runs on its LAN PNode and the others stand by
+    links = {"p0": FAST, "p1": SLOW, "p2": FAST, "p3": SLOW}
+    placed = allocate_replicas(graph, measured(links), 2, batch_size=8, micro_batches=4)
+    assert [sorted(set(a.values())) for a in placed.assignments] == [["p0"], ["p2"]]
+    assert placed.pnodes == ["p0", "p2"] and sorted(placed.standbys) == ["p1", "p3"]
+    spread = allocate_replicas(graph, measured(links), 2, batch_size=8, micro_batches=4, stages=2)
+    assert placed.step_time_s < spread.step_time_s and spread.standbys == []
 
 
 def test_the_sum_estimate_is_each_gradient_over_the_slower_link_once_per_level(graph):

@@ -18,7 +18,7 @@ GRAPH = Graph(load_network_file(REPO / "examples" / "networks" / "tiny-gpt.yaml"
 
 def allocated(pnodes: int) -> dict[str, str]:
     """The allocator's placement: contiguous stages, the embedding and the tied head on the first PNode."""
-    return allocate(GRAPH, [PNodeCapacity(f"p{i}", 1 << 40) for i in range(pnodes)], 16, 1).assignment
+    return allocate(GRAPH, [PNodeCapacity(f"p{i}", 1 << 40) for i in range(pnodes)], 16, 1, stages=pnodes).assignment
 
 
 def scattered(pnodes: int, seed: int) -> dict[str, str]:

@@ -12,6 +12,8 @@ export interface SessionSummary {
   step: number;
   /** the steps it was created to run */
   plannedSteps: number | null;
+  /** a verification run (`computeall replay verify`): the session whose steps it runs again */
+  verifies: string | null;
   lastLoss: number | null;
   tokensPerS: number | null;
   lossScale: number | null;
