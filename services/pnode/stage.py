@@ -134,7 +134,7 @@ class SessionStage:
         self.arrived.set()
         self.train_feed.forget()
         self.outbox.close()
-        self.replica_sum.abort()
+        self.replica_sum.close()
         if self.audit:
             self.audit.drop()
 

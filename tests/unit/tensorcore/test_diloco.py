@@ -24,7 +24,7 @@ def test_outer_step_is_nesterov_sgd_from_the_anchor_and_writes_low_precision_cop
                 outer.masters[n].add_(torch.randn_like(outer.masters[n]) * 0.1)  # what the inner steps did
         delta = outer.pseudo_gradient(names)
         other = torch.randn_like(delta) * 0.1  # another replica's pseudo-gradient
-        outer.step(names, delta + other, replicas=2)
+        outer.step(names, delta + other, replicas=2, delta=delta)
         offset = 0
         for n in names:
             size = reference[n].numel()
