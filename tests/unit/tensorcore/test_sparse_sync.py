@@ -107,10 +107,12 @@ def test_error_feedback_sends_everything_in_the_end():
 
 
 def test_the_replicas_messages_are_added_in_replica_order():
+    dense = SparseCompression(top_k=1.0, bits=4)  # every entry sent: every sum has four terms
     g = torch.Generator().manual_seed(4)
-    messages = [encode(torch.randn(5000, generator=g), DEFAULT) for _ in range(4)]
-    decoded = [decode(m, 5000, DEFAULT) for m in messages]
-    assert torch.equal(summed(messages, 5000, DEFAULT), ((decoded[0] + decoded[1]) + decoded[2]) + decoded[3])
+    messages = [encode(torch.randn(5000, generator=g) * scale, dense) for scale in (1, 1e7, 1, 1e7)]  # sums round
+    decoded = [decode(m, 5000, dense) for m in messages]
+    assert torch.equal(summed(messages, 5000, dense), ((decoded[0] + decoded[1]) + decoded[2]) + decoded[3])
+    assert not torch.equal(summed(messages[::-1], 5000, dense), summed(messages, 5000, dense)), "order matters"
 
 
 def test_a_message_that_is_not_one_is_refused_with_the_reason():
