@@ -149,7 +149,7 @@ class SessionStage:
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
-        if route.kind == "sum":
+        if route.kind in ("sum", "outer"):  # between replicas
             self.replica_sum.receive(route, tensor)
             return
         if route.phase == self.current.phase and route.step < self.current.step:
