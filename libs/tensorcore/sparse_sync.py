@@ -58,8 +58,8 @@ def encode(flat: torch.Tensor, config: SparseCompression) -> torch.Tensor:
     magnitude = chunks.abs()
     # one key per entry: the magnitude's bits (ordered as the non-negative floats are), then the
     # place reversed, so that of two equal magnitudes the lower place ranks first and none tie
-    places = torch.arange(layout.chunk, dtype=torch.int64)
-    keys = (magnitude.view(torch.int32).to(torch.int64) << layout.index_bits) | (layout.chunk - 1 - places)
+    keys = magnitude.view(torch.int32).to(torch.int64)
+    keys.bitwise_left_shift_(layout.index_bits).bitwise_or_(torch.arange(layout.chunk - 1, -1, -1, dtype=torch.int64))
     ranked = keys.topk(layout.k, dim=1, sorted=True).values  # (chunks, k): unique keys, largest first
     chosen = layout.chunk - 1 - (ranked & (layout.chunk - 1))
     picked = chunks.gather(1, chosen)
