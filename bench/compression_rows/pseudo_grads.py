@@ -37,10 +37,11 @@ class Method:
     bounded: bool = True  # whether the targets apply (a reference row only reports)
 
 
+# the sparse sync measured here and, for its speed over slow links, in bench/replicas.py's WAN lab rows
+SPARSE = ReplicaSync(mode="diloco", inner_steps=4, overlap_steps=1, compression=SparseCompression())
 METHODS = [
     Method("diloco H=4, dense int8 (reference)", ReplicaSync(mode="diloco", inner_steps=4, wire="int8"), bounded=False),
-    Method("sparseloco H=4: top 1/64 per 4096, 2-bit, error feedback 0.95, overlap 1",
-           ReplicaSync(mode="diloco", inner_steps=4, overlap_steps=1, compression=SparseCompression())),
+    Method("sparseloco H=4: top 1/64 per 4096, 2-bit, error feedback 0.95, overlap 1", SPARSE),
 ]
 ANCHOR = "R=2 fp32 gradients summed every step"
 

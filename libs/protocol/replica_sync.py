@@ -121,7 +121,3 @@ class ReplicaSync(BaseModel):
         """diloco: whether an outer step lands after `step`: `overlap_steps` after a sync started."""
         started = step - self.overlap_steps
         return started >= 0 and self.is_outer_step(started)
-
-    def in_flight(self, next_step: int) -> bool:
-        """diloco: whether an outer sync has started but not landed when `next_step` runs next."""
-        return any(self.is_outer_step(next_step - 1 - back) for back in range(min(self.overlap_steps, next_step)))

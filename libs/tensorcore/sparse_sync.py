@@ -109,7 +109,7 @@ def with_error_feedback(delta: torch.Tensor, error: torch.Tensor | None,
     return message
 
 
-def summed(messages: list[torch.Tensor], elements: int, config: SparseCompression) -> torch.Tensor:
+def decoded_sum(messages: list[torch.Tensor], elements: int, config: SparseCompression) -> torch.Tensor:
     """The replicas' messages decoded and added in replica order: the same bits on every replica."""
     total = decode(messages[0], elements, config)
     for message in messages[1:]:

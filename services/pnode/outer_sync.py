@@ -29,7 +29,7 @@ from computeall.protocol.micro_tree import Exchange
 from computeall.protocol.pnode_api import LoadPlan
 from computeall.tensorcore.diloco import OuterOptimizer
 from computeall.tensorcore.optimizer import VNodeOptimizer
-from computeall.tensorcore.sparse_sync import BadMessage, summed as sparse_summed
+from computeall.tensorcore.sparse_sync import BadMessage, decoded_sum
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire_formats import Encoded, wire_format
 
@@ -115,7 +115,7 @@ class OuterSync:
             message = await self.compute(self.outer.message, names, delta)
             messages = await butterfly.gathered(what, self.exchanges, message, send, take)
             try:
-                total = await self.compute(sparse_summed, messages, delta.numel(), compression)
+                total = await self.compute(decoded_sum, messages, delta.numel(), compression)
             except BadMessage as exc:
                 raise SumAborted(f"{what}: {exc}") from None
         await self.compute(self.outer.step, names, total, len(self.assignments), delta)

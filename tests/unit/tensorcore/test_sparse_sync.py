@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from computeall.protocol.replica_sync import ReplicaSync, SparseCompression
 from computeall.tensorcore.sparse_sync import (
-    BadMessage, decode, encode, pack_bits, summed, unpack_bits, with_error_feedback,
+    BadMessage, decode, decoded_sum, encode, pack_bits, unpack_bits, with_error_feedback,
 )
 
 DEFAULT = SparseCompression()
@@ -111,8 +111,8 @@ def test_the_replicas_messages_are_added_in_replica_order():
     g = torch.Generator().manual_seed(4)
     messages = [encode(torch.randn(5000, generator=g) * scale, dense) for scale in (1, 1e7, 1, 1e7)]  # sums round
     decoded = [decode(m, 5000, dense) for m in messages]
-    assert torch.equal(summed(messages, 5000, dense), ((decoded[0] + decoded[1]) + decoded[2]) + decoded[3])
-    assert not torch.equal(summed(messages[::-1], 5000, dense), summed(messages, 5000, dense)), "order matters"
+    assert torch.equal(decoded_sum(messages, 5000, dense), ((decoded[0] + decoded[1]) + decoded[2]) + decoded[3])
+    assert not torch.equal(decoded_sum(messages[::-1], 5000, dense), decoded_sum(messages, 5000, dense)), "order matters"
 
 
 def test_a_message_that_is_not_one_is_refused_with_the_reason():
