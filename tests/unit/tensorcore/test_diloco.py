@@ -1,4 +1,5 @@
-"""diloco's outer step against plain torch (its wire formats are `wire_formats`', tested there)."""
+"""diloco's outer step against plain torch, an overlapped one landing later, and its state mid-overlap (its wire
+formats are `wire_formats`', its sparse messages `sparse_sync`', tested there)."""
 
 import pytest
 import torch
