@@ -5,7 +5,9 @@ each), R = 2, the same seed, data and tokens for every method: the anchor sums f
 step; each method syncs diloco's pseudo-gradients its way. A row's bytes are what the replicas sent
 each other over the whole session (`StepCompleted.reduce_bytes`, frame headers included) per step,
 divided by the anchor's; its loss is the validation loss after the last step, divided by the
-anchor's. Targets (issue 28): at most 1/100 of the bytes, a loss within 3%.
+anchor's. Targets (issue 28), on tiny-gpt: at most 1/100 of the bytes, a loss within 3%. `--quick`
+runs micro-gpt instead and only reports: the loss a sparse sync keeps depends on the model (on
+micro-gpt the same setting is 4-5% above, docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -83,13 +85,14 @@ async def pseudo_grad_rows(quick: bool) -> list[dict]:
             for method in METHODS:
                 sent, loss = await _run(client, anchor.model_copy(update={"sync": method.sync}))
                 bytes_ratio, loss_ratio = sent / anchor_bytes, loss / anchor_loss
+                bounded = method.bounded and not quick
                 rows.append({
                     "bench": "compression", "name": f"{network}, R=2, {steps} steps: {method.name}",
                     "method": method.name, "direction": "pseudo_grads", "steps": steps,
                     "bytes_ratio_vs_fp32": bytes_ratio, "val_loss": loss, "val_loss_ratio_vs_uncompressed": loss_ratio,
                     "metric": "bytes/step between replicas", "value": sent, "anchor": ANCHOR, "anchor_value": anchor_bytes,
                     "ratio": bytes_ratio, "anchor_val_loss": anchor_loss,
-                    "target": f"<= {BYTES_TARGET} (val loss ratio <= {LOSS_TARGET})" if method.bounded else None,
-                    "holds": bytes_ratio <= BYTES_TARGET and loss_ratio <= LOSS_TARGET if method.bounded else None,
+                    "target": f"<= {BYTES_TARGET} (val loss ratio <= {LOSS_TARGET})" if bounded else None,
+                    "holds": bytes_ratio <= BYTES_TARGET and loss_ratio <= LOSS_TARGET if bounded else None,
                 })
     return rows
