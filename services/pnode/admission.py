@@ -165,7 +165,8 @@ class Admission:
 
     def _outer(self, header: TensorHeader) -> tuple[Route, Expected]:
         route = TensorRoute.from_wire(header.key, header.meta)
-        what = f"the outer sync of {route.src} from the replicas of micro-batches [{route.micro}, {route.micro_end}) after step {route.step}"
+        what = (f"the outer sync of {route.src} from the replicas of micro-batches [{route.micro}, {route.micro_end}) "
+                f"after step {route.step}")
         partner = self._partners.get((route.src, route.micro, route.micro_end)) if self._sync.mode == "diloco" else None
         if partner is None:
             raise WireError(f"{what} is not expected here: no replica sends this PNode that sync")
