@@ -135,7 +135,7 @@ class SessionStage:
         self.arrived.set()
         self.train_feed.forget()
         self.outbox.close()
-        self.replica_sum.abort()
+        self.replica_sum.close()
         if self.audit:
             self.audit.drop()
 
@@ -150,7 +150,7 @@ class SessionStage:
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
-        if route.kind == "sum":
+        if route.kind in ("sum", "outer"):  # between replicas
             self.replica_sum.receive(route, tensor)
             return
         if route.phase == self.current.phase and route.step < self.current.step:
