@@ -160,7 +160,7 @@ def bus_status(monitoring_url: str, roster: BusServers) -> list[ServerStatus]:
             leader = (stream.get("cluster") or {}).get("leader")
             if leader:
                 leads.setdefault(leader, []).append(stream["name"])
-    names = sorted({own, *roster.servers, *(r["name"] for r in meta.get("replicas") or [])})
+    names = sorted({*up, *roster.servers, *(r["name"] for r in meta.get("replicas") or [])})
     return [ServerStatus(name=name, machine=getattr(roster.servers.get(name), "machine", None),
                          route=getattr(roster.servers.get(name), "route", None),
                          clients=getattr(roster.servers.get(name), "clients", []), up=name in up,

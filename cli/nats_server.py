@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -130,6 +131,8 @@ class EmbeddedNats:
         self.authorization = authorization
         self.process: subprocess.Popen | None = None
         self._leaf_users: dict[str, Permissions] = {}  # the leaves' permissions the running server has
+        # one reload at a time: `up` issues credentials on its own thread while its authority applies on another
+        self._reloading = threading.Lock()
 
     def credential(self, role: Role, name: str | None = None, memory: str | None = None) -> Credential:
         """A local identity's credential for this server (created on first use; a running server
@@ -228,6 +231,10 @@ class EmbeddedNats:
     def apply_members(self, timeout: float = 10.0) -> None:
         """Bring the running server's configuration up to the members list: a new member may
         connect, a revoked or expired one is refused and its connections are closed."""
+        with self._reloading:
+            self._apply_members(timeout)
+
+    def _apply_members(self, timeout: float) -> None:
         users = self.users()
         text = self.config(users)
         if self.process is None or self.config_file.exists() and self.config_file.read_text() == text:
