@@ -1,4 +1,5 @@
-"""A deployment on three machines (`Machines`), its bus spanning them, as a user would set it up:
+"""A deployment on three machines (`Machines`), its bus spanning them, as a user would set it up
+(`MachineBus`), or the bus alone (`bare_bus`):
 
     machine 0$ computeall up --listen IP0:4222 --nats-cluster 3 --server-name m0 --pnodes P0
     machine 0$ computeall invite server --name m1 --json      (and m2)
@@ -18,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from computeall.cli.bus_machine import MachineServer
+from computeall.cli.security.deployment import Security
+from computeall.cli.security.tls import DeploymentTls
 from computeall.protocol.credentials import Credential
 
 from .machines import Machines
@@ -103,3 +107,47 @@ class MachineBus:
 
 
 
+
+
+class _ServerOn(MachineServer):
+    """A `MachineServer` whose nats-server runs on a lab machine (in its namespace)."""
+
+    def __init__(self, machine, *args, **kwargs) -> None:
+        self.machine = machine
+        super().__init__(*args, **kwargs)
+
+    def command(self) -> list[str]:
+        return self.machine.command(super().command())  # `ip netns exec` execs it: the pid is nats-server's
+
+
+def bare_bus(lab: Machines, directory: Path) -> list[MachineServer]:
+    """A nats-server on each lab machine, configured as `computeall up` configures a bus spanning machines
+    (routes over mutual TLS, the route secret) and nothing else on them: for measuring the bus itself. The
+    first machine's data dir is the deployment's; the others got its kit, as an invited server does. Started;
+    JetStream may still be electing its leader when this returns (`bus_failover` rides that out)."""
+    servers: list[MachineServer] = []
+    for i, machine in enumerate(lab.machines):
+        security = Security(directory / f"m{i}" / "security")
+        if servers:  # what the kit brings (`bus_join.py`)
+            first = servers[0].security
+            tls = DeploymentTls(first.directory / "tls")
+            tls.ensure()
+            DeploymentTls(security.directory / "tls").install_ca(tls.ca_file.read_text(), tls.ca_key_file.read_text())
+            security.install_route_secret(first.route_secret())
+        servers.append(_ServerOn(machine, directory / f"m{i}", f"m{i}", f"{machine.ip}:{PORT}", security=security))
+        servers[-1].roster.record_server(servers[-1].record())
+    everything = servers[0].roster.read()
+    for server in servers:  # every server knows every route and member before it starts
+        everything = everything.merge(server.roster.read())
+    for server in servers:
+        server.roster.absorb(everything)
+        server.start()
+    return servers
+
+
+def admit_everywhere(servers: list[MachineServer]) -> None:
+    """The credentials the first server issued, admitted by all (as the authorities' merge would)."""
+    state = servers[0].roster.read()
+    for server in servers[1:]:
+        server.roster.absorb(state)
+        server.apply_members()
