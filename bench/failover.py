@@ -79,9 +79,10 @@ async def machine_kill(network: Path, steps: int = 12, kill_at: int = 6) -> dict
     with tempfile.TemporaryDirectory() as tmp, Machines(3) as lab:
         machines = MachineBus(lab, Path(tmp), pnodes=(1, 1, 0))
         machines.start()
+        for i in range(3):
+            await _until(lambda i=i: machines.log(i).exists() and "computeall is up" in machines.log(i).read_text(
+                errors="replace"), 300)
         async with connect(machines.user(up=[1])) as client:  # the CLI's connection does not fail over
-            for i in range(3):
-                await _until(lambda i=i: "computeall is up" in machines.log(i).read_text(errors="replace"), 300)
             cfg = session(network, steps, 3).model_copy(update={"min_pnodes": 1})
             clean = await run_to_end(client, cfg, timeout=600)
             sid, _ = await start_session(client, cfg)

@@ -88,7 +88,7 @@ class Authority:
         return respond
 
     async def _apply(self) -> None:
-        """This machine's server takes the change; on a bus spanning machines, every live server."""
+        """This machine's server takes the change; on a bus spanning machines, every live server (`spread`)."""
         await self._apply_here()
         if self.sync is not None:
             await self.sync.spread()

@@ -1,12 +1,17 @@
 """Keeping the servers of a bus spanning machines on one security state (`bus_state.py`).
 
-Every machine's authority runs a `BusSync`. Each round (every half second, and at once when asked) it
-merges its machine's files with the value in the bucket: what the files have that the bucket lacks goes
-up (an update that expects the key's revision; a conflict is merged again), what the bucket has goes
-into the files, and its server reloads when the configuration it generates changed. A request that
-changes the state (an invite, a placement's grants, a revocation) is answered once every server the
-local one routes to applied it: the authority that took it asks the others (`<prefix>.sec.sync`) to
-take a round and to answer with their server's name and the revision they reached (`spread`).
+Every machine's authority runs a `BusSync`. Each round (every half second) it merges its machine's files
+with the value in the bucket: what the files have that the bucket lacks goes up (an update that expects
+the key's revision; a conflict is merged again), what the bucket has goes into the files, and its server
+reloads when the configuration it generates changed. The bucket is what a machine that was down (or
+whose disk was replaced) catches up from.
+
+A request that changes the state (an invite, a placement's grants, a revocation) is answered once every
+server the local one routes to applied it: the authority that took it sends its whole state to the
+others (`<prefix>.sec.sync`), which merge it into their files, apply it and answer with their server's
+name (`spread`). That path needs no bucket, hence no JetStream leader: when a machine dies, the leaders it
+held are elected again elsewhere for up to `bus_failover.ELECTION_MAX_S`, and a placement made meanwhile
+(the sessions a standby takes over) must not wait for them.
 
 The bucket needs a JetStream majority: while there is none (the first machine waits for its peers, or
 two of three are down) rounds fail and are tried again, and every server keeps its last configuration.
@@ -27,8 +32,9 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from computeall.protocol.bus_failover import TRANSIENT
+from computeall.protocol.credentials import inbox_owner
 from computeall.protocol.membership_api import SYNC, membership_subject, security_bucket
-from computeall.protocol.subjects import Subjects, is_inbox
+from computeall.protocol.subjects import Subjects
 
 from .bus_state import LocalState, SharedState
 
@@ -42,14 +48,13 @@ SPREAD_S = 10.0  # how long a change waits for the other servers before it is an
 class SyncRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    revision: int = Field(..., ge=0, description="the bucket's revision the asking authority wrote")
+    state: SharedState = Field(..., description="the asking authority's state, with the change")
 
 
 class SyncReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    server: str
-    revision: int = Field(..., ge=0, description="the bucket's revision this server's configuration now holds")
+    server: str = Field(..., description="the server whose configuration now holds the asking authority's state")
 
 
 class BusSync:
@@ -101,46 +106,44 @@ class BusSync:
             raise nats.errors.TimeoutError  # ten conflicts in a row: the next round tries again
 
     async def spread(self, timeout_s: float = SPREAD_S) -> None:
-        """After a change to this machine's files: once every live server holds it (or after `timeout_s`). While
-        the bucket cannot be reached (no majority), the change stays here and goes up with a later round."""
-        try:
-            revision = await self.round()
-        except (*TRANSIENT, nats.errors.Error, OSError) as exc:
-            log.info("the security state stays on this machine for now: %s", type(exc).__name__)
-            self._kv = None
-            return
+        """After a change to this machine's files: once every live server holds it (or after `timeout_s`). The
+        bucket takes it with the next round."""
         wanted = self.live_servers() - {self.server_name}
         if not wanted:
             return
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox)
         try:
-            await self.nc.publish(membership_subject(self.subjects, SYNC), SyncRequest(revision=revision)
-                                  .model_dump_json().encode(), reply=inbox)
+            request = SyncRequest(state=self.local.read()).model_dump_json().encode()
+            await self.nc.publish(membership_subject(self.subjects, SYNC), request, reply=inbox)
             deadline = time.monotonic() + timeout_s
             while wanted and time.monotonic() < deadline:
                 try:
                     msg = await sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
-                    reply = SyncReply.model_validate_json(msg.data)
+                    wanted.discard(SyncReply.model_validate_json(msg.data).server)
                 except (nats.errors.TimeoutError, ValidationError):
                     continue
-                if reply.revision >= revision:
-                    wanted.discard(reply.server)
             if wanted:
-                log.warning("servers %s did not confirm revision %d of the security state within %.0fs",
-                            sorted(wanted), revision, timeout_s)
+                log.warning("servers %s did not confirm a change of the security state within %.0fs",
+                            sorted(wanted), timeout_s)
         finally:
             await sub.unsubscribe()
 
     async def _on_sync(self, msg) -> None:
+        """Another authority's state, merged and applied. Only authorities and the operators may publish on
+        `<prefix>.sec.>` (the operator's own members file goes the same way), and the answer goes only to an
+        authority's inbox."""
+        if (inbox_owner(msg.reply) or "").partition(":")[0] != "authority":
+            return
         try:
-            SyncRequest.model_validate_json(msg.data)
-            revision = await self.round()
-        except (ValidationError, *TRANSIENT, nats.errors.Error) as exc:
+            request = SyncRequest.model_validate_json(msg.data)
+        except ValidationError as exc:
             log.info("sync request not taken: %s", str(exc)[:200])
             return
-        if is_inbox(msg.reply):
-            await msg.respond(SyncReply(server=self.server_name, revision=revision).model_dump_json().encode())
+        async with self._lock:
+            if self.local.absorb(request.state):
+                await self.apply()
+        await msg.respond(SyncReply(server=self.server_name).model_dump_json().encode())
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:

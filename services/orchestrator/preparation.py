@@ -13,7 +13,8 @@ from nats.aio.client import Client as NATS
 
 from computeall.network import Graph
 from computeall.protocol.dataset_api import CreateDataset, files_dataset_name
-from computeall.protocol.dataset_client import DatasetError, create_dataset, get_dataset
+from computeall.protocol.bus_failover import PATIENCE_S, Patience
+from computeall.protocol.dataset_client import DatasetBusError, DatasetError, create_dataset, get_dataset
 from computeall.protocol.session_state import SessionState
 from computeall.protocol.subjects import Subjects
 
@@ -57,12 +58,16 @@ async def prepare(state: SessionState, nc: NATS, subjects: Subjects, jobs: Netwo
     return Prepared(graph, manifest["name"], manifest["tokenizer"]["digest"])
 
 
-async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0) -> dict:
-    """Call the dataset service, waiting for it to come up (it may start after us)."""
+async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0, patience_s: float = PATIENCE_S) -> dict:
+    """Call the dataset service, waiting for it to come up (it may start after us). A failure of the bus under
+    it (a failover) is tried again for the bus's patience, then `BusUnavailable`: never the session's fault."""
     deadline = time.monotonic() + wait_s
+    patience = Patience("asking the dataset service", patience_s)
     while True:
         try:
             return await call()
+        except DatasetBusError as exc:
+            await patience.wait(exc)
         except DatasetError as exc:
             raise SessionError(f"dataset: {exc}") from None
         except nats.errors.NoRespondersError:

@@ -78,8 +78,8 @@ async def test_losing_a_whole_machine_loses_nothing(tmp_path):
 
 async def _scenario(machines: MachineBus, tmp_path) -> None:
     first = machines.names[0]
+    await _ready(machines)
     async with connect(machines.user(up=[1])) as client:  # the CLI does not reconnect: not to the first machine
-        await _ready(machines)
         servers = _status(machines, 1)
         assert sorted((s["name"], s["up"]) for s in servers) == [(n, True) for n in machines.names]
         assert all(s["machine"] and s["route"] for s in servers)

@@ -13,7 +13,7 @@ import pytest
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from computeall.cli.security.bus_state import BusServer, BusServers, LocalState, SharedState
-from computeall.cli.security.bus_sync import BusSync, STATE_KEY
+from computeall.cli.security.bus_sync import STATE_KEY, BusSync, SyncReply, SyncRequest
 from computeall.cli.security.deployment import Security
 from computeall.cli.security.members import Member, Members
 from computeall.cli.security.session_grants import SessionGrant, SessionGrants
@@ -149,3 +149,30 @@ def test_a_round_merges_both_ways_and_merges_again_when_another_wrote_first(tmp_
 
     applied.clear()
     assert asyncio.run(sync.round()) == revision and not applied, "a round with nothing new writes and reloads nothing"
+
+
+class SyncMessage:
+    def __init__(self, state: SharedState, reply: str) -> None:
+        self.data = SyncRequest(state=state).model_dump_json().encode()
+        self.reply = reply
+        self.answers: list[bytes] = []
+
+    async def respond(self, data: bytes) -> None:
+        self.answers.append(data)
+
+
+def test_another_authoritys_change_is_merged_applied_and_confirmed_without_the_bucket(tmp_path):
+    sync, applied = sync_for(tmp_path, kv=None)  # no bucket: a change spreads while its leader is being elected
+    msg = SyncMessage(states()[1], reply="_INBOX.authority.authority.abc")
+    asyncio.run(sync._on_sync(msg))
+    assert {m.name for m in sync.local.security.members.read().members} == {"p1"} and applied
+    assert [SyncReply.model_validate_json(a).server for a in msg.answers] == ["a"]
+
+
+def test_a_sync_request_from_anyone_but_an_authority_is_ignored(tmp_path):
+    sync, applied = sync_for(tmp_path, kv=None)
+    for reply in ("_INBOX.admin.operator.abc", "_INBOX.pnode.p1.abc", "ca.sec.users"):
+        msg = SyncMessage(states()[1], reply=reply)
+        asyncio.run(sync._on_sync(msg))
+        assert not msg.answers and not applied
+    assert sync.local.security.members.read().members == []
