@@ -82,11 +82,13 @@ async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0
 
 async def wait_for_pnodes(state: SessionState, registry: PNodeRegistry, wait_s: float) -> None:
     """At the first start, for `min_pnodes`; when taking a session up again, a few seconds for the
-    PNodes it used before (after a restart they register again), then whatever is live."""
+    PNodes it used before that this orchestrator has not heard of yet (after a restart they register
+    again), then whatever is live. One it heard and that went silent is lost (a standby taking over from
+    an orchestrator whose machine died with some of them): it is not waited for."""
     if state.pnodes:
-        before = set(state.pnodes)
+        unheard = {p for p in state.pnodes if registry.heartbeat(p) is None}
         deadline = time.monotonic() + 2 * registry.timeout_s
-        while time.monotonic() < deadline and not before <= {hb.pnode for hb in registry.live()}:
+        while time.monotonic() < deadline and not unheard <= {hb.pnode for hb in registry.live()}:
             await asyncio.sleep(0.2)
         want = 1
     else:
