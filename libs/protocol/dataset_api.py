@@ -223,9 +223,7 @@ class DatasetProgress(BaseModel):
 class DatasetReply(BaseModel):
     ok: bool
     error: str | None = None
-    # the bus failed the service mid-request (a nats-server's machine died, its streams electing leaders):
-    # nothing is wrong with the request, ask again
-    transient: bool = False
+    transient: bool = False  # the bus failed the service mid-request (a failover): nothing is wrong with it, ask again
     dataset: dict[str, Any] | None = None  # the manifest: name, vocab_size, documents, splits, shards, digests
     datasets: list[dict[str, Any]] | None = None
     samples: list[str] | None = None
