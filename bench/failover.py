@@ -32,9 +32,9 @@ from computeall.cli.embedded import running_cluster  # noqa: E402
 from computeall.cli.follow import start_session  # noqa: E402
 from computeall.cli.session_view import session_events  # noqa: E402
 from computeall.protocol.config import DataConfig, SessionConfig  # noqa: E402
-from tests.integration.cluster import stdlib_corpus  # noqa: E402
 from computeall.protocol.events import SessionClaimed, StepCompleted  # noqa: E402
 from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S  # noqa: E402
+from tests.integration.cluster import stdlib_corpus  # noqa: E402
 from tests.integration.sessions import final_digests, losses, run_to_end, wait_for  # noqa: E402
 
 

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from computeall.cli.bus_machine import MachineServer
+from computeall.cli.security.bus_join import install, kit_of
 from computeall.cli.security.deployment import Security
-from computeall.cli.security.tls import DeploymentTls
 from computeall.protocol.credentials import Credential
 
 from .machines import Machines
@@ -128,12 +128,8 @@ def bare_bus(lab: Machines, directory: Path) -> list[MachineServer]:
     servers: list[MachineServer] = []
     for i, machine in enumerate(lab.machines):
         security = Security(directory / f"m{i}" / "security")
-        if servers:  # what the kit brings (`bus_join.py`)
-            first = servers[0].security
-            tls = DeploymentTls(first.directory / "tls")
-            tls.ensure()
-            DeploymentTls(security.directory / "tls").install_ca(tls.ca_file.read_text(), tls.ca_key_file.read_text())
-            security.install_route_secret(first.route_secret())
+        if servers:  # what an invited server gets
+            install(kit_of(servers[0].security), security)
         servers.append(_ServerOn(machine, directory / f"m{i}", f"m{i}", f"{machine.ip}:{PORT}", security=security))
         servers[-1].roster.record_server(servers[-1].record())
     everything = servers[0].roster.read()

@@ -105,10 +105,9 @@ def _invite(args: argparse.Namespace, role: str, **options) -> Invite:
     info = read(directory)
     security = deployment_security(args.data_dir)
     roster = LocalState(security).servers.read()  # a bus spanning machines: every server's addresses
-    if roster.servers:
-        servers = roster.leaves() if role == "leaf" else roster.clients()
-    else:
-        servers = (info.public_leaf if role == "leaf" else info.public_nats) if info else []
+    here = (info.public_leaf if role == "leaf" else info.public_nats) if info else []
+    # this machine's server first: it takes the invite before the others do
+    servers = list(dict.fromkeys([*here, *(roster.leaves() if role == "leaf" else roster.clients())]))
     if not servers:
         raise UserError(f"no computeall that other machines can reach runs from {directory}: start it with "
                         "`computeall up --public` (or --listen HOST:PORT), then invite")

@@ -39,11 +39,9 @@ from ..leaf_site import LeafServer, site_pnodes
 from ..nats_cluster import NatsCluster
 from ..nats_server import env_url, port_free, url_reachable
 from ..security.authority import Authority
-from ..security.bus_join import JoinRefused, ask_to_join
-from ..security.bus_state import LocalState
+from ..security.bus_join import JoinRefused, ask_to_join, install
 from ..security.deployment import LOCAL_USER, Security
 from ..security.leafnodes import LEAF_PORT
-from ..security.tls import DeploymentTls
 from ..supervisor import ServiceSpec, Supervisor, add_processes_on_machine, default_services, pnode_services
 from ..tensorboard_log import add_tensorboard_argument
 from .run import add_training_args, session_config
@@ -217,9 +215,7 @@ async def _machine_server(args: argparse.Namespace, directory: Path, leaf_listen
             kit = await ask_to_join(invite, server.record(), security.subjects)
         except JoinRefused as exc:
             raise UserError(f"could not join the bus at {', '.join(invite.servers)}: {exc}") from None
-        DeploymentTls(security.directory / "tls").install_ca(kit.ca_pem, kit.ca_key_pem)
-        security.install_route_secret(kit.route_secret)
-        LocalState(security).absorb(kit.state)
+        install(kit, security)
     await asyncio.to_thread(server.start)
     return server
 

@@ -30,11 +30,10 @@ from computeall.protocol import membership_api as api
 from computeall.protocol.subjects import is_inbox
 
 from ..nats_server import EmbeddedNats
-from .bus_join import ServerJoin, ServerKit, joining_server
+from .bus_join import ServerJoin, ServerKit, joining_server, kit_of
 from .bus_state import LocalState
 from .bus_sync import BusSync
 from .members import Member, MemberStore
-from .tls import DeploymentTls
 
 log = logging.getLogger("computeall.authority")
 
@@ -106,9 +105,7 @@ class Authority:
                                  "(`computeall invite server`)")
             self.sync.local.record_server(request.server)
             await self._apply()  # the others route to it from now on
-            tls = DeploymentTls(self.server.security.directory / "tls")
-            kit = ServerKit(ca_pem=tls.ca_file.read_text(), ca_key_pem=tls.ca_key_file.read_text(),
-                            route_secret=self.server.security.route_secret(), state=self.sync.local.read())
+            kit = kit_of(self.server.security)
             log.warning("server %s joined the bus (%s)", name, request.server.route)
         except (ValidationError, ValueError) as exc:
             log.warning("refused a request to join the bus: %s", str(exc)[:300])

@@ -16,6 +16,8 @@ subscribe to), never from the request; the record must name that server.
 
 from __future__ import annotations
 
+import asyncio
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from computeall.protocol import bus
@@ -24,9 +26,12 @@ from computeall.protocol.invites import Invite
 from computeall.protocol.membership_api import SERVER_JOIN, membership_subject
 from computeall.protocol.subjects import Subjects
 
-from .bus_state import BusServer, SharedState
+from .bus_state import BusServer, LocalState, SharedState
+from .deployment import Security
+from .tls import DeploymentTls
 
 JOIN_TIMEOUT_S = 15.0
+CONNECT_S = 10.0
 
 
 class ServerJoin(BaseModel):
@@ -46,6 +51,22 @@ class ServerKit(BaseModel):
     state: SharedState = Field(default_factory=SharedState)
 
 
+def kit_of(security: Security) -> ServerKit:
+    """What this machine's deployment hands an invited server."""
+    tls = DeploymentTls(security.directory / "tls")
+    tls.ensure()
+    return ServerKit(ca_pem=tls.ca_file.read_text(), ca_key_pem=tls.ca_key_file.read_text(),
+                     route_secret=security.route_secret(), state=LocalState(security).read())
+
+
+def install(kit: ServerKit, security: Security) -> None:
+    """The kit in a new server's data dir: the CA (its own certificate is made from it), the route secret,
+    the members, grants and servers."""
+    DeploymentTls(security.directory / "tls").install_ca(kit.ca_pem, kit.ca_key_pem)
+    security.install_route_secret(kit.route_secret)
+    LocalState(security).absorb(kit.state)
+
+
 class JoinRefused(RuntimeError):
     """No kit: the message says why."""
 
@@ -62,20 +83,30 @@ def joining_server(reply_subject: str | None, request: ServerJoin) -> str:
 
 
 async def ask_to_join(invite: Invite, server: BusServer, subjects: Subjects) -> ServerKit:
-    """The kit, from any authority of the bus; `JoinRefused` when none gives it (expired, revoked)."""
-    try:
-        nc = await bus.connect(invite.credential(), name=f"computeall-join-{invite.name}", allow_reconnect=False)
-    except bus.BusConnectError as exc:
-        raise JoinRefused(str(exc)) from None
-    try:
-        msg = await nc.request(membership_subject(subjects, SERVER_JOIN),
-                               ServerJoin(server=server).model_dump_json().encode(), timeout=JOIN_TIMEOUT_S)
-    except Exception as exc:  # no authority answered: nats-py's timeouts and no-responders
-        raise JoinRefused(f"no authority of the bus answered ({type(exc).__name__}); is the machine that "
-                          "invited this one running `computeall up`?") from None
-    finally:
-        await nc.close()
-    kit = ServerKit.model_validate_json(msg.data)
-    if not kit.ok:
-        raise JoinRefused(kit.error or "refused")
-    return kit
+    """The kit, from any authority of the bus; `JoinRefused` when none gives it (expired, revoked). The
+    invite's servers are tried in its order, the machine that made it first: another may not have taken the
+    invite yet (it spreads within a second), or be down."""
+    failures = []
+    for url in invite.servers:
+        try:  # bounded: nats-py waits on an address whose machine is gone (measured: past 60 s)
+            nc = await asyncio.wait_for(bus.connect(invite.credential().at(url), name=f"computeall-join-{invite.name}",
+                                                    allow_reconnect=False), CONNECT_S)
+        except bus.BusConnectError as exc:
+            failures.append(str(exc))
+            continue
+        except asyncio.TimeoutError:
+            failures.append(f"{url}: no answer within {CONNECT_S:.0f}s")
+            continue
+        try:
+            msg = await nc.request(membership_subject(subjects, SERVER_JOIN),
+                                   ServerJoin(server=server).model_dump_json().encode(), timeout=JOIN_TIMEOUT_S)
+        except Exception as exc:  # no authority answered: nats-py's timeouts and no-responders
+            failures.append(f"{url}: no authority of the bus answered ({type(exc).__name__})")
+            continue
+        finally:
+            await nc.close()
+        kit = ServerKit.model_validate_json(msg.data)
+        if not kit.ok:
+            raise JoinRefused(kit.error or "refused")
+        return kit
+    raise JoinRefused("; ".join(failures))

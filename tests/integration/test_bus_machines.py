@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 
-import pytest
 
 from .wan import require_lab
 
