@@ -8,6 +8,12 @@ and when the orchestrator places a session or ends it (who reaches its checkpoin
 nats-server gives a live connection its new permissions at the reload, so a PNode granted a bucket
 uses it at once, and one no longer granted is refused from then on, without reconnecting.
 It also tells the orchestrator how much memory a joining PNode may offer (its record's cap).
+
+On a bus spanning machines every machine runs an authority for its own server (`bus_machine.py`): they
+take requests as one queue group, merge their members and grants through a replicated bucket
+(`bus_sync.py`), so that a change made on any machine reaches every server, and answer a change once
+every live server applied it. They also hand an invited server the deployment's server kit
+(`bus_join.py`). Any one machine may die: the authorities of the others go on granting and revoking.
 """
 
 from __future__ import annotations
@@ -24,9 +30,14 @@ from computeall.protocol import membership_api as api
 from computeall.protocol.subjects import is_inbox
 
 from ..nats_server import EmbeddedNats
+from .bus_join import ServerJoin, ServerKit, joining_server, kit_of
+from .bus_state import LocalState
+from .bus_sync import BusSync
 from .members import Member, MemberStore
 
 log = logging.getLogger("computeall.authority")
+
+QUEUE = "authority"  # one authority of a bus spanning machines takes each request
 
 
 class Authority:
@@ -34,6 +45,7 @@ class Authority:
         self.server = server
         self.members = server.security.members
         self.poll_s = poll_s
+        self.sync: BusSync | None = None  # with the other machines' authorities, on a bus spanning machines
 
     async def run(self) -> None:
         """Serve requests and watch the members file until cancelled."""
@@ -46,10 +58,18 @@ class Authority:
             api.PNODE_MEMORY: (api.PNodeMemory, self._pnode_memory),
         }
         for verb, (model, handler) in handlers.items():
-            await nc.subscribe(api.membership_subject(subjects, verb), cb=self._responder(model, handler))
+            await nc.subscribe(api.membership_subject(subjects, verb), queue=QUEUE, cb=self._responder(model, handler))
+        tasks = []
+        if hasattr(self.server, "live_servers"):  # one server of a bus spanning machines (`MachineServer`)
+            self.sync = BusSync(nc, subjects, LocalState(self.server.security), self.server.name, self._apply_here,
+                                self.server.live_servers, self.poll_s)
+            await nc.subscribe(api.membership_subject(subjects, api.SERVER_JOIN), queue=QUEUE, cb=self._join)
+            tasks.append(asyncio.create_task(self.sync.run()))
         try:
             await self._watch()
         finally:
+            for task in tasks:
+                task.cancel()
             await nc.close()
 
     def _responder(self, model: type[BaseModel], handler):
@@ -67,7 +87,31 @@ class Authority:
         return respond
 
     async def _apply(self) -> None:
+        """This machine's server takes the change; on a bus spanning machines, every live server (`spread`)."""
+        await self._apply_here()
+        if self.sync is not None:
+            await self.sync.spread()
+
+    async def _apply_here(self) -> None:
         await asyncio.to_thread(self.server.apply_members)
+
+    async def _join(self, msg: Msg) -> None:
+        """An invited server asks for the kit (`bus_join.py`); answered only while its invite is active."""
+        try:
+            request = ServerJoin.model_validate_json(msg.data)
+            name = joining_server(msg.reply, request)
+            if not any(m.role == "server" and m.name == name for m in self.members.read().active()):
+                raise ValueError(f"the invite of server {name} was revoked or has expired; make a new one "
+                                 "(`computeall invite server`)")
+            self.sync.local.record_server(request.server)
+            await self._apply()  # the others route to it from now on
+            kit = kit_of(self.server.security)
+            log.warning("server %s joined the bus (%s)", name, request.server.route)
+        except (ValidationError, ValueError) as exc:
+            log.warning("refused a request to join the bus: %s", str(exc)[:300])
+            kit = ServerKit(ok=False, error=str(exc)[:500])
+        if is_inbox(msg.reply):
+            await msg.respond(kit.model_dump_json().encode())
 
     async def _sync_users(self, request: api.UsersSync) -> api.MembershipReply:
         wanted = {k.nkey: k for k in request.keys}

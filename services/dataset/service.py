@@ -41,6 +41,7 @@ from computeall.protocol.dataset_api import (
     requester_of,
     user_requests,
 )
+from computeall.protocol.bus_failover import TRANSIENT
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetShared
 from computeall.protocol.prompts import PromptCodec
@@ -149,7 +150,11 @@ class DatasetService:
             reply = _error(f"invalid {verb} request: {_describe(exc)}")
         except DatasetUserError as exc:
             reply = _error(str(exc))
-        except Exception as exc:  # a bug, or the bus failing: answer anyway, keep serving
+        except TRANSIENT as exc:  # the bus failing over: the requester asks again
+            log.warning("%s request: the bus failed it (%s); it may be failing over", verb, type(exc).__name__)
+            reply = DatasetReply(ok=False, transient=True,
+                                 error=f"the bus failed this {verb} request ({type(exc).__name__}); it may be failing over")
+        except Exception as exc:  # a bug: answer anyway, keep serving
             log.exception("%s request failed", verb)
             reply = _error(f"the dataset service failed on this {verb} request ({type(exc).__name__}: {exc}); see its log")
         if not is_inbox(msg.reply):
