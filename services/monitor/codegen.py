@@ -4,7 +4,8 @@
     python -m computeall.monitor.codegen --check  # exit 1 when they are stale
 
 Two outputs, both committed: the section of services/monitor/schema.graphql between the
-markers below (the SessionStatus enum, the Step and StepSeries types) and all of
+markers below (the SessionStatus enum, the Step and StepSeries types, the session commands'
+mutations, enum and `Session.commands`: `session_commands.py`) and all of
 web/src/api/protocol.ts (the same vocabulary for TypeScript). tests/unit/monitor/test_one_vocabulary.py
 fails when either differs from what this writes, so a field added to StepCompleted or a status
 added to SessionStatus reaches GraphQL and the dashboard or breaks the build.
@@ -16,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import session_commands
 from .session_status import ENDED, STATUSES
 from .step_metrics import STEP_METRICS
 
@@ -46,6 +48,8 @@ type StepSeries {{
 type Step {{
 {step}
 }}
+
+{session_commands.schema_section()}
 
 {END}'''
 
@@ -84,7 +88,7 @@ export type Step = {{
 }};
 /** Columns: index i of every list is one step (what uPlot takes as is). */
 export type StepSeries = {{ [F in StepField]: Step[F][] }};
-"""
+""" + session_commands.typescript()
 
 
 def outputs() -> dict[Path, str]:

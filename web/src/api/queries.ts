@@ -3,7 +3,7 @@
 
 import { STEP_FIELDS } from "./protocol";
 
-const SESSION_SUMMARY = "id status step plannedSteps verifies lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
+const SESSION_SUMMARY = "id status commands step plannedSteps verifies lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
 const STEP_COLUMNS = STEP_FIELDS.join(" ");
 const PNODE_SUMMARY =
   "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes " +
@@ -70,12 +70,3 @@ export const PNODES = `query PNodes($since: Float, $ids: [ID!]) {
 export const PNODE_LIST = `query PNodeList { pnodes { ${PNODE_SUMMARY} } }`;
 
 export const PNODES_LIVE = `subscription PNodesLive { pnodes { ${PNODE_SUMMARY} } }`;
-
-export const SESSION_COMMAND = {
-  pause: "mutation Pause($id: ID!) { pauseSession(id: $id) { sessionId commandId } }",
-  resume: "mutation Resume($id: ID!) { resumeSession(id: $id) { sessionId commandId } }",
-  stop: "mutation Stop($id: ID!) { stopSession(id: $id) { sessionId commandId } }",
-  delete: "mutation Delete($id: ID!) { deleteSession(id: $id) { sessionId commandId } }",
-} as const;
-
-export type SessionCommand = keyof typeof SESSION_COMMAND;

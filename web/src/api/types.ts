@@ -1,13 +1,15 @@
 // The shapes of the monitor's GraphQL results that the dashboard selects (see
 // services/monitor/schema.graphql). Optional fields are the ones the schema allows to be null.
 // What comes from computeall.protocol (statuses, step metrics) is generated into ./protocol.ts.
-import type { SessionStatus } from "./protocol";
+import type { SessionCommand, SessionStatus } from "./protocol";
 
 export type { SessionStatus, Step, StepSeries } from "./protocol";
 
 export interface SessionSummary {
   id: string;
   status: SessionStatus;
+  /** the commands it takes now */
+  commands: SessionCommand[];
   /** steps completed (the session fold's next_step), as `computeall session list` counts them */
   step: number;
   /** the steps it was created to run */
