@@ -27,6 +27,9 @@ export type Step = {
 };
 /** Columns: index i of every list is one step (what uPlot takes as is). */
 export type StepSeries = { [F in StepField]: Step[F][] };
+/** Every step metric, of one step (the `steps` subscription) and as columns (`Session.steps`). */
+export const STEP_FRAGMENT = /* GraphQL */ `fragment StepFields on Step { step ts loss tokens stepTimeS lr lossScale computeS waitS wireBytes reduceBytes gradNorm clipped }`;
+export const STEP_SERIES_FRAGMENT = /* GraphQL */ `fragment StepSeriesFields on StepSeries { step ts loss tokens stepTimeS lr lossScale computeS waitS wireBytes reduceBytes gradNorm clipped }`;
 
 /** The commands on a session that exists (the session aggregate's verbs); `Session.commands` says which it takes now. */
 export const SESSION_COMMANDS = ["start", "pause", "resume", "stop", "validate", "delete"] as const;
