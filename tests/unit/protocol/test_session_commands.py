@@ -14,17 +14,8 @@ from computeall.cli.main import build_parser
 from computeall.monitor.server import schema
 from computeall.protocol.commands import Command, CreateSession, ResumeSession
 from computeall.protocol.config import DataConfig, SessionConfig
-from computeall.protocol.events import (
-    EventEnvelope,
-    SessionCompleted,
-    SessionCreated,
-    SessionDeleted,
-    SessionFailed,
-    SessionPaused,
-    SessionQueued,
-    SessionStarted,
-    SessionStopped,
-)
+from computeall.protocol.events import (EventEnvelope, SessionCompleted, SessionCreated, SessionDeleted, SessionFailed,
+                                        SessionPaused, SessionQueued, SessionStarted, SessionStopped)
 from computeall.protocol.session_commands import COMMANDS, allowed_verbs, decide, handles, session_verbs
 from computeall.protocol.session_state import Rejected, RunningSlots, SessionState
 from computeall.protocol.session_status import SessionStatus
