@@ -26,22 +26,14 @@ from pydantic import ValidationError
 from computeall.network import NetworkError
 from computeall.protocol import bus
 from computeall.protocol.bus_failover import TRANSIENT
-from computeall.protocol.commands import (
-    CommandEnvelope,
-    CreateSession,
-    DeleteSession,
-    PauseSession,
-    ResumeSession,
-    StartSession,
-    StopSession,
-    ValidateSession,
-)
+from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
 from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost, SessionCreated
 from computeall.protocol.fair_share import FairShareLimits
 from computeall.protocol.limits import COMMAND_BYTES
 from computeall.protocol.session_log import SessionLog
+from computeall.protocol.session_commands import COMMANDS, decide
 from computeall.protocol.session_state import Rejected, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects, command_sender, pnode_of
@@ -67,18 +59,6 @@ log = logging.getLogger("computeall.orchestrator")
 # how long a stopping orchestrator waits for its sessions to checkpoint (a step and a save); the
 # supervisor of `computeall up` gives it this long and a little more before it kills it
 SHUTDOWN_S = 60.0
-
-# each command is one method of the session aggregate, which returns the events to record; those
-# that make a session run are given its owner's running slots (`FairShare.slots`)
-DECIDE = {
-    CreateSession: lambda state, c, actor, slots: state.create(c.config, owner=actor, start=c.start, slots=slots),
-    StartSession: lambda state, c, actor, slots: state.start(slots),
-    PauseSession: lambda state, c, actor, slots: state.pause(),
-    ResumeSession: lambda state, c, actor, slots: state.resume(c.fuse_heads, slots),
-    StopSession: lambda state, c, actor, slots: state.stop(),
-    ValidateSession: lambda state, c, actor, slots: state.validate(),
-    DeleteSession: lambda state, c, actor, slots: state.delete(),
-}
 
 
 class Orchestrator:
@@ -440,7 +420,9 @@ class Orchestrator:
             await check_data(self.nc, self.subjects, owner, payload.config.data)
         async with self.fair.deciding(owner):  # the owner's running count holds until the events are in
             was = session.state.status
-            events = DECIDE[type(payload)](session.state, payload, owner, self.fair.slots(owner))
+            # the aggregate's method for the command (`session_commands`); one that makes a session run
+            # is given its owner's running slots
+            events = decide(session.state, payload, owner, self.fair.slots(owner))
             if events and was == SessionStatus.NEW:
                 self.sessions.setdefault(session.state.id, session)  # seen created from here on
             await session.record(owner, events)
@@ -460,10 +442,8 @@ class Orchestrator:
 
 def _may_change(state: SessionState, command: CommandEnvelope) -> bool:
     """Whether the command may change the session, so its log must be read: an ended session changes
-    only by its deletion, once."""
-    if state.status not in TERMINAL:
-        return True
-    return isinstance(command.payload, DeleteSession) and state.status != SessionStatus.DELETED
+    only by a command its state allows (its deletion, once)."""
+    return state.status not in TERMINAL or state.status in COMMANDS[type(command.payload)].allowed
 
 
 def _command_id(msg) -> str:

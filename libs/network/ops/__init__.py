@@ -2,8 +2,8 @@
 
 Each entry (`OpSpec`, one small file per op here) declares the op's YAML parameters, how many
 inputs it reads and how wide they are, the width of its output, its parameter count, its
-shape check, its FLOPs and activation-memory models and the torch module that implements it
-(by dotted path). Validation (`loader`), the graph, the allocator and `computeall.tensorcore`
+shape check, its FLOPs and activation-memory models, the torch module that implements it
+(by dotted path), how sampling runs it (`generation`) and its part in a Hugging Face Llama (`llama`). Validation (`loader`), the graph, the allocator and `computeall.tensorcore`
 all read `OPS`; nothing else in the code branches on an op's name.
 
 Adding an op: a file here that defines its params model and `OP = OpSpec(...)`, its name in
@@ -20,7 +20,7 @@ from .embedding import EmbeddingParams
 from .fused_heads import FusedAttentionHeadsParams
 from .lm_head import LMHeadParams
 from .norms import NormParams
-from .spec import DATA_INPUTS, OpParams, OpSpec, Problem, Site, TiedWeight, catalogue, n_inputs
+from .spec import DATA_INPUTS, Generation, LlamaPart, OpParams, OpSpec, Problem, Site, TiedWeight, catalogue, n_inputs
 from .swiglu import SwiGLUParams
 from .tied_head import TiedHeadParams
 from .vocab_shards import STATS, ShardParams, VocabParams
@@ -53,7 +53,9 @@ __all__ = [
     "ConcatHeadsParams",
     "EmbeddingParams",
     "FusedAttentionHeadsParams",
+    "Generation",
     "LMHeadParams",
+    "LlamaPart",
     "NormParams",
     "OpParams",
     "OpSpec",
