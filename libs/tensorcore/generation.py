@@ -4,7 +4,9 @@ The network runs VNode by VNode in graph order, as in training, with two changes
 attention VNode keeps the keys and values of the positions it has seen (so a new token costs
 one position's work, not the whole prefix's), and the loss VNode returns logits instead of a
 loss. Which VNode op needs what is a registry (`CACHED_OPS`, `LOGIT_OPS`); every other op is
-position-wise and runs its training module unchanged.
+position-wise and runs its training module unchanged. Every edge carries its producer's wire
+format, as in training (a bottleneck's int8 narrow edge included): no wire format mixes positions,
+so the new positions read what they read in the whole sequence.
 
 Sampling is seeded by its own generator: the same checkpoint, prompt and settings give the
 same tokens every time.
@@ -23,6 +25,7 @@ from computeall.protocol.sampling import SamplingConfig
 
 from .ops.attention import apply_rope, rope_tables
 from .trained_model import TrainedModel
+from .wire_formats import wire_format
 
 
 TARGETS = "data.targets"  # read by the loss VNode only, which has no targets here
@@ -119,6 +122,7 @@ class Generator:
         if len(losses) != 1:
             raise GenerationError(f"generation needs exactly one loss VNode to read logits from; the network has {losses or 'none'}")
         self.logits_vnode = losses[0]
+        self.wires = {vid: wire_format(self.graph.wire(vid)) for vid in self.graph.order}
         op = self.graph.vnodes[self.logits_vnode].op
         if op not in LOGIT_OPS:
             raise GenerationError(f"loss VNode {self.logits_vnode} ({op}) has no logits form; known: {', '.join(LOGIT_OPS)}")
@@ -136,10 +140,9 @@ class Generator:
             inputs = [values[i] for i in spec.inputs if i != TARGETS]
             if vid == self.logits_vnode:
                 logits = LOGIT_OPS[spec.op](module, *inputs)
-            elif spec.op in CACHED_OPS:
-                values[vid] = CACHED_OPS[spec.op](module, *inputs, cache, vid)
-            else:  # position-wise: the training module as it is
-                values[vid] = module(*inputs)
+            else:  # mixing positions through the cache, or position-wise: the training module as it is
+                out = CACHED_OPS[spec.op](module, *inputs, cache, vid) if spec.op in CACHED_OPS else module(*inputs)
+                values[vid] = self.wires[vid].encode(out).decode()
         cache.length += tokens.shape[1]
         return logits
 
