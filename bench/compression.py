@@ -8,19 +8,20 @@ bits) with a session's defaults (AdamW, warmup and cosine, global gradient clipp
 measures its loss on held-out tokens.
 
 Bytes are counted where two PNodes cut the network (`cut`): the frames a PNode sends for one
-micro-batch's activation there and for the gradient of it that comes back (`tensorcore.wire`: header,
-values, int8 scales), against the frames of the fp32 residual stream at the same place of the
-uncompressed network. The tokens a PNode after a bottleneck reads from the dataset service are not a
-pipeline edge; what they cost is printed beside (`token_bytes_per_token`). Replica syncs (direction
-`pseudo_grads`) are bench/replicas.py's.
+micro-batch's activation there and for the gradients of it that come back, one per reader
+(`tensorcore.wire`: header, values, int8 scales), against the frames of one fp32 residual-stream tensor
+at the same place of the uncompressed network. (tiny-gpt's own cut reads 0.5 for its gradients: a
+block boundary has two readers, the norm and the residual add, and each sends its gradient back.) The
+tokens a PNode after a bottleneck reads from the dataset service (2 bytes a token) are not a pipeline
+edge. Replica syncs (direction `pseudo_grads`) are bench/replicas.py's.
 
 Tokens: Tiny Shakespeare (`../shared/data/tinyshakespeare.txt`) through a 4096-token byte-level BPE trained on
 it as the dataset service trains one; its last tenth is the validation split.
 
     python bench/compression.py [--quick] [--steps N] [--json PATH]
 
-`--quick`: 60 steps and the anchor against rank 8 only (about 10 minutes on two busy cores); the full
-run trains every method for 300 steps.
+`--quick`: 100 steps, the anchor against rank 16 only (about 10 minutes on two busy cores); the full run
+trains every method for 300 steps (an hour or more there).
 """
 
 from __future__ import annotations
@@ -64,16 +65,19 @@ class Method:
     cut: str  # the VNode whose output crosses the cut of a 2-PNode pipeline
     wire: str | None = None  # the session's `wire`, when it sets one
     rank: int | None = None  # the bottleneck's width, when it is not the file's
+    cut_wire: str | None = None  # the cut VNode's own wire, when it is not the file's
 
 
 ANCHOR = Method("fp32", "tiny-gpt.yaml", "b1.res2")
 METHODS = [
     ANCHOR,
     Method("int8 wire", "tiny-gpt.yaml", "b1.res2", wire="int8"),
-    Method("bottleneck r=8 + int8", "tiny-gpt-wan.yaml", "cut.down"),
+    Method("bottleneck r=8 + int8", "tiny-gpt-wan.yaml", "cut.down", rank=8),
     Method("bottleneck r=16 + int8", "tiny-gpt-wan.yaml", "cut.down", rank=16),
+    # tiny-gpt-wan's structure with nothing narrowed: what the bottleneck's network costs apart from compressing
+    Method("tiny-gpt-wan at full width", "tiny-gpt-wan.yaml", "cut.down", rank=256, cut_wire="fp32"),
 ]
-QUICK = [ANCHOR, METHODS[2]]
+QUICK = [ANCHOR, METHODS[3]]
 
 
 def network(method: Method) -> NetworkSpec:
@@ -83,6 +87,8 @@ def network(method: Method) -> NetworkSpec:
     for v in spec.vnodes:
         if method.rank and "rank" in v.params:
             v.params["rank"] = method.rank
+        if method.cut_wire and v.id == method.cut:
+            v.wire = method.cut_wire
     return spec
 
 
@@ -190,7 +196,7 @@ def main() -> None:
                         help="train only these (the anchor always)")
     parser.add_argument("--json", type=Path, default=RESULTS / "compression.json")
     args = parser.parse_args()
-    steps = args.steps or (60 if args.quick else 300)
+    steps = args.steps or (100 if args.quick else 300)
     batch, micro_batches, val_windows = 8, 4, 16 if args.quick else 64
     torch.manual_seed(0)
     torch.set_num_threads(1)  # the machine is shared; every method gets the same
@@ -203,14 +209,15 @@ def main() -> None:
     print(f"tiny-gpt on {len(ids):,} BPE tokens (vocabulary {vocab}): {steps} steps of {batch} x {context} "
           f"in {micro_batches} micro-batches, validation on {val_windows} held-out windows")
     chosen = [m for m in METHODS if m is ANCHOR or m.name in args.method] if args.method else QUICK if args.quick else METHODS
-    results = {m: train(m, train_batches, val) for m in chosen}
+    results = {}
+    for m in chosen:
+        results[m] = train(m, train_batches, val)
+        print(f"  {m.name}: validation loss {results[m]['val_loss']:.4f}", flush=True)
     table = rows(results, steps, batch * context)
     print(f"{'method':<26}{'direction':<18}{'bytes/micro':>12}{'vs fp32':>9}{'val loss':>10}{'vs fp32':>9}  holds")
     for r in table:
         print(f"{r['method']:<26}{r['direction']:<18}{r['bytes_per_micro_batch']:>12,}{r['bytes_ratio_vs_fp32']:>8.1f}x"
               f"{r['val_loss']:>10.4f}{r['val_loss_ratio_vs_uncompressed']:>9.4f}  {r['holds']}")
-    print(f"token ids a PNode after a bottleneck reads per token: 2 bytes (uint16), "
-          f"against {results[ANCHOR]['fp32_bytes'] / (batch // micro_batches * context):.0f} per token of fp32 residual")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(table, indent=1) + "\n")
     print(f"results in {args.json}")

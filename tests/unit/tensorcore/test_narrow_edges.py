@@ -1,14 +1,18 @@
 """A learned bottleneck's narrow edge: the int8 wire keeps each token to itself, the two halves start as a
-low-rank identity path, generation reads what training read, and the Llama export says why it refuses."""
+low-rank identity path, generation and validation read what training read, and the Llama export says why it
+refuses."""
 
 import pytest
 import torch
 
+from computeall.network import Graph, load_network
 from computeall.protocol import wire
 from computeall.tensorcore.generation import Generator, KVCache
 from computeall.tensorcore.hf_export import ExportError, llama_layout
+from computeall.tensorcore.local_step import local_step, local_validation
 from computeall.tensorcore.ops.bottleneck import BottleneckDown, BottleneckUp
 from computeall.tensorcore.trained_model import TrainedModel, inference_network
+from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire import encoded_frames, encoded_from_wire
 from computeall.tensorcore.wire_formats import wire_format
 
@@ -63,7 +67,7 @@ def test_the_halves_start_as_a_low_rank_identity_path(dim, rank):
 
 def wan_yaml() -> str:
     return network_yaml("tiny-gpt-wan").replace("context: 256", "context: 32").replace("dim: 256", "dim: 32") \
-        .replace("hidden: 688", "hidden: 48").replace("heads: 8", "heads: 2").replace("rank: 8", "rank: 4")
+        .replace("hidden: 688", "hidden: 48").replace("heads: 8", "heads: 2").replace("rank: 16", "rank: 4")
 
 
 def wired_logits(runtime, tokens: torch.Tensor) -> torch.Tensor:
@@ -94,3 +98,12 @@ def test_the_llama_export_refuses_a_bottleneck_and_says_why():
         llama_layout(inference_network(network_yaml("tiny-gpt-wan")))
     assert "can only add to the residual stream" in str(refused.value)
     assert "tiny-gpt for tiny-gpt-wan" in str(refused.value)  # what to do instead
+
+
+def test_a_validation_pass_is_the_training_forward_and_keeps_nothing():
+    graph = Graph(load_network(wan_yaml()))
+    runtime = VNodeRuntime(graph, graph.order, 0, torch.device("cpu"))
+    micro_batches = list(torch.randint(0, 4096, (4, 33), generator=torch.Generator().manual_seed(0)).split(2))
+    validated = local_validation(runtime, micro_batches)
+    assert runtime.activation_bytes() == 0
+    assert validated.loss == local_step(runtime, micro_batches).loss
