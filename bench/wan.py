@@ -6,7 +6,8 @@ The anchor is the plain single-process torch loop, two threads, no network, meas
 computeall runs a whole session (NATS and its services in the root namespace, one PNode per
 namespace); its step time is the time from one recorded step to the next, every overhead included.
 computeall runs once per `--wires` setting (default fp32 and int8, the smallest wire whose loss
-holds: docs/decisions.md); the torch peers send fp32.
+holds: docs/decisions.md); the torch peers send fp32. `computeall-bottleneck` trains tiny-gpt-wan
+(a learned bottleneck where the two PNodes cut it) with the session's wire at fp32.
 
     python bench/wan.py [--quick] [--json PATH] [--profiles ...] [--systems ...] [--wires ...]
 
@@ -71,9 +72,20 @@ def system(name: str) -> Callable[[System], System]:
 
 @system("computeall")
 def computeall(lab: WanLab, run: Run) -> Measured:
+    return _computeall(lab, run, NETWORK)
+
+
+@system("computeall-bottleneck")
+def computeall_bottleneck(lab: WanLab, run: Run) -> Measured:
+    """tiny-gpt-wan: tiny-gpt with a learned rank-16 bottleneck where two PNodes cut it (int8 on its narrow
+    edge whatever the session's wire; docs/decisions.md)."""
+    return _computeall(lab, run, NETWORK.parent / "tiny-gpt-wan.yaml")
+
+
+def _computeall(lab: WanLab, run: Run, network: Path) -> Measured:
     warmup = run.warmup
     config = SessionConfig(
-        network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=run.steps + warmup + 1,
+        network_yaml=network.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=run.steps + warmup + 1,
         batch_size=BATCH, micro_batches=MICRO_BATCHES, lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
         wire=run.wire,
     )
@@ -148,7 +160,7 @@ def main() -> int:
                                  "one_way_delay_ms": link.delay_ms, "median_step_s": measured.step_s,
                                  "tokens_per_s": tokens_per_step / measured.step_s, "steps": steps,
                                  "step_s_samples": measured.samples, **measured.extra})
-            wire = f" wire {run.wire}" if sys_name == "computeall" else ""
+            wire = f" wire {run.wire}" if sys_name.startswith("computeall") else ""
             print(f"{name:<10}{sys_name + wire:<24}{profile_rows[-1]['tokens_per_s']:>9.0f} tokens/s"
                   f"  {measured.step_s:6.2f} s/step", flush=True)
         anchor += plain(steps + warmup, BATCH)["step_s"][warmup:]
@@ -160,11 +172,11 @@ def main() -> int:
         rows += profile_rows
     print(f"plain torch, 1 process, 2 threads: {', '.join(f'{a:.0f}' for a in anchors)} tokens/s (per profile)")
     for row in rows:  # computeall against the torch peers on the same profile
-        if row["system"] != "computeall":
+        if not row["system"].startswith("computeall"):
             continue
-        for peer in (r for r in rows if r["profile"] == row["profile"] and r["system"] != "computeall"):
+        for peer in (r for r in rows if r["profile"] == row["profile"] and not r["system"].startswith("computeall")):
             ratio = row[f"ratio_vs_{peer['system']}"] = row["tokens_per_s"] / peer["tokens_per_s"]
-            print(f"{row['profile']:<10}computeall wire {row['wire']} / {peer['system']}: {ratio:.2f}")
+            print(f"{row['profile']:<10}{row['system']} wire {row['wire']} / {peer['system']}: {ratio:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
