@@ -2,10 +2,12 @@
 
 Each method is a network (METHODS): tiny-gpt as it is (fp32, the anchor), tiny-gpt with the int8 wire,
 and tiny-gpt-wan (a learned bottleneck where two PNodes cut it, int8 on its narrow edge) at rank 8 and
-16. Each trains the same steps on the same tokens with the same seed, in one process through the code a
-PNode runs (`local_step`: VNode by VNode, every edge through its wire format, so 1 PNode and K give these
-bits) with a session's defaults (AdamW, warmup and cosine, global gradient clipping at 1.0), then
-measures its loss on held-out tokens.
+16, and at full width (rank 256, fp32: the same network uncompressed). Losses are compared with
+tiny-gpt's (`val_loss_ratio_vs_uncompressed`, the anchor) and with the same network's uncompressed form
+(`val_loss_ratio_vs_same_network_uncompressed`). Each trains the same steps on the same tokens with the
+same seed, in one process through the code a PNode runs (`local_step`: VNode by VNode, every edge
+through its wire format, so 1 PNode and K give these bits) with a session's defaults (AdamW, warmup and
+cosine, global gradient clipping at 1.0), then measures its loss on held-out tokens.
 
 Bytes are counted where two PNodes cut the network (`cut`): the frames a PNode sends for one
 micro-batch's activation there and for the gradients of it that come back, one per reader
@@ -74,9 +76,10 @@ METHODS = [
     Method("int8 wire", "tiny-gpt.yaml", "b2.res2", wire="int8"),
     Method("bottleneck r=8 + int8", "tiny-gpt-wan.yaml", "cut.down", rank=8),
     Method("bottleneck r=16 + int8", "tiny-gpt-wan.yaml", "cut.down", rank=16),
-    # tiny-gpt-wan's structure with nothing narrowed: what the bottleneck's network costs apart from compressing
+    # tiny-gpt-wan's structure with nothing narrowed: "the same network uncompressed"
     Method("tiny-gpt-wan at full width", "tiny-gpt-wan.yaml", "cut.down", rank=256, cut_wire="fp32"),
 ]
+SAME_UNCOMPRESSED = {m.network: m for m in (ANCHOR, METHODS[-1])}  # each network's uncompressed form
 QUICK = [ANCHOR, METHODS[3]]
 
 
@@ -172,12 +175,14 @@ def rows(results: dict[Method, dict], steps: int, tokens_per_step: int) -> list[
     out = []
     for method, r in results.items():
         loss_ratio = r["val_loss"] / base
+        same = results.get(SAME_UNCOMPRESSED[method.network])
         for direction, sent in (("activations", r["activation_bytes"]), ("activation_grads", r["gradient_bytes"])):
             ratio = r["fp32_bytes"] / sent
             out.append({
                 "bench": "compression", "name": f"{method.name} {direction}", "method": method.name,
                 "direction": direction, "bytes_ratio_vs_fp32": ratio, "val_loss": r["val_loss"],
                 "val_loss_ratio_vs_uncompressed": loss_ratio, "steps": steps,
+                "val_loss_ratio_vs_same_network_uncompressed": same and r["val_loss"] / same["val_loss"],
                 "metric": "bytes_ratio_vs_fp32", "value": ratio, "anchor": ANCHOR.name, "anchor_value": 1.0,
                 "ratio": ratio, "target": TARGET_RATIO, "loss_target": TARGET_LOSS,
                 "holds": ratio >= TARGET_RATIO and loss_ratio <= TARGET_LOSS,
@@ -214,10 +219,12 @@ def main() -> None:
         results[m] = train(m, train_batches, val)
         print(f"  {m.name}: validation loss {results[m]['val_loss']:.4f}", flush=True)
     table = rows(results, steps, batch * context)
-    print(f"{'method':<26}{'direction':<18}{'bytes/micro':>12}{'vs fp32':>9}{'val loss':>10}{'vs fp32':>9}  holds")
+    print(f"{'method':<28}{'direction':<18}{'bytes/micro':>12}{'vs fp32':>9}{'val loss':>10}{'vs tiny-gpt':>12}"
+          f"{'vs same net':>12}  holds")
     for r in table:
-        print(f"{r['method']:<26}{r['direction']:<18}{r['bytes_per_micro_batch']:>12,}{r['bytes_ratio_vs_fp32']:>8.1f}x"
-              f"{r['val_loss']:>10.4f}{r['val_loss_ratio_vs_uncompressed']:>9.4f}  {r['holds']}")
+        same = r["val_loss_ratio_vs_same_network_uncompressed"]
+        print(f"{r['method']:<28}{r['direction']:<18}{r['bytes_per_micro_batch']:>12,}{r['bytes_ratio_vs_fp32']:>8.1f}x"
+              f"{r['val_loss']:>10.4f}{r['val_loss_ratio_vs_uncompressed']:>12.4f}{same or float('nan'):>12.4f}  {r['holds']}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(table, indent=1) + "\n")
     print(f"results in {args.json}")
