@@ -70,10 +70,10 @@ class Method:
     cut_wire: str | None = None  # the cut VNode's own wire, when it is not the file's
 
 
-ANCHOR = Method("fp32", "tiny-gpt.yaml", "b2.res2")
+ANCHOR = Method("fp32", "tiny-gpt.yaml", "b1.res2")
 METHODS = [
     ANCHOR,
-    Method("int8 wire", "tiny-gpt.yaml", "b2.res2", wire="int8"),
+    Method("int8 wire", "tiny-gpt.yaml", "b1.res2", wire="int8"),
     Method("bottleneck r=8 + int8", "tiny-gpt-wan.yaml", "cut.down", rank=8),
     Method("bottleneck r=16 + int8", "tiny-gpt-wan.yaml", "cut.down", rank=16),
     # tiny-gpt-wan's structure with nothing narrowed: "the same network uncompressed"

@@ -20,13 +20,13 @@ def wan() -> Graph:
 def test_the_blocks_after_the_bottleneck_go_on_numbering(wan):
     blocks = sorted({v.split(".")[0] for v in wan.order if v[0] == "b" and v[1].isdigit()})
     assert blocks == ["b0", "b1", "b2", "b3"]
-    assert wan.vnodes["b3.norm1"].inputs == ["cut.res"] and wan.vnodes["norm_f"].inputs == ["b3.res2"]
+    assert wan.vnodes["b2.norm1"].inputs == ["cut.res"] and wan.vnodes["norm_f"].inputs == ["b3.res2"]
     assert wan.out_features["cut.down"] == 16 and wan.out_features["cut.up"] == 256
 
 
 def test_the_cut_edge_is_at_least_32_times_smaller_than_the_residual_stream_both_ways(wan):
     plain = Graph(load_network_file(EXAMPLES / "tiny-gpt.yaml"))
-    stream = plain.edge_bytes_per_step(Edge("b2.res2", "b3.norm1", 256), 8)  # fp32 activation and its gradient
+    stream = plain.edge_bytes_per_step(Edge("b1.res2", "b2.norm1", 256), 8)  # fp32 activation and its gradient
     cut = wan.edge_bytes_per_step(Edge("cut.down", "cut.up", 16), 8)
     assert stream == 2 * 8 * 256 * 256 * 4
     assert cut == 2 * 8 * 256 * (16 + 4)  # int8 values and one fp32 scale per token, each way
