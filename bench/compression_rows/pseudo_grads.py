@@ -24,6 +24,8 @@ from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import StepCompleted, ValidationCompleted
 from computeall.protocol.replica_sync import ReplicaSync, SparseCompression
 
+from ..common import Bench, at_most
+
 REPO = Path(__file__).resolve().parents[2]
 NETWORKS = REPO / "examples" / "networks"
 SHAKESPEARE = next((p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.parents
@@ -74,25 +76,21 @@ async def _run(client, config: SessionConfig) -> tuple[float, float]:
     return sent / config.steps, loss
 
 
-async def pseudo_grad_rows(quick: bool) -> list[dict]:
+async def pseudo_grad_rows(bench: Bench, quick: bool) -> None:
     network, steps = ("micro-gpt.yaml", 300) if quick else ("tiny-gpt.yaml", 300)
     with tempfile.TemporaryDirectory(prefix="bench-compression-") as tmp:
         async with running_cluster(Path(tmp), pnodes=2) as (client, _):
             anchor = await with_sent_data(client.nc, client.subjects, session(network, steps, ReplicaSync()),
                                           progress=False)  # uploaded once, then found
             anchor_bytes, anchor_loss = await _run(client, anchor)
-            rows = []
             for method in METHODS:
                 sent, loss = await _run(client, anchor.model_copy(update={"sync": method.sync}))
-                bytes_ratio, loss_ratio = sent / anchor_bytes, loss / anchor_loss
                 bounded = method.bounded and not quick
-                rows.append({
-                    "bench": "compression", "name": f"{network}, R=2, {steps} steps: {method.name}",
-                    "method": method.name, "direction": "pseudo_grads", "steps": steps,
-                    "bytes_ratio_vs_fp32": bytes_ratio, "val_loss": loss, "val_loss_ratio_vs_uncompressed": loss_ratio,
-                    "metric": "bytes/step between replicas", "value": sent, "anchor": ANCHOR, "anchor_value": anchor_bytes,
-                    "ratio": bytes_ratio, "anchor_val_loss": anchor_loss,
-                    "target": f"<= {BYTES_TARGET} (val loss ratio <= {LOSS_TARGET})" if bounded else None,
-                    "holds": bytes_ratio <= BYTES_TARGET and loss_ratio <= LOSS_TARGET if bounded else None,
-                })
-    return rows
+                fields = dict(method=method.name, steps=steps, val_loss=loss, val_loss_ratio_vs_uncompressed=loss / anchor_loss,
+                              anchor_val_loss=anchor_loss, network=network)
+                bench.row(f"{network}, R=2, {steps} steps: {method.name}", "bytes/step between replicas", sent, ANCHOR,
+                          anchor_bytes, at_most(BYTES_TARGET) if bounded else None,
+                          direction="pseudo_grads", bytes_ratio_vs_fp32=sent / anchor_bytes, **fields)
+                bench.row(f"{network}, R=2, {steps} steps: {method.name}, validation loss", "validation loss", loss,
+                          f"{ANCHOR}: its validation loss", anchor_loss, at_most(LOSS_TARGET) if bounded else None,
+                          direction="loss", **fields)

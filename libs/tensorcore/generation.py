@@ -5,7 +5,9 @@ attention VNode keeps the keys and values of the positions it has seen (so a new
 one position's work, not the whole prefix's), and the loss VNode returns logits instead of a
 loss. Which op runs how is its registry entry's `generation` (`computeall.network.ops`): a
 position-wise op runs its training module unchanged, one that mixes positions its module's
-`forward_cached` over the `KVCache`, the loss its module's `logits`.
+`forward_cached` over the `KVCache`, the loss its module's `logits`. Every edge carries its
+producer's wire format, as in training (a bottleneck's int8 narrow edge included): no wire format
+mixes positions, so the new positions read what they read in the whole sequence.
 
 Sampling is seeded by its own generator: the same checkpoint, prompt and settings give the
 same tokens every time.
@@ -24,6 +26,7 @@ from computeall.protocol.sampling import SamplingConfig
 
 from .ops.attention import apply_rope, rope_tables
 from .trained_model import TrainedModel
+from .wire_formats import wire_format
 
 
 TARGETS = "data.targets"  # read by the loss VNode only, which has no targets here
@@ -100,6 +103,7 @@ class Generator:
         if len(losses) != 1:
             raise GenerationError(f"generation needs exactly one loss VNode to read logits from; the network has {losses or 'none'}")
         self.logits_vnode = losses[0]
+        self.wires = {vid: wire_format(self.graph.wire(vid)) for vid in self.graph.order}
         op = self.graph.vnodes[self.logits_vnode].op
         if OPS[op].generation != "logits":
             known = ", ".join(name for name, entry in OPS.items() if entry.generation == "logits")
@@ -118,7 +122,8 @@ class Generator:
             spec = self.graph.vnodes[vid]
             module = self.model.modules[vid]
             inputs = [values[i] for i in spec.inputs if i != TARGETS]
-            values[vid] = STEPS[OPS[spec.op].generation](module, inputs, cache, vid)
+            out = STEPS[OPS[spec.op].generation](module, inputs, cache, vid)
+            values[vid] = out if vid == self.logits_vnode else self.wires[vid].encode(out).decode()
         logits = values[self.logits_vnode]
         cache.length += tokens.shape[1]
         return logits

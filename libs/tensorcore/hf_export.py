@@ -36,6 +36,13 @@ from .trained_model import TrainedModel
 
 UNTIED_HEAD = "lm_head.weight"  # a model's own LM head (a tied one may be saved as a copy of the embedding)
 
+# ops that no Llama weights can compute, and why: the export refuses them first, with the reason
+_BOTTLENECK = ("a learned bottleneck replaces the residual stream by its projection through `rank` features "
+               "(the network may add the tokens' embedding again after it), and a Llama layer can only add to the "
+               "residual stream: a rank-limited map of it cannot be folded into any Llama weight. Sample from it with "
+               "`computeall generate`; to export, train the network without bottlenecks (tiny-gpt for tiny-gpt-wan)")
+NOT_IN_LLAMA = {"bottleneck_down": _BOTTLENECK, "bottleneck_up": _BOTTLENECK}
+
 
 class ExportError(ValueError):
     """The network does not map onto the target format; the message names the VNode and why."""
@@ -87,6 +94,9 @@ def _head_layout(v: VNodeSpec) -> tuple[int, int, int, float]:
 
 def llama_layout(spec: NetworkSpec) -> LlamaLayout:
     """Follow the residual stream from the embedding to the LM head; refuse at the first VNode that is not Llama's."""
+    for v in spec.vnodes:
+        if v.op in NOT_IN_LLAMA:
+            raise _refuse(v, NOT_IN_LLAMA[v.op])
     graph = Graph(spec)
     by_id = graph.vnodes
 

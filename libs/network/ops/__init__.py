@@ -10,11 +10,12 @@ Adding an op: a file here that defines its params model and `OP = OpSpec(...)`, 
 `OPS` below, and its torch module in `libs/tensorcore/ops/`.
 """
 
-from . import (add, attention, attention_head, concat_heads, embedding, fused_heads, lm_head, norms, swiglu, tied_head,
-               vocab_shards)
+from . import (add, attention, attention_head, bottleneck, concat_heads, embedding, fused_heads, lm_head, norms, swiglu,
+               tied_head, vocab_shards)
 from .add import AddParams
 from .attention import AttentionParams
 from .attention_head import AttentionHeadParams
+from .bottleneck import BottleneckParams
 from .concat_heads import ConcatHeadsParams
 from .embedding import EmbeddingParams
 from .fused_heads import FusedAttentionHeadsParams
@@ -41,6 +42,8 @@ OPS: dict[str, OpSpec] = catalogue(
     attention_head.OP,
     concat_heads.OP,
     fused_heads.OP,
+    bottleneck.DOWN,
+    bottleneck.UP,
 )
 
 
@@ -50,6 +53,7 @@ __all__ = [
     "AddParams",
     "AttentionHeadParams",
     "AttentionParams",
+    "BottleneckParams",
     "ConcatHeadsParams",
     "EmbeddingParams",
     "FusedAttentionHeadsParams",
