@@ -156,7 +156,7 @@ async def up(args: argparse.Namespace) -> int:
             services = [s.with_arg("--storage-grants", "every") if s.kind == "orchestrator" else s for s in services]
         supervisor.start(services)
         tasks.append(asyncio.create_task(supervisor.watch()))
-        async with connect(local_user) as client:
+        async with connect(local_user, reconnect=True) as client:
             await wait_for_event_log(client)
             supervisor.announce()
             record_running(directory)  # commands in other directories find this deployment
