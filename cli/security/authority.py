@@ -16,12 +16,9 @@ import asyncio
 import logging
 import time
 
-from nats.aio.msg import Msg
-from pydantic import BaseModel, ValidationError
-
 from computeall.protocol import bus
 from computeall.protocol import membership_api as api
-from computeall.protocol.subjects import is_inbox
+from computeall.protocol.responder import Refused, Responder
 
 from ..nats_server import EmbeddedNats
 from .members import Member, MemberStore
@@ -39,37 +36,21 @@ class Authority:
         """Serve requests and watch the members file until cancelled."""
         nc = await bus.connect(self.server.credential("authority"), name="computeall-authority", max_reconnect_attempts=-1)
         subjects = self.server.security.subjects
-        handlers = {
-            api.USERS: (api.UsersSync, self._sync_users),
-            api.REVOKE_PNODE: (api.RevokePNode, self._revoke_pnode),
-            api.SESSION_HOSTS: (api.SessionHosts, self._host_session),
-            api.PNODE_MEMORY: (api.PNodeMemory, self._pnode_memory),
-        }
-        for verb, (model, handler) in handlers.items():
-            await nc.subscribe(api.membership_subject(subjects, verb), cb=self._responder(model, handler))
+        # in order, per verb: each edits the members or the grants and reloads the server
+        responder = Responder(nc, subjects, api.API, {
+            api.USERS: self._sync_users, api.REVOKE_PNODE: self._revoke_pnode,
+            api.SESSION_HOSTS: self._host_session, api.PNODE_MEMORY: self._pnode_memory,
+        }, concurrent=False)
+        await responder.start()
         try:
             await self._watch()
         finally:
             await nc.close()
 
-    def _responder(self, model: type[BaseModel], handler):
-        async def respond(msg: Msg) -> None:
-            try:
-                reply = await handler(model.model_validate_json(msg.data))
-            except ValidationError as exc:
-                reply = api.MembershipReply(ok=False, error=f"bad request on {msg.subject}: {exc.errors()[:3]}")
-            except Exception as exc:  # the requester gets an answer; the authority keeps going
-                log.exception("handling %s failed", msg.subject)
-                reply = api.MembershipReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-            if is_inbox(msg.reply):
-                await msg.respond(reply.model_dump_json().encode())
-
-        return respond
-
     async def _apply(self) -> None:
         await asyncio.to_thread(self.server.apply_members)
 
-    async def _sync_users(self, request: api.UsersSync) -> api.MembershipReply:
+    async def _sync_users(self, request: api.UsersSync, asker: str) -> api.MembershipReply:
         wanted = {k.nkey: k for k in request.keys}
         revoked = []
         with self.members.edit() as members:
@@ -83,24 +64,24 @@ class Authority:
         await self._apply()
         return api.MembershipReply(revoked=revoked)
 
-    async def _revoke_pnode(self, request: api.RevokePNode) -> api.MembershipReply:
+    async def _revoke_pnode(self, request: api.RevokePNode, asker: str) -> api.MembershipReply:
         revoked = revoke_pnode(self.members, request.pnode)
         if not revoked:
-            return api.MembershipReply(ok=False, error=f"no active credential of PNode {request.pnode}")
-        log.warning("revoked PNode %s (%s)", request.pnode, request.reason or "no reason given")
+            raise Refused(f"no active credential of PNode {request.pnode}")
+        log.warning("%s revoked PNode %s (%s)", asker, request.pnode, request.reason or "no reason given")
         await self._apply()
         return api.MembershipReply(revoked=revoked)
 
-    async def _host_session(self, request: api.SessionHosts) -> api.MembershipReply:
+    async def _host_session(self, request: api.SessionHosts, asker: str) -> api.MembershipReply:
         with self.server.security.grants.edit() as grants:
             recorded = grants.host(request)
         if not recorded:
-            return api.MembershipReply(ok=False, error=f"session {request.session_id} has a later placement than "
-                                                         f"log position {request.as_of}")
+            raise Refused(f"session {request.session_id} has a later placement than log position {request.as_of}")
         await self._apply()
         return api.MembershipReply()
 
-    async def _pnode_memory(self, request: api.PNodeMemory) -> api.MembershipReply:
+    async def _pnode_memory(self, request: api.PNodeMemory, asker: str | None = None) -> api.MembershipReply:
+        """The record's cap: the same whoever asks."""
         return api.MembershipReply(memory_bytes=self.members.read().pnode_memory(request.pnode))
 
     async def _watch(self) -> None:

@@ -26,7 +26,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .credentials import NAME_PATTERN
+from .credentials import NAME_PATTERN, inbox_owner
+from .responder import Api, Endpoint
 from .subjects import Subjects
 
 USERS = "users"
@@ -89,6 +90,20 @@ class MembershipReply(BaseModel):
     error: str | None = None
     revoked: list[str] = Field(default_factory=list, description="member ids revoked by this request")
     memory_bytes: int | None = Field(None, ge=0, description="pnode.memory: the PNode's cap")
+
+
+API: Api[str] = Api(  # who asks: the identity (`role:name`) whose inbox the answer goes to
+    service="the authority",
+    reply=MembershipReply,
+    endpoints=(
+        Endpoint(USERS, UsersSync, "the monitor's list of active API-key identities"),
+        Endpoint(REVOKE_PNODE, RevokePNode, "revoke a PNode's credential, close its connections"),
+        Endpoint(SESSION_HOSTS, SessionHosts, "the PNodes that host a session: only they reach its checkpoint bucket"),
+        Endpoint(PNODE_MEMORY, PNodeMemory, "a PNode's memory cap, from its credential's record"),
+    ),
+    listen=lambda subjects, verb: (membership_subject(subjects, verb),),
+    asker=lambda subjects, subject, inbox: inbox_owner(inbox),
+)
 
 
 class MembershipError(RuntimeError):
