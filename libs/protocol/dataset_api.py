@@ -297,28 +297,22 @@ def requester_of(subjects: Subjects, subject: str) -> Requester:
     raise ValueError(f"{subject} is not a dataset request subject of prefix {subjects.prefix}")
 
 
-API: Api[Requester] = Api(
-    service="the dataset service",
-    reply=DatasetReply,
-    endpoints=(
-        Endpoint("create", CreateDataset, "train a tokenizer, tokenize, cut splits; replies when done"),
-        Endpoint("get", GetDataset, "a dataset's manifest (the user's own, or a public one)"),
-        Endpoint("check", CheckData, "whether a session's data could be prepared (the orchestrator asks at create, "
-                 "as the session's owner)"),
-        Endpoint("list", ListDatasets, "the manifests of the user's datasets and the public ones"),
-        Endpoint("share", ShareDataset, "make one's dataset public (read only for everyone else), or private"),
-        Endpoint(PNODE_VERB, BatchRequest, "one batch of token ids, as a tensor frame; a PNode asks on its own subject, "
-                 "for a session whose grant names it (`ca-batch-grants`)"),
-        Endpoint("sample", SampleRequest, "decoded text of a few samples"),
-        Endpoint("locate", LocateFiles, "which files the service reads as they are (the client uploads the rest)"),
-        Endpoint("uploads", OpenUploads, "the user's uploads bucket, created on first use"),
-        Endpoint("encode", EncodePrompts, "prompts as the token ids a generation continues"),
-        Endpoint("decode", DecodeTokens, "generated token ids as text"),
-    ),
-    listen=lambda subjects, verb: (user_requests(subjects, verb=verb),
-                                   *((pnode_requests(subjects),) if verb == PNODE_VERB else ())),
-    asker=lambda subjects, subject, inbox: requester_of(subjects, subject),
-)
+API: Api[Requester] = Api("the dataset service", DatasetReply, (  # who asks: the user or PNode of the subject
+    Endpoint("create", CreateDataset, "train a tokenizer, tokenize, cut splits; replies when done"),
+    Endpoint("get", GetDataset, "a dataset's manifest (the user's own, or a public one)"),
+    Endpoint("check", CheckData, "whether a session's data could be prepared (the orchestrator asks at create, as the "
+             "session's owner)"),
+    Endpoint("list", ListDatasets, "the manifests of the user's datasets and the public ones"),
+    Endpoint("share", ShareDataset, "make one's dataset public (read only for everyone else), or private"),
+    Endpoint(PNODE_VERB, BatchRequest, "one batch of token ids, as a tensor frame; a PNode asks on its own subject, for "
+             "a session whose grant names it (`ca-batch-grants`)"),
+    Endpoint("sample", SampleRequest, "decoded text of a few samples"),
+    Endpoint("locate", LocateFiles, "which files the service reads as they are (the client uploads the rest)"),
+    Endpoint("uploads", OpenUploads, "the user's uploads bucket, created on first use"),
+    Endpoint("encode", EncodePrompts, "prompts as the token ids a generation continues"),
+    Endpoint("decode", DecodeTokens, "generated token ids as text"),
+), listen=lambda subjects, verb: (user_requests(subjects, verb=verb), *((pnode_requests(subjects),) if verb == PNODE_VERB else ())),
+   asker=lambda subjects, subject, inbox: requester_of(subjects, subject))
 
 
 def session_dataset(data: DataConfig, vocab_size: int, owner: str) -> str:

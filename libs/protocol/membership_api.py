@@ -26,8 +26,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .credentials import NAME_PATTERN, inbox_owner
-from .responder import Api, Endpoint
+from .credentials import NAME_PATTERN
+from .responder import Api, Endpoint, by_inbox
 from .subjects import Subjects
 
 USERS = "users"
@@ -92,18 +92,12 @@ class MembershipReply(BaseModel):
     memory_bytes: int | None = Field(None, ge=0, description="pnode.memory: the PNode's cap")
 
 
-API: Api[str] = Api(  # who asks: the identity (`role:name`) whose inbox the answer goes to
-    service="the authority",
-    reply=MembershipReply,
-    endpoints=(
-        Endpoint(USERS, UsersSync, "the monitor's list of active API-key identities"),
-        Endpoint(REVOKE_PNODE, RevokePNode, "revoke a PNode's credential, close its connections"),
-        Endpoint(SESSION_HOSTS, SessionHosts, "the PNodes that host a session: only they reach its checkpoint bucket"),
-        Endpoint(PNODE_MEMORY, PNodeMemory, "a PNode's memory cap, from its credential's record"),
-    ),
-    listen=lambda subjects, verb: (membership_subject(subjects, verb),),
-    asker=lambda subjects, subject, inbox: inbox_owner(inbox),
-)
+API: Api[str] = Api("the authority", MembershipReply, (
+    Endpoint(USERS, UsersSync, "the monitor's list of active API-key identities"),
+    Endpoint(REVOKE_PNODE, RevokePNode, "revoke a PNode's credential, close its connections"),
+    Endpoint(SESSION_HOSTS, SessionHosts, "the PNodes that host a session: only they reach its checkpoint bucket"),
+    Endpoint(PNODE_MEMORY, PNodeMemory, "a PNode's memory cap, from its credential's record"),
+), listen=lambda subjects, verb: (membership_subject(subjects, verb),), asker=by_inbox)
 
 
 class MembershipError(RuntimeError):

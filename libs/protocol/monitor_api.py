@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .credentials import NAME_PATTERN, inbox_owner
-from .responder import Api, Endpoint
+from .credentials import NAME_PATTERN
+from .responder import Api, Endpoint, by_inbox
 from .subjects import Subjects
 
 USER_CREATE = "user.create"
@@ -60,14 +60,8 @@ class MonitorReply(BaseModel):
     positions: dict[str, int] | None = None
 
 
-API: Api[str] = Api(  # who asks: the identity (`role:name`) whose inbox the answer goes to
-    service="the monitor",
-    reply=MonitorReply,
-    endpoints=(
-        Endpoint(USER_CREATE, UserCreate, "create a user or add a key; the key is shown once"),
-        Endpoint(AUTH, Auth, "resolve an API key to its user"),
-        Endpoint(REBUILD, Rebuild, "re-project the whole log"),
-    ),
-    listen=lambda subjects, verb: (monitor_subject(subjects, verb),),
-    asker=lambda subjects, subject, inbox: inbox_owner(inbox),
-)
+API: Api[str] = Api("the monitor", MonitorReply, (
+    Endpoint(USER_CREATE, UserCreate, "create a user or add a key; the key is shown once"),
+    Endpoint(AUTH, Auth, "resolve an API key to its user"),
+    Endpoint(REBUILD, Rebuild, "re-project the whole log"),
+), listen=lambda subjects, verb: (monitor_subject(subjects, verb),), asker=by_inbox)

@@ -28,6 +28,7 @@ from nats.aio.subscription import Subscription
 from pydantic import BaseModel, ValidationError
 
 from .bus_failover import BusUnavailable
+from .credentials import inbox_owner
 from .subjects import Subjects, is_inbox
 
 log = logging.getLogger("computeall.responder")
@@ -70,6 +71,11 @@ class Api(Generic[AskerT]):
 
     def failure(self, message: str) -> BaseModel:
         return self.reply(ok=False, error=message)
+
+
+def by_inbox(subjects: Subjects, subject: str, inbox: str) -> str | None:
+    """An `Api.asker`: who asks is the identity (`role:name`) whose inbox the answer goes to."""
+    return inbox_owner(inbox)
 
 
 class Responder(Generic[AskerT]):

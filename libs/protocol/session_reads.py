@@ -93,17 +93,11 @@ class ReadsReply(BaseModel):
     last_seq: int | None = None  # the log's position the answer covers (follow from there)
 
 
-API: Api[str] = Api(
-    service="the orchestrator",
-    reply=ReadsReply,
-    endpoints=(
-        Endpoint(SESSIONS, ListSessions, "the user's sessions"),
-        Endpoint(EVENTS, ReadEvents, "a session of the user's: its events, long-polled"),
-        Endpoint(OBJECT, ReadObject, "a checkpoint object or the tokenizer of a session of the user's, as tensor frames"),
-    ),
-    listen=lambda subjects, verb: (reads_all(subjects, verb),),
-    asker=lambda subjects, subject, inbox: reader_of(subjects, subject),
-)
+API: Api[str] = Api("the orchestrator", ReadsReply, (  # who asks: the user of the subject
+    Endpoint(SESSIONS, ListSessions, "the user's sessions"),
+    Endpoint(EVENTS, ReadEvents, "a session of the user's: its events, long-polled"),
+    Endpoint(OBJECT, ReadObject, "a checkpoint object or the tokenizer of a session of the user's, as tensor frames"),
+), listen=lambda subjects, verb: (reads_all(subjects, verb),), asker=lambda subjects, subject, inbox: reader_of(subjects, subject))
 
 
 class ReadError(RuntimeError):

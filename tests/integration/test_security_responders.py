@@ -5,11 +5,13 @@ an inbox; every failure is answered with the API's reply model, and the service 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
 
 from computeall.protocol import dataset_api, monitor_api
+from computeall.protocol.credentials import Role
 from computeall.protocol.dataset_api import DatasetReply, Requester
 from computeall.protocol.responder import Refused, Responder
 from computeall.protocol.subjects import Subjects
@@ -51,15 +53,25 @@ async def _ask(nc, subject: str, body: dict | bytes, timeout: float = 10) -> byt
     return (await nc.request(subject, data, timeout=timeout)).data
 
 
+@contextlib.asynccontextmanager
+async def dataset_service(server, *clients: tuple[Role, str]):
+    """The dataset API served with `DatasetHandlers` as the dataset service's identity; the clients connected."""
+    handlers = DatasetHandlers()
+    service = await connect_as(server, "dataset")
+    connected = [await connect_as(server, role, name) for role, name in clients]
+    responder = Responder(service, S, dataset_api.API, handlers.table(), concurrent=True, queue="dataset")
+    await responder.start()
+    try:
+        yield handlers, connected
+    finally:
+        await responder.stop()
+        for nc in (service, *connected):
+            await nc.close()
+
+
 def test_the_asker_is_the_subject_and_a_field_changes_nothing(nats_server):
     async def main():
-        handlers = DatasetHandlers()
-        service = await connect_as(nats_server, "dataset")
-        alice = await connect_as(nats_server, "user", "alice")
-        pnode = await connect_as(nats_server, "pnode", "p0")
-        responder = Responder(service, S, dataset_api.API, handlers.table(), concurrent=True, queue="dataset")
-        await responder.start()
-        try:
+        async with dataset_service(nats_server, ("user", "alice"), ("pnode", "p0")) as (handlers, (alice, pnode)):
             reply = json.loads(await _ask(alice, dataset_api.user_subject(S, "alice", "get"), {"name": "d"}))
             assert reply == {"ok": True, "bucket": "user:alice:get"}
             # a field naming someone else is no identity: the model refuses what it does not know
@@ -68,10 +80,6 @@ def test_the_asker_is_the_subject_and_a_field_changes_nothing(nats_server):
             batch = {"dataset": "d", "session_id": "s1", "step": 0, "batch": 1, "context": 4}
             assert await _ask(pnode, dataset_api.pnode_batch_subject(S, "p0"), batch) == b"\x00frame"
             assert handlers.ran == [("get", Requester("user", "alice", "get")), ("batch", Requester("pnode", "p0", "batch"))]
-        finally:
-            await responder.stop()
-            for nc in (service, alice, pnode):
-                await nc.close()
 
     asyncio.run(main())
 
@@ -81,16 +89,10 @@ def test_an_answer_goes_to_an_inbox_only(nats_server):
     event's subject, which the dataset service may publish to. The request is dropped unread."""
 
     async def main():
-        handlers = DatasetHandlers()
-        service = await connect_as(nats_server, "dataset")
-        alice = await connect_as(nats_server, "user", "alice")
-        watcher = await connect_as(nats_server, "superuser", "watcher")
         forged = S.dataset_evt("d", "DatasetCreated")
-        seen = await watcher.subscribe(forged)
-        await watcher.flush()
-        responder = Responder(service, S, dataset_api.API, handlers.table(), concurrent=True, queue="dataset")
-        await responder.start()
-        try:
+        async with dataset_service(nats_server, ("user", "alice"), ("superuser", "watcher")) as (handlers, (alice, watcher)):
+            seen = await watcher.subscribe(forged)
+            await watcher.flush()
             await alice.publish(dataset_api.user_subject(S, "alice", "list"), b"{}", reply=forged)
             await alice.publish(dataset_api.user_subject(S, "alice", "list"), b"{}")  # no reply subject at all
             # answered after those two, on the same subscription: they were dropped by then
@@ -99,23 +101,16 @@ def test_an_answer_goes_to_an_inbox_only(nats_server):
             assert [verb for verb, _ in handlers.ran] == ["list"]
             with pytest.raises(TimeoutError):
                 await seen.next_msg(timeout=0.5)
-        finally:
-            await responder.stop()
-            for nc in (service, alice, watcher):
-                await nc.close()
 
     asyncio.run(main())
 
 
 def test_every_failure_is_answered_and_a_slow_request_holds_up_no_other(nats_server):
+    def subject(verb: str) -> str:
+        return dataset_api.user_subject(S, "alice", verb)
+
     async def main():
-        handlers = DatasetHandlers()
-        service = await connect_as(nats_server, "dataset")
-        alice = await connect_as(nats_server, "user", "alice")
-        responder = Responder(service, S, dataset_api.API, handlers.table(), concurrent=True, queue="dataset")
-        await responder.start()
-        subject = lambda verb: dataset_api.user_subject(S, "alice", verb)  # noqa: E731
-        try:
+        async with dataset_service(nats_server, ("user", "alice")) as (handlers, (alice,)):
             create = asyncio.ensure_future(_ask(alice, subject("create"), {"name": "d", "files": ["a.txt"]}, timeout=20))
             reply = json.loads(await _ask(alice, subject("get"), b"not json"))
             assert reply["ok"] is False and reply["error"].startswith("invalid get request:")
@@ -127,10 +122,6 @@ def test_every_failure_is_answered_and_a_slow_request_holds_up_no_other(nats_ser
             assert not create.done()  # all of those while the create still runs
             handlers.release.set()
             assert json.loads(await create) == {"ok": True, "bucket": "user:alice:create"}
-        finally:
-            await responder.stop()
-            await service.close()
-            await alice.close()
 
     asyncio.run(main())
 
