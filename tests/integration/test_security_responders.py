@@ -57,8 +57,9 @@ async def _ask(nc, subject: str, body: dict | bytes, timeout: float = 10) -> byt
 async def dataset_service(server, *clients: tuple[Role, str]):
     """The dataset API served with `DatasetHandlers` as the dataset service's identity; the clients connected."""
     handlers = DatasetHandlers()
-    service = await connect_as(server, "dataset")
+    # the clients first: a new identity reloads the server's configuration (the service's lists name every user)
     connected = [await connect_as(server, role, name) for role, name in clients]
+    service = await connect_as(server, "dataset")
     responder = Responder(service, S, dataset_api.API, handlers.table(), concurrent=True, queue="dataset")
     await responder.start()
     try:
@@ -139,8 +140,8 @@ def test_the_asker_by_its_inbox(nats_server):
         async def unused(request, asker: str) -> monitor_api.MonitorReply:
             raise AssertionError("not asked")
 
-        monitor = await connect_as(nats_server, "monitor")
         alice = await connect_as(nats_server, "user", "alice")
+        monitor = await connect_as(nats_server, "monitor")
         responder = Responder(monitor, S, monitor_api.API, {monitor_api.AUTH: auth, monitor_api.USER_CREATE: unused,
                                                             monitor_api.REBUILD: unused}, concurrent=False)
         await responder.start()
