@@ -48,7 +48,7 @@ from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
 from computeall.protocol.throughput import Throughput
 
-from .inbound import Inbound
+from .transport import Inbound
 from .step_timing import StepClock
 
 log = logging.getLogger("computeall.pnode")

@@ -31,7 +31,7 @@ from computeall.tensorcore.backend import device_memory, map_large_allocations
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.digest import received_digest
 from computeall.protocol.faults import FaultSpec
-from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
+from computeall.tensorcore.tensor_frames import tensor_frames, tensor_from_wire
 
 from . import checkpoints, checks, sampling, throughput
 from .batches import BatchFeed
@@ -39,7 +39,7 @@ from .faults import Faults
 from .lean_memory import wants_lean_memory
 from .member import BusMember
 from .memory import bytes_by_category
-from .outbox import Link
+from .transport import Link
 from .routing import CheckPartRoute, TensorRoute
 from .stage import SessionStage
 

@@ -29,7 +29,7 @@ from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire_formats import Encoded, WireFormat, wire_format
 
 from .member import InputsNeverCame
-from .outbox import Link, Outbox
+from .transport import Link, Outbox
 from .routing import PartialSumKey, TensorRoute
 
 Compute = Callable[..., Awaitable]

@@ -51,7 +51,7 @@ from .batches import BatchFeed
 from .checks import CheckInbox
 from .faults import Faults
 from .member import InputsNeverCame, PassSuperseded
-from .outbox import Link, Outbox
+from .transport import Link, Outbox
 from .replica_sum import ReplicaSum
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 from .schedule import PassSchedule, WorkItem, default_in_flight, pass_schedule
