@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .flash_autograd import flash_function
+
 LOG2E = 1.4426950408889634
 
 
@@ -131,33 +133,29 @@ def _launch_args(q: torch.Tensor, block_m: int, block_n: int) -> dict:
     return dict(HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n)
 
 
-class TritonAttention(torch.autograd.Function):
-    """Autograd wrapper: saves only inputs, output and log-sum-exp."""
+def _forward(q, k, v, causal: bool, block_m: int, block_n: int):
+    b, h, t, d = q.shape
+    q, k, v = (x.contiguous() for x in (q, k, v))  # (B, H, T, D)
+    out = torch.empty_like(q)  # (B, H, T, D)
+    lse = torch.empty(b, h, t, dtype=torch.float32, device=q.device)  # (B, H, T)
+    grid = (triton.cdiv(t, block_m), b * h)
+    _fwd_kernel[grid](q, k, v, out, lse, 1.0 / math.sqrt(d), t, CAUSAL=causal, **_launch_args(q, block_m, block_n))
+    return (q, k, v), out, lse
 
-    @staticmethod
-    def forward(ctx, q, k, v, causal: bool, block_m: int, block_n: int):
-        b, h, t, d = q.shape
-        q, k, v = (x.contiguous() for x in (q, k, v))  # (B, H, T, D)
-        out = torch.empty_like(q)  # (B, H, T, D)
-        lse = torch.empty(b, h, t, dtype=torch.float32, device=q.device)  # (B, H, T)
-        grid = (triton.cdiv(t, block_m), b * h)
-        _fwd_kernel[grid](q, k, v, out, lse, 1.0 / math.sqrt(d), t, CAUSAL=causal, **_launch_args(q, block_m, block_n))
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.block_m, ctx.block_n = causal, block_m, block_n
-        return out
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        b, h, t, d = q.shape
-        grad_out = grad_out.contiguous()  # (B, H, T, D)
-        delta = (grad_out.float() * out.float()).sum(dim=-1)  # (B, H, T): rowsum(dO * O)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # (B, H, T, D) each
-        common = dict(CAUSAL=ctx.causal, **_launch_args(q, ctx.block_m, ctx.block_n))
-        scale = 1.0 / math.sqrt(d)
-        _bwd_dkdv_kernel[(triton.cdiv(t, ctx.block_n), b * h)](q, k, v, grad_out, lse, delta, dk, dv, scale, t, **common)
-        _bwd_dq_kernel[(triton.cdiv(t, ctx.block_m), b * h)](q, k, v, grad_out, lse, delta, dq, scale, t, **common)
-        return dq, dk, dv, None, None, None
+def _backward(q, k, v, out, lse, grad_out, causal: bool, block_m: int, block_n: int):
+    b, h, t, d = q.shape
+    grad_out = grad_out.contiguous()  # (B, H, T, D)
+    delta = (grad_out.float() * out.float()).sum(dim=-1)  # (B, H, T): rowsum(dO * O)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # (B, H, T, D) each
+    common = dict(CAUSAL=causal, **_launch_args(q, block_m, block_n))
+    scale = 1.0 / math.sqrt(d)
+    _bwd_dkdv_kernel[(triton.cdiv(t, block_n), b * h)](q, k, v, grad_out, lse, delta, dk, dv, scale, t, **common)
+    _bwd_dq_kernel[(triton.cdiv(t, block_m), b * h)](q, k, v, grad_out, lse, delta, dq, scale, t, **common)
+    return dq, dk, dv
+
+
+TritonAttention = flash_function("TritonAttention", _forward, _backward)
 
 
 def flash_attention_triton(
