@@ -8,7 +8,6 @@ replicas) against one server.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
 import time
@@ -127,10 +126,7 @@ async def measure(bench: Bench, quick: bool) -> None:
 
 
 def main() -> int:
-    bench = Bench("event_log", __doc__)
-    args = bench.parse()
-    asyncio.run(measure(bench, args.quick))
-    return bench.finish()
+    return Bench("event_log", __doc__).run(measure)
 
 
 if __name__ == "__main__":

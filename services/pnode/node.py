@@ -16,13 +16,7 @@ from computeall.network.memory_model import StepShape, hosting_bytes
 from computeall.protocol.credentials import Credential
 from computeall.protocol.dataset_api import pnode_batch_subject
 from computeall.protocol.pnode_api import (
-    GenerateSamples,
-    LoadCheckpoint,
-    LoadPlan,
-    PNodeReply,
-    Recompute,
-    SaveCheckpoint,
-    SendCheckMaterial,
+    GenerateSamples, LoadCheckpoint, LoadPlan, PNodeReply, Recompute, SaveCheckpoint, SendCheckMaterial,
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample

@@ -21,14 +21,7 @@ from computeall.protocol import wire
 from computeall.protocol.credentials import Credential
 from computeall.protocol.object_store import CheckpointObject, existing_bucket
 from computeall.protocol.pnode_api import (
-    ApplyStep,
-    GenerateSamples,
-    LoadCheckpoint,
-    LoadPlan,
-    PNodeReply,
-    Recompute,
-    SaveCheckpoint,
-    SendCheckMaterial,
+    ApplyStep, GenerateSamples, LoadCheckpoint, LoadPlan, PNodeReply, Recompute, SaveCheckpoint, SendCheckMaterial,
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, MemorySample
