@@ -11,7 +11,9 @@ ratio must meet, declared next to the row. A script prints its rows, writes them
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
@@ -91,6 +93,11 @@ class Bench:
         print(f"  {name}: {_number(value)} {metric} / {anchor} {_number(anchor_value)} = {ratio:.3f}"
               + ("" if target is None else f" (target {target}: {'holds' if out.holds else 'MISSED'})"), flush=True)
         return out
+
+    def run(self, measure: Callable[["Bench", bool], Awaitable[None]]) -> int:
+        """The whole benchmark of one coroutine `measure(bench, quick)`: parse, measure, finish."""
+        asyncio.run(measure(self, self.parse().quick))
+        return self.finish()
 
     def finish(self) -> int:
         """Write the rows, print them; 1 when a target does not hold."""

@@ -10,7 +10,6 @@ Target: appends on three machines at least half one server's rate.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
 import time
@@ -160,10 +159,7 @@ async def measure(bench: Bench, quick: bool) -> None:
 
 
 def main() -> int:
-    bench = Bench("event_log", __doc__)
-    args = bench.parse()
-    asyncio.run(measure(bench, args.quick))
-    return bench.finish()
+    return Bench("event_log", __doc__).run(measure)
 
 
 if __name__ == "__main__":

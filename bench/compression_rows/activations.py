@@ -13,7 +13,7 @@ within 2% after 300 steps) and with the same network's uncompressed form
 
 Bytes are counted where two PNodes cut the network (`cut`): the frames a PNode sends for one
 micro-batch's activation there and for the gradients of it that come back, one per reader
-(`tensorcore.wire`: header, values, int8 scales), against the frames of one fp32 residual-stream tensor
+(`tensorcore.tensor_frames`: header, values, int8 scales), against the frames of one fp32 residual-stream tensor
 at the same place of tiny-gpt (target: at most 1/32). (tiny-gpt's own cut reads 0.5 for its gradients:
 a block boundary has two readers, the norm and the residual add, and each sends its gradient back.)
 The tokens a PNode after a bottleneck reads from the dataset service (2 bytes a token) are not a
@@ -40,7 +40,7 @@ from computeall.protocol.config import LrSchedule, OptimizerConfig
 from computeall.tensorcore.local_step import local_step, local_validation
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
-from computeall.tensorcore.wire import encoded_frames
+from computeall.tensorcore.tensor_frames import encoded_frames
 from computeall.tensorcore.wire_formats import wire_format
 
 from ..common import Bench, at_most

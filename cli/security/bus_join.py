@@ -21,9 +21,9 @@ import asyncio
 from pydantic import BaseModel, ConfigDict, Field
 
 from computeall.protocol import bus
-from computeall.protocol.credentials import inbox_owner
 from computeall.protocol.invites import Invite
 from computeall.protocol.membership_api import SERVER_JOIN, membership_subject
+from computeall.protocol.responder import Api, Endpoint, Refused, by_inbox
 from computeall.protocol.subjects import Subjects
 
 from .bus_state import BusServer, LocalState, SharedState
@@ -71,14 +71,20 @@ class JoinRefused(RuntimeError):
     """No kit: the message says why."""
 
 
-def joining_server(reply_subject: str | None, request: ServerJoin) -> str:
-    """The name of the invited server asking, from its inbox; ValueError when the request is not its own."""
-    owner = inbox_owner(reply_subject) or ""
-    role, _, name = owner.partition(":")
+# what the authority answers an invited server (beside the membership API: its answer is the kit)
+JOIN_API: Api[str] = Api("the authority", ServerKit, (
+    Endpoint(SERVER_JOIN, ServerJoin, "an invited server asks for the bus's server kit"),
+), listen=lambda subjects, verb: (membership_subject(subjects, verb),), asker=by_inbox)
+
+
+def joining_server(asker: str, request: ServerJoin) -> str:
+    """The name of the invited server asking (`asker`: the identity its inbox belongs to); `Refused` when
+    the request is not its own."""
+    role, _, name = asker.partition(":")
     if role != "server":
-        raise ValueError("only an invited server asks to join (its reply subject is no server's inbox)")
+        raise Refused("only an invited server asks to join (its reply subject is no server's inbox)")
     if request.server.name != name:
-        raise ValueError(f"server {name} asked to join as {request.server.name}")
+        raise Refused(f"server {name} asked to join as {request.server.name}")
     return name
 
 

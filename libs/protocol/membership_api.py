@@ -31,6 +31,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from .credentials import NAME_PATTERN
+from .responder import Api, Endpoint, by_inbox
 from .subjects import Subjects
 
 USERS = "users"
@@ -101,6 +102,14 @@ class MembershipReply(BaseModel):
     error: str | None = None
     revoked: list[str] = Field(default_factory=list, description="member ids revoked by this request")
     memory_bytes: int | None = Field(None, ge=0, description="pnode.memory: the PNode's cap")
+
+
+API: Api[str] = Api("the authority", MembershipReply, (
+    Endpoint(USERS, UsersSync, "the monitor's list of active API-key identities"),
+    Endpoint(REVOKE_PNODE, RevokePNode, "revoke a PNode's credential, close its connections"),
+    Endpoint(SESSION_HOSTS, SessionHosts, "the PNodes that host a session: only they reach its checkpoint bucket"),
+    Endpoint(PNODE_MEMORY, PNodeMemory, "a PNode's memory cap, from its credential's record"),
+), listen=lambda subjects, verb: (membership_subject(subjects, verb),), asker=by_inbox)
 
 
 class MembershipError(RuntimeError):

@@ -6,7 +6,7 @@ the chunk's index and count and a digest of the whole tensor. The receiver check
 byte, reassembles the chunks and verifies the digest: nothing is unpickled and a
 bad frame is rejected with a reason (`WireError`), never trusted.
 
-This module knows bytes, not torch: `computeall.tensorcore.wire` converts tensors.
+This module knows bytes, not torch: `computeall.tensorcore.tensor_frames` converts tensors.
 """
 
 from __future__ import annotations

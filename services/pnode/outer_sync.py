@@ -35,7 +35,7 @@ from computeall.tensorcore.wire_formats import Encoded, wire_format
 
 from . import butterfly
 from .butterfly import Compute, SumAborted
-from .outbox import Link, Outbox
+from .transport import Link, Outbox
 from .routing import PartialSumKey, TensorRoute
 
 

@@ -29,8 +29,8 @@ from computeall.tensorcore.wire_formats import Encoded
 from . import butterfly
 from .butterfly import Compute, SumAborted
 from .member import InputsNeverCame
-from .outbox import Link, Outbox
 from .outer_sync import OuterSync
+from .transport import Link, Outbox
 from .routing import PartialSumKey, TensorRoute
 
 def flatten(grads: list[torch.Tensor]) -> torch.Tensor:

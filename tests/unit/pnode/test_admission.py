@@ -14,7 +14,7 @@ import torch
 from computeall.cli.security.roles import permissions
 from computeall.pnode.admission import Admission, LateFrame
 from computeall.pnode.checks import CheckInbox, Part
-from computeall.pnode.inbound import Inbound
+from computeall.pnode.transport import Inbound
 from computeall.pnode.routing import CheckPartRoute, TensorRoute
 from computeall.protocol import wire
 from computeall.protocol.config import OptimizerConfig

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from computeall.pnode.outbox import Link
+from computeall.pnode.transport import Link
 from computeall.pnode.member import InputsNeverCame
 from computeall.pnode.replica_sum import ReplicaSum, SumAborted
 from computeall.pnode.routing import TensorRoute
@@ -18,7 +18,7 @@ from computeall.protocol.wire import Reassembler
 from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
-from computeall.tensorcore.wire import tensor_from_wire
+from computeall.tensorcore.tensor_frames import tensor_from_wire
 
 from ..tensorcore.helpers import batch, tiny_graph
 

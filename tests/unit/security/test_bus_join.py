@@ -13,6 +13,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from computeall.cli.nats_server import nats_binary
 from computeall.cli.security.bus_join import ServerJoin, joining_server
+from computeall.protocol.credentials import inbox_owner
+from computeall.protocol.responder import Refused
 from computeall.cli.security.bus_state import BusServer
 from computeall.cli.security.deployment import Security
 from computeall.cli.security.invitations import invite
@@ -56,13 +58,11 @@ def request(name: str) -> ServerJoin:
 
 
 def test_the_kit_goes_to_the_invited_server_asking_as_itself():
-    assert joining_server("_INBOX.server.b.x1y2", request("b")) == "b"
-    with pytest.raises(ValueError, match="no server's inbox"):
-        joining_server("_INBOX.pnode.b.x1y2", request("b"))  # a PNode named like the server
-    with pytest.raises(ValueError, match="no server's inbox"):
-        joining_server(None, request("b"))
-    with pytest.raises(ValueError, match="server b asked to join as c"):
-        joining_server("_INBOX.server.b.x1y2", request("c"))
+    assert joining_server(inbox_owner("_INBOX.server.b.x1y2"), request("b")) == "b"
+    with pytest.raises(Refused, match="no server's inbox"):
+        joining_server(inbox_owner("_INBOX.pnode.b.x1y2"), request("b"))  # a PNode named like the server
+    with pytest.raises(Refused, match="server b asked to join as c"):
+        joining_server(inbox_owner("_INBOX.server.b.x1y2"), request("c"))
 
 
 def test_the_server_role_may_only_ask_to_join():

@@ -13,7 +13,7 @@ from computeall.tensorcore.local_step import local_step, local_validation
 from computeall.tensorcore.ops.bottleneck import BottleneckDown, BottleneckUp
 from computeall.tensorcore.trained_model import TrainedModel, inference_network
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
-from computeall.tensorcore.wire import encoded_frames, encoded_from_wire
+from computeall.tensorcore.tensor_frames import encoded_frames, encoded_from_wire
 from computeall.tensorcore.wire_formats import wire_format
 
 from .trained import checkpoint, network_yaml
