@@ -1,13 +1,17 @@
 """Tokens per second over shaped links (the WAN lab), per (profile, system), against the plain torch loop.
 
-Every system trains the tiny-gpt shape, batch 8x256, 4 micro-batches, two processes of one thread
-each, each in its own network namespace behind a link of the profile (bench/wanlab, docs/wan-lab.md).
+Every system trains the tiny-gpt shape, batch 32x256 in 8 micro-batches (`--batch 8`: 4 micro-batches),
+two processes of one thread each, each in its own network namespace behind a link of the profile
+(bench/wanlab, docs/wan-lab.md).
 The anchor is the plain single-process torch loop, two threads, no network, measured in the same run.
 computeall runs a whole session (NATS and its services in the root namespace, one PNode per
 namespace); its step time is the time from one recorded step to the next, every overhead included.
 computeall runs once per `--wires` setting (default fp32 and int8, the smallest wire whose loss
 holds: docs/decisions.md); the torch peers send fp32. `computeall-bottleneck` trains tiny-gpt-wan
-(a learned bottleneck where the two PNodes cut it) with the session's wire at fp32.
+(a learned rank-16 bottleneck where the two PNodes cut it, int8 on its narrow edge: the compressed
+configuration). Each computeall row over a shaped link has a twin against the same system and
+wire on loopback in the same run (`ratio_vs_loopback`; targets at batch 32 for the compressed
+configuration: city >= 0.9, home >= 0.75).
 
     python -m bench.wan [--quick] [--json PATH] [--profiles ...] [--systems ...] [--wires ...]
 
@@ -19,6 +23,7 @@ A system is one function registered in SYSTEMS: (lab, Run) -> Measured.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -31,21 +36,30 @@ from computeall.cli.embedded import running_cluster
 from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig
 from computeall.protocol.wire import Wire
 
-from .common import Bench
+from .common import Bench, at_least
 from .wanlab import PROFILES, LabUnavailable, WanLab
 from .wanlab.computeall_run import run_session
 from .wanlab.netns import check_available
 from .wanlab.torch_peers import NETWORK, pipeline, plain
 
-BATCH, CONTEXT, MICRO_BATCHES = 8, 256, 4
+CONTEXT = 256
+MICRO_BATCHES = {8: 4, 32: 8}  # batch -> micro-batches in flight
 WIRES: tuple[Wire, ...] = ("fp32", "int8")
+COMPRESSED = "computeall-bottleneck"
+# the compressed configuration over a shaped link against itself on loopback, at batch 32
+LOOPBACK_TARGETS = {"city": at_least(0.9), "home": at_least(0.75)}
 
 
 @dataclass(frozen=True)
 class Run:
     steps: int  # timed steps
     warmup: int  # steps before them, not timed
+    batch: int
     wire: Wire = "fp32"  # computeall's wire format on every edge (the torch peers always send fp32)
+
+    @property
+    def micro_batches(self) -> int:
+        return MICRO_BATCHES[self.batch]
 
 
 @dataclass
@@ -74,7 +88,7 @@ def computeall(lab: WanLab, run: Run) -> Measured:
     return _computeall(lab, run, NETWORK)
 
 
-@system("computeall-bottleneck")
+@system(COMPRESSED)
 def computeall_bottleneck(lab: WanLab, run: Run) -> Measured:
     """tiny-gpt-wan: tiny-gpt with a learned rank-16 bottleneck where two PNodes cut it (int8 on its narrow
     edge whatever the session's wire; docs/decisions.md)."""
@@ -85,7 +99,7 @@ def _computeall(lab: WanLab, run: Run, network: Path) -> Measured:
     warmup = run.warmup
     config = SessionConfig(
         network_yaml=network.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=run.steps + warmup + 1,
-        batch_size=BATCH, micro_batches=MICRO_BATCHES, lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
+        batch_size=run.batch, micro_batches=run.micro_batches, lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
         wire=run.wire,
     )
     async def session(directory: Path):
@@ -113,12 +127,12 @@ def _computeall(lab: WanLab, run: Run, network: Path) -> Measured:
 
 @system("torch-gpipe")
 def torch_gpipe(lab: WanLab, run: Run) -> Measured:
-    return _slowest_rank(pipeline(lab, "gpipe", run.steps + run.warmup, BATCH), run.warmup)
+    return _slowest_rank(pipeline(lab, "gpipe", run.steps + run.warmup, run.batch, run.micro_batches), run.warmup)
 
 
 @system("torch-1f1b")
 def torch_1f1b(lab: WanLab, run: Run) -> Measured:
-    return _slowest_rank(pipeline(lab, "1f1b", run.steps + run.warmup, BATCH), run.warmup)
+    return _slowest_rank(pipeline(lab, "1f1b", run.steps + run.warmup, run.batch, run.micro_batches), run.warmup)
 
 
 def _slowest_rank(ranks: list[dict], warmup: int) -> Measured:
@@ -127,10 +141,11 @@ def _slowest_rank(ranks: list[dict], warmup: int) -> Measured:
 
 
 def main() -> int:
-    bench = Bench("wan", __doc__, quick_help="fewer steps, loopback and city only")
+    bench = Bench("wan", __doc__, quick_help="fewer steps, loopback and city only, batch 8")
     bench.parser.add_argument("--profiles", nargs="*", choices=sorted(PROFILES), help="default: all (quick: loopback city)")
     bench.parser.add_argument("--systems", nargs="*", choices=sorted(SYSTEMS), help="default: all")
     bench.parser.add_argument("--wires", nargs="*", choices=WIRES, default=list(WIRES), help="computeall's wire settings")
+    bench.parser.add_argument("--batch", type=int, choices=sorted(MICRO_BATCHES), help="default 32 (quick: 8)")
     args = bench.parse()
     try:
         check_available()
@@ -138,33 +153,52 @@ def main() -> int:
         print(f"skipped: {e}")
         return bench.finish()
     steps, warmup = (2, 1) if args.quick else (6, 2)
+    batch = args.batch or (8 if args.quick else 32)
     profiles = args.profiles or (["loopback", "city"] if args.quick else list(PROFILES))
-    runs = [(name, Run(steps, warmup, wire)) for name in args.systems or SYSTEMS
+    runs = [(name, Run(steps, warmup, batch, wire)) for name in args.systems or SYSTEMS
             for wire in (args.wires if name == "computeall" else ["fp32"])]
-    tokens_per_step = BATCH * CONTEXT
+    tokens_per_step = batch * CONTEXT
+    print(f"batch {batch} x {CONTEXT} in {MICRO_BATCHES[batch]} micro-batches; every process 1 thread on "
+          f"{os.cpu_count()} cores")
+    on_loopback: dict[tuple[str, str], Measured] = {}
     for name in profiles:
         # the anchor before and after each profile, so a machine that got busier or quieter
         # meanwhile moves the anchor with the systems measured next to it
-        anchor = plain(steps + warmup, BATCH)["step_s"][warmup:]
+        anchor = plain(steps + warmup, batch)["step_s"][warmup:]
         measured = {}
         for sys_name, run in runs:
             with WanLab(name, nodes=2, peers=True) as lab:
                 measured[(sys_name, run.wire)] = SYSTEMS[sys_name](lab, run)
             m = measured[(sys_name, run.wire)]
             print(f"{name:<10}{sys_name} wire {run.wire}: {m.step_s:6.2f} s/step {m.extra}", flush=True)
-        anchor += plain(steps + warmup, BATCH)["step_s"][warmup:]
+        anchor += plain(steps + warmup, batch)["step_s"][warmup:]
+        if name == "loopback":
+            on_loopback = measured
         link = PROFILES[name]
-        where = f"{name} ({link.rate_mbit:g} Mbit/s, {link.delay_ms:g} ms), 2 nodes, batch {BATCH} x {CONTEXT}"
+        where = f"{name} ({link.rate_mbit:g} Mbit/s, {link.delay_ms:g} ms), 2 nodes, batch {batch} x {CONTEXT}"
+        plain_tokens = tokens_per_step / statistics.median(anchor)
         for (sys_name, wire), m in measured.items():
+            ours = sys_name.startswith("computeall")
+            fields = {"compression": _compression(sys_name, wire), "profile": name} if ours else {"profile": name}
             bench.row(f"{where}: {sys_name}, wire {wire}", "tokens/s", tokens_per_step / m.step_s,
-                      "plain torch loop, 1 process, 2 threads, no network", tokens_per_step / statistics.median(anchor))
-        for (sys_name, wire), m in measured.items():
-            if sys_name != "computeall":
+                      "plain torch loop, 1 process, 2 threads, no network", plain_tokens, **fields)
+            if not ours:
                 continue
-            for (peer, _), theirs in ((k, v) for k, v in measured.items() if k[0] != "computeall"):
-                bench.row(f"{where}: computeall, wire {wire}", "tokens/s", tokens_per_step / m.step_s, peer,
-                          tokens_per_step / theirs.step_s)
+            for (peer, _), theirs in ((k, v) for k, v in measured.items() if not k[0].startswith("computeall")):
+                bench.row(f"{where}: {sys_name}, wire {wire}", "tokens/s", tokens_per_step / m.step_s, peer,
+                          tokens_per_step / theirs.step_s, **fields)
+            twin = on_loopback.get((sys_name, wire))
+            if name != "loopback" and twin is not None:
+                bounded = sys_name == COMPRESSED and batch == 32
+                bench.row(f"{where}: {sys_name}, wire {wire}, against loopback", "tokens/s", tokens_per_step / m.step_s,
+                          f"{sys_name}, wire {wire}, on loopback", tokens_per_step / twin.step_s,
+                          LOOPBACK_TARGETS.get(name) if bounded else None, ratio_vs_loopback=twin.step_s / m.step_s,
+                          ratio_vs_plain=tokens_per_step / m.step_s / plain_tokens, **fields)
     return bench.finish()
+
+
+def _compression(sys_name: str, wire: str) -> str:
+    return "bottleneck rank 16, int8" if sys_name == COMPRESSED else f"wire {wire}"
 
 
 if __name__ == "__main__":
