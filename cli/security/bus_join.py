@@ -32,6 +32,7 @@ from .tls import DeploymentTls
 
 JOIN_TIMEOUT_S = 15.0
 CONNECT_S = 10.0
+SPREAD_S = 5.0  # how long a refused invite is asked again (an invite reaches every authority within a second)
 
 
 class ServerJoin(BaseModel):
@@ -91,7 +92,19 @@ def joining_server(asker: str, request: ServerJoin) -> str:
 async def ask_to_join(invite: Invite, server: BusServer, subjects: Subjects) -> ServerKit:
     """The kit, from any authority of the bus; `JoinRefused` when none gives it (expired, revoked). The
     invite's servers are tried in its order, the machine that made it first: another may not have taken the
-    invite yet (it spreads within a second), or be down."""
+    invite yet (it spreads within a second), or be down. A refusal is asked again for `SPREAD_S`: the
+    authority that answered (any of the bus's: they share a queue) may not have the invite yet."""
+    deadline = asyncio.get_running_loop().time() + SPREAD_S
+    while True:
+        try:
+            return await _ask_each_server(invite, server, subjects)
+        except JoinRefused:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(1.0)
+
+
+async def _ask_each_server(invite: Invite, server: BusServer, subjects: Subjects) -> ServerKit:
     failures = []
     for url in invite.servers:
         try:  # bounded: nats-py waits on an address whose machine is gone (measured: past 60 s)

@@ -233,7 +233,7 @@ class DatasetProgress(BaseModel):
 class DatasetReply(BaseModel):
     ok: bool
     error: str | None = None
-    transient: bool = False  # the bus failed the service mid-request (a failover): nothing is wrong with it, ask again
+    transient: bool | None = None  # True: the bus failed the service mid-request (a failover), nothing is wrong with it: ask again
     dataset: dict[str, Any] | None = None  # the manifest: name, vocab_size, documents, splits, shards, digests
     datasets: list[dict[str, Any]] | None = None
     samples: list[str] | None = None

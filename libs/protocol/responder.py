@@ -107,7 +107,7 @@ class Responder(Generic[AskerT]):
             for subject in self.api.listen(self.subjects, verb):
                 self._subs.append(await self.nc.subscribe(subject, queue=self.queue or "", cb=self._receiver(verb)))
         await self.nc.flush()  # listening once this returns: a request right after it finds a responder
-        log.info("%s answers %s on %s", self.api.service, ", ".join(self.api.verbs), ", ".join(s.subject for s in self._subs))
+        log.debug("%s answers %s on %s", self.api.service, ", ".join(self.api.verbs), ", ".join(s.subject for s in self._subs))
 
     async def stop(self) -> None:
         """Take no more requests and let the ones in flight answer."""

@@ -77,7 +77,8 @@ async def test_one_and_three_pnodes_agree_bit_for_bit_for_every_schedule_and_wir
     exact = run("fp32")
     per_step = {wire: run(wire)[2][-1] for wire in WIRES}
     assert per_step["bf16"] / per_step["fp32"] < 0.52 and per_step["fp16"] / per_step["fp32"] < 0.52
-    assert per_step["int8"] / per_step["fp32"] < 0.27
+    # int8: a byte a value and one fp32 scale per token's 64-wide row, (64 + 4) / 256 = 0.266, and the frames' headers
+    assert per_step["int8"] / per_step["fp32"] < 0.28
     for wire in ("bf16", "fp16", "int8"):
         compressed = run(wire)[0]
         assert compressed != exact[0], f"{wire} changed nothing: is the wire applied?"
