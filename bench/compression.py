@@ -23,7 +23,7 @@ DIRECTIONS = ("activations", "pseudo_grads")
 
 
 def main() -> int:
-    bench = Bench("compression", __doc__, quick_help="80 steps of the pipeline cut (anchor and rank 16), replicas on micro-gpt")
+    bench = Bench("compression", __doc__, quick_help="80 steps of the pipeline cut (anchor and rank 24), replicas on micro-gpt")
     bench.parser.add_argument("--steps", type=int, help="the pipeline cut's training steps (default 300, quick 80)")
     bench.parser.add_argument("--method", action="append", choices=[m.name for m in METHODS],
                               help="the pipeline cut's methods to train (the anchor always)")

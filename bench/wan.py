@@ -8,7 +8,7 @@ computeall runs a whole session (NATS and its services in the root namespace, on
 namespace); its step time is the time from one recorded step to the next, every overhead included.
 computeall runs once per `--wires` setting (default fp32 and int8, the smallest wire whose loss
 holds: docs/decisions.md); the torch peers send fp32. `computeall-bottleneck` trains tiny-gpt-wan
-(a learned rank-16 bottleneck where the two PNodes cut it, int8 on its narrow edge: the compressed
+(a learned rank-24 bottleneck where the two PNodes cut it, int8 on its narrow edge: the compressed
 configuration). Each computeall row over a shaped link has a twin against the same system and
 wire on loopback in the same run (`ratio_vs_loopback`; targets at batch 32 for the compressed
 configuration: city >= 0.9, home >= 0.75).
@@ -90,7 +90,7 @@ def computeall(lab: WanLab, run: Run) -> Measured:
 
 @system(COMPRESSED)
 def computeall_bottleneck(lab: WanLab, run: Run) -> Measured:
-    """tiny-gpt-wan: tiny-gpt with a learned rank-16 bottleneck where two PNodes cut it (int8 on its narrow
+    """tiny-gpt-wan: tiny-gpt with a learned rank-24 bottleneck where two PNodes cut it (int8 on its narrow
     edge whatever the session's wire; docs/decisions.md)."""
     return _computeall(lab, run, NETWORK.parent / "tiny-gpt-wan.yaml")
 
@@ -198,7 +198,7 @@ def main() -> int:
 
 
 def _compression(sys_name: str, wire: str) -> str:
-    return "bottleneck rank 16, int8" if sys_name == COMPRESSED else f"wire {wire}"
+    return "bottleneck rank 24, int8" if sys_name == COMPRESSED else f"wire {wire}"
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def test_compose_up_trains_tiny_gpt_as_one_torch_model_does(image, tmp_path):
         wait_until(lambda: answers("session", "list", "--data-dir", deployment)
                    and answers("dataset", "list", "--data-dir", deployment), 180, "the compose services answering", 1.0)
         created = cli("session", "create", "--network", NETWORK, "--data", *stdlib_corpus(), "--steps", STEPS,
-                      "--batch-size", "8", "--micro-batches", "2", "--seed", "7", "--min-pnodes", "3", "--json",
+                      "--batch-size", "8", "--micro-batches", "2", "--seed", "7", "--min-pnodes", "3", "--stages", "3", "--json",
                       "--data-dir", deployment)
         user = Credential.load(Security(deployment / "security").credential_path("user", "local"))
         events, reference = asyncio.run(trained(user, json.loads(created)["session_id"]))

@@ -21,15 +21,15 @@ def test_the_blocks_after_the_bottleneck_go_on_numbering(wan):
     blocks = sorted({v.split(".")[0] for v in wan.order if v[0] == "b" and v[1].isdigit()})
     assert blocks == ["b0", "b1", "b2", "b3"]
     assert wan.vnodes["b2.norm1"].inputs == ["cut.res"] and wan.vnodes["norm_f"].inputs == ["b3.res2"]
-    assert wan.out_features["cut.down"] == 16 and wan.out_features["cut.up"] == 256
+    assert wan.out_features["cut.down"] == 24 and wan.out_features["cut.up"] == 256
 
 
 def test_the_cut_edge_is_at_least_32_times_smaller_than_the_residual_stream_both_ways(wan):
     plain = Graph(load_network_file(EXAMPLES / "tiny-gpt.yaml"))
     stream = plain.edge_bytes_per_step(Edge("b1.res2", "b2.norm1", 256), 8)  # fp32 activation and its gradient
-    cut = wan.edge_bytes_per_step(Edge("cut.down", "cut.up", 16), 8)
+    cut = wan.edge_bytes_per_step(Edge("cut.down", "cut.up", 24), 8)
     assert stream == 2 * 8 * 256 * 256 * 4
-    assert cut == 2 * 8 * 256 * (16 + 4)  # int8 values and one fp32 scale per token, each way
+    assert cut == 2 * 8 * 256 * (24 + 4)  # int8 values and one fp32 scale per token, each way
     assert stream / cut >= 32
 
 
@@ -39,12 +39,12 @@ def test_on_a_slow_link_two_pnodes_cut_at_the_bottleneck_and_nothing_wide_crosse
     first, second = alloc.stages
     assert first.vnodes[-1] == "cut.down" and second.vnodes[0] == "cut.up"
     assert {"cut.tokens", "head"} <= set(second.vnodes), "the head sits with the embedding it is tied to"
-    assert alloc.bytes_across_per_step == bytes_across(wan, alloc.assignment, 8) == 2 * 8 * 256 * (16 + 4)
+    assert alloc.bytes_across_per_step == bytes_across(wan, alloc.assignment, 8) == 2 * 8 * 256 * (24 + 4)
 
 
 @pytest.mark.parametrize("change, problem", [
-    ("rank: 16 ", "vnode 'cut.down', field 'rank': rank 300 is wider than dim 256"),
-    ("{id: cut.up, op: bottleneck_up, inputs: [cut.down]}", "vnode 'cut.up', field 'rank': expects 4 features but 'cut.down' gives 16"),
+    ("rank: 24 ", "vnode 'cut.down', field 'rank': rank 300 is wider than dim 256"),
+    ("{id: cut.up, op: bottleneck_up, inputs: [cut.down]}", "vnode 'cut.up', field 'rank': expects 4 features but 'cut.down' gives 24"),
 ])
 def test_a_bottleneck_that_does_not_fit_is_refused_naming_the_vnode_and_field(change, problem):
     text = (EXAMPLES / "tiny-gpt-wan.yaml").read_text()

@@ -67,7 +67,7 @@ def test_the_halves_start_as_a_low_rank_identity_path(dim, rank):
 
 def wan_yaml() -> str:
     return network_yaml("tiny-gpt-wan").replace("context: 256", "context: 32").replace("dim: 256", "dim: 32") \
-        .replace("hidden: 688", "hidden: 48").replace("heads: 8", "heads: 2").replace("rank: 16", "rank: 4")
+        .replace("hidden: 688", "hidden: 48").replace("heads: 8", "heads: 2").replace("rank: 24", "rank: 4")
 
 
 def wired_logits(runtime, tokens: torch.Tensor) -> torch.Tensor:
