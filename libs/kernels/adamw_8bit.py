@@ -205,11 +205,16 @@ class AdamW8bit:
             if f"{name}.step" in flat:
                 self.step_count.copy_(flat[f"{name}.step"])
 
+    def parameter_state_bytes(self) -> dict[str, dict[str, int]]:
+        """Each parameter's bytes held between updates: "master" (a low half, an fp16 weight's master),
+        "optimizer" (moments and their scales)."""
+        return {name: {"master": sum(t.numel() * t.element_size() for t in (s.low, s.master) if t is not None),
+                       "optimizer": s.exp_avg.nbytes() + s.exp_avg_sq.nbytes()} for name, s in self.states.items()}
+
     def state_bytes(self) -> dict[str, int]:
-        """Bytes held between updates: "master" (low halves, fp16's masters), "optimizer" (moments, scales, step)."""
-        master = sum(t.numel() * t.element_size() for s in self.states.values() for t in (s.low, s.master) if t is not None)
-        moments = sum(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes() for s in self.states.values())
-        return {"master": master, "optimizer": moments + 4}
+        """Bytes held between updates: every parameter's, and the step count's word ("optimizer")."""
+        held = self.parameter_state_bytes().values()
+        return {"master": sum(h["master"] for h in held), "optimizer": sum(h["optimizer"] for h in held) + 4}
 
 
 def fp32_state(flat: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

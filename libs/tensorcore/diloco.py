@@ -15,6 +15,8 @@ with the same parameters, and a fixed replica count always gives the same bits.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from computeall.protocol.replica_sync import ReplicaSync
@@ -52,14 +54,15 @@ class OuterOptimizer:
 
     # -- persistence (beside the VNode's weights and inner optimizer state) -----------------
     def state_dict(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """Views of the state, for a caller that serializes them before the next outer step (a checkpoint)."""
         out = {}
         for n in names:
-            out[f"{OUTER}{n}.anchor"] = self.anchor[n].clone()
-            out[f"{OUTER}{n}.momentum"] = self.momentum[n].clone()
+            out[f"{OUTER}{n}.anchor"] = self.anchor[n].detach()
+            out[f"{OUTER}{n}.momentum"] = self.momentum[n].detach()
         return out
 
     @torch.no_grad()
-    def load_state_dict(self, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
+    def load_state_dict(self, names: list[str], tensors: Mapping[str, torch.Tensor]) -> None:
         """From a checkpoint; one without outer state (written without diloco) anchors at the loaded
         parameters with no momentum."""
         for n in names:
