@@ -52,10 +52,11 @@ class _Moment:
 
     @classmethod
     def zeros(cls, n: int, signed: bool, device: torch.device) -> "_Moment":
-        codes = torch.empty(n, dtype=torch.uint8, device=device)
-        scale = torch.empty(blocks_of(n), dtype=torch.float32, device=device)
-        quantize(torch.zeros(n, device=device), signed, codes, scale)
-        return cls(codes, scale, signed)
+        """Zero moments: every block's codes and scale are those `quantize` gives a block of zeros, so one
+        element is quantized and its code and scale repeated (quantizing n zeros took fp32 temporaries
+        of n elements each, a large parameter's state several times over, at the start of a session)."""
+        code, scale = quantize(torch.zeros(1, device=device), signed)
+        return cls(code.expand(n).clone(), scale.expand(blocks_of(n)).clone(), signed)
 
     def read(self, start: int, stop: int) -> torch.Tensor:
         blocks = slice(start // BLOCK, blocks_of(stop))

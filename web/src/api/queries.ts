@@ -7,6 +7,7 @@ const SESSION_SUMMARY = "id status step plannedSteps verifies lastLoss tokensPer
 const STEP_COLUMNS = STEP_FIELDS.join(" ");
 const PNODE_SUMMARY =
   "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes " +
+  "vnodeMemory { sessionId vnode params weights master optimizer gradients activations } " +
   "throughput { flopsPerS bandwidthBytesPerS rttS } quarantinedAt quarantineReason checks { passed failed abandoned }";
 // reads per PNode: asked for by the polled queries, not by the live subscription's snapshot every second
 const TIME_SHARE = "timeShare { steps stepS compute send wait sentBytesPerStep } roles { sessionId kind replica stage stages replicas vnodes why }";

@@ -193,6 +193,18 @@ export interface CheckCounts {
 /** Bytes a PNode holds by category, as the PNode measures them. */
 export type BytesByCategory = Record<string, number>;
 
+/** What one VNode a PNode hosts holds there, in bytes by kind (a tied weight counts under its owner). */
+export interface HostedVNodeMemory {
+  sessionId: string;
+  vnode: string;
+  params: number;
+  weights: number;
+  master: number;
+  optimizer: number;
+  gradients: number;
+  activations: number;
+}
+
 export interface PNodeSummary {
   id: string;
   host: string | null;
@@ -206,6 +218,8 @@ export interface PNodeSummary {
   bytesByCategory: BytesByCategory | null;
   pendingRequests: number | null;
   hostedVNodes: string[];
+  /** each VNode it hosts for your sessions, from its latest memory sample */
+  vnodeMemory: HostedVNodeMemory[];
   quarantinedAt: number | null;
   quarantineReason: string | null;
   checks: CheckCounts;
