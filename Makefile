@@ -18,9 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,kernels]'
 	touch $(STAMP)
 
-# The dashboard, built when missing (the monitor serves web/dist).
+# The dashboard, built when missing (the monitor serves web/dist); the build writes web/src/api/types.ts
+# from the monitor's schema first (graphql-codegen, web/codegen.yml).
 web: web/dist/index.html
-web/dist/index.html: $(wildcard web/package.json web/package-lock.json web/src/* web/src/*/* web/index.html)
+web/dist/index.html: $(wildcard web/package.json web/package-lock.json web/codegen.yml web/src/* web/src/*/* web/index.html services/monitor/schema.graphql)
 	@if [ -f web/package.json ]; then cd web && npm ci --no-audit --no-fund && npm run build; fi
 
 # Debian's Chromium for the end-to-end dashboard tests.

@@ -11,7 +11,9 @@ ratio must meet, declared next to the row. A script prints its rows, writes them
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
@@ -48,9 +50,12 @@ def exactly(bound: float) -> Target:
 
 
 class Row(BaseModel):
-    """One figure: `value` / `anchor_value` = `ratio`, which `target` bounds (None: reported, not bounded)."""
+    """One figure: `value` / `anchor_value` = `ratio`, which `target` bounds (None: reported, not bounded).
 
-    model_config = ConfigDict(extra="forbid")
+    A benchmark may add fields of its own (bench/compression.py: `method`, `direction`, `val_loss`, ...):
+    they are kept in the JSON beside these."""
+
+    model_config = ConfigDict(extra="allow")
     bench: str
     name: str  # what was measured, on what (network, shape, setting)
     metric: str  # what value and anchor_value are, with the unit: "s/step", "tokens/s", "bytes", ...
@@ -78,15 +83,21 @@ class Bench:
         return self.args
 
     def row(self, name: str, metric: str, value: float, anchor: str, anchor_value: float,
-            target: Target | None = None) -> Row:
+            target: Target | None = None, **fields: float | int | str | None) -> Row:
+        """One figure; `fields` are the benchmark's own, kept beside the common ones."""
         ratio = value / anchor_value if anchor_value else float("inf") if value else 1.0
         out = Row(bench=self.name, name=name, metric=metric, value=value, anchor=anchor, anchor_value=anchor_value,
                   ratio=ratio, target=None if target is None else str(target),
-                  holds=None if target is None else target.holds(ratio))
+                  holds=None if target is None else target.holds(ratio), **fields)
         self.rows.append(out)
         print(f"  {name}: {_number(value)} {metric} / {anchor} {_number(anchor_value)} = {ratio:.3f}"
               + ("" if target is None else f" (target {target}: {'holds' if out.holds else 'MISSED'})"), flush=True)
         return out
+
+    def run(self, measure: Callable[["Bench", bool], Awaitable[None]]) -> int:
+        """The whole benchmark of one coroutine `measure(bench, quick)`: parse, measure, finish."""
+        asyncio.run(measure(self, self.parse().quick))
+        return self.finish()
 
     def finish(self) -> int:
         """Write the rows, print them; 1 when a target does not hold."""

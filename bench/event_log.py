@@ -1,14 +1,15 @@
 """The event log's speed: session appends against raw JetStream publishes, replay folding against raw reads,
 a tiny-gpt checkpoint against a raw object-store put of the same bytes (and its bytes against the
 fp32 weights'); then appends and replay on a bus of three clustered nats-servers (streams at 3
-replicas) against one server.
+replicas) against one server: three machines (network namespaces, routes over mutual TLS,
+`bench/wanlab/machine_bus.py`) where this machine can make them, else three servers on this one.
+Target: appends on three machines at least half one server's rate.
 
     python -m bench.event_log [--quick] [--json PATH]
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
 import time
@@ -30,7 +31,7 @@ from computeall.tensorcore.checkpoint import write_vnode
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
-from .common import REPO, Bench, at_most
+from .common import REPO, Bench, at_least, at_most
 
 SESSION = "bench-session"
 
@@ -94,6 +95,29 @@ async def checkpoint(js) -> dict:
             "seconds": seconds, "raw_put_s": raw_s}
 
 
+async def on_machines(n: int) -> list[dict]:
+    """Appends and replay with a server on each of three machines; `LabUnavailable` where none can be made."""
+    from .wanlab.machine_bus import admit_everywhere, bare_bus
+    from .wanlab.machines import Machines
+
+    with tempfile.TemporaryDirectory() as tmp, Machines(3) as lab:
+        servers = bare_bus(lab, Path(tmp))
+        try:
+            credential = servers[0].credential("orchestrator", "bench-event-log")  # it appends session events
+            admit_everywhere(servers)
+            nc = await bus.connect(credential, name="bench-event-log")
+            js = nc.jetstream()
+            subjects = Subjects("ca")
+            await ensure_streams(js, subjects, replicas=3)  # rides out the first leader election
+            eventlog = EventLog(js, subjects)
+            rows = [await appends(js, eventlog, n), await replay(eventlog, n)]
+            await nc.close()
+        finally:
+            for server in servers:
+                server.stop()
+    return rows
+
+
 async def on_bus(servers: int, n: int, with_checkpoint: bool) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp, NatsCluster(Path(tmp), servers) as cluster:
         with cluster.security.grants.edit() as grants:  # as the authority records a session's first placement
@@ -110,7 +134,7 @@ async def on_bus(servers: int, n: int, with_checkpoint: bool) -> list[dict]:
     return rows
 
 
-def report(bench: Bench, one: list[dict], three: list[dict]) -> None:
+def report(bench: Bench, one: list[dict], three: list[dict], where: str) -> None:
     (a, r, c), (a3, r3) = one, three
     bench.row(f"append {a['events']} StepCompleted through the session log", "events/s", a["session_path_per_s"],
               "raw JetStream publishes", a["raw_jetstream_per_s"])
@@ -119,21 +143,26 @@ def report(bench: Bench, one: list[dict], three: list[dict]) -> None:
               "raw object-store puts of the same bytes", c["raw_put_s"])
     # fp32 weights are their own master: a checkpoint is weights and Adam's two moments
     bench.row("checkpoint tiny-gpt", "bytes", c["bytes"], "its fp32 weights", 4 * c["parameters"], at_most(3.05))
-    bench.row("append on 3 clustered servers (streams at 3 replicas)", "events/s", a3["session_path_per_s"],
-              "one server", a["session_path_per_s"])
-    bench.row("replay on 3 clustered servers", "events/s", r3["folded_per_s"], "one server", r["folded_per_s"])
+    bench.row(f"append on 3 clustered servers, {where} (streams at 3 replicas)", "events/s", a3["session_path_per_s"],
+              "one server", a["session_path_per_s"], at_least(0.5) if where == "3 machines" else None)
+    bench.row(f"replay on 3 clustered servers, {where}", "events/s", r3["folded_per_s"], "one server", r["folded_per_s"])
 
 
 async def measure(bench: Bench, quick: bool) -> None:
+    from .wanlab import LabUnavailable
+
     n = 2000 if quick else 20000
-    report(bench, await on_bus(1, n, with_checkpoint=True), await on_bus(3, n, with_checkpoint=False))
+    one = await on_bus(1, n, with_checkpoint=True)
+    try:
+        three, where = await on_machines(n), "3 machines"
+    except LabUnavailable as exc:
+        print(f"no machines to spread the servers over ({exc}): three servers on this one instead")
+        three, where = await on_bus(3, n, with_checkpoint=False), "1 machine"
+    report(bench, one, three, where)
 
 
 def main() -> int:
-    bench = Bench("event_log", __doc__)
-    args = bench.parse()
-    asyncio.run(measure(bench, args.quick))
-    return bench.finish()
+    return Bench("event_log", __doc__).run(measure)
 
 
 if __name__ == "__main__":

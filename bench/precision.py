@@ -22,7 +22,7 @@ from computeall.protocol.config import LossScaleConfig, LrSchedule, OptimizerCon
 from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
-from computeall.tensorcore.wire import tensor_frames
+from computeall.tensorcore.tensor_frames import tensor_frames
 
 from .common import REPO, Bench, at_most
 from .sessions import corpus

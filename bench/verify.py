@@ -23,7 +23,6 @@ A step's time is the wall time from one recorded step to the next.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import statistics
 import sys
@@ -281,10 +280,7 @@ async def measure(bench: Bench, quick: bool) -> None:
 
 
 def main() -> int:
-    bench = Bench("verify", __doc__)
-    args = bench.parse()
-    asyncio.run(measure(bench, args.quick))
-    return bench.finish()
+    return Bench("verify", __doc__).run(measure)
 
 
 if __name__ == "__main__":

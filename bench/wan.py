@@ -6,7 +6,8 @@ The anchor is the plain single-process torch loop, two threads, no network, meas
 computeall runs a whole session (NATS and its services in the root namespace, one PNode per
 namespace); its step time is the time from one recorded step to the next, every overhead included.
 computeall runs once per `--wires` setting (default fp32 and int8, the smallest wire whose loss
-holds: docs/decisions.md); the torch peers send fp32.
+holds: docs/decisions.md); the torch peers send fp32. `computeall-bottleneck` trains tiny-gpt-wan
+(a learned bottleneck where the two PNodes cut it) with the session's wire at fp32.
 
     python -m bench.wan [--quick] [--json PATH] [--profiles ...] [--systems ...] [--wires ...]
 
@@ -70,9 +71,20 @@ def system(name: str) -> Callable[[System], System]:
 
 @system("computeall")
 def computeall(lab: WanLab, run: Run) -> Measured:
+    return _computeall(lab, run, NETWORK)
+
+
+@system("computeall-bottleneck")
+def computeall_bottleneck(lab: WanLab, run: Run) -> Measured:
+    """tiny-gpt-wan: tiny-gpt with a learned rank-16 bottleneck where two PNodes cut it (int8 on its narrow
+    edge whatever the session's wire; docs/decisions.md)."""
+    return _computeall(lab, run, NETWORK.parent / "tiny-gpt-wan.yaml")
+
+
+def _computeall(lab: WanLab, run: Run, network: Path) -> Measured:
     warmup = run.warmup
     config = SessionConfig(
-        network_yaml=NETWORK.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=run.steps + warmup + 1,
+        network_yaml=network.read_text(), data=DataConfig(files=stdlib_files(300_000)), steps=run.steps + warmup + 1,
         batch_size=BATCH, micro_batches=MICRO_BATCHES, lr=LrSchedule(peak=3e-3, warmup_steps=2, min_lr=3e-4),
         wire=run.wire,
     )

@@ -80,11 +80,14 @@ def _parse(event: reads.RecordedEvent) -> Recorded | None:
 
 
 @asynccontextmanager
-async def connect(credential: Credential, prefix: str | None = None) -> AsyncIterator[Client]:
-    """Connected as `credential`'s identity (see `computeall.cli.identity` for which one a command uses)."""
+async def connect(credential: Credential, prefix: str | None = None, *, reconnect: bool = False) -> AsyncIterator[Client]:
+    """Connected as `credential`'s identity (see `computeall.cli.identity` for which one a command uses).
+
+    A command fails at once when the bus is gone; `up` (`reconnect`) outlives a server that reloads
+    its configuration as machines join, a first try included."""
     try:
         nc = await bus.connect(credential, name=f"computeall-cli-{credential.name}", connect_timeout=3,
-                               max_reconnect_attempts=2, allow_reconnect=False)
+                               max_reconnect_attempts=-1 if reconnect else 2, allow_reconnect=reconnect)
     except bus.BusConnectError as exc:  # refused: the server runs and said no; else it may not run at all
         raise UserError(str(exc) if exc.refused else f"{exc}; is `computeall up` running?") from None
     except CredentialError as exc:

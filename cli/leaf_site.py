@@ -9,15 +9,12 @@ event log and the buckets stay on the hub, reached across the link.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from pathlib import Path
 
 from computeall.protocol.credentials import nkey_public
 from computeall.protocol.invites import Invite
 
-from .cluster_file import ServiceStatus
 from .nats_server import EmbeddedNats, free_port
 from .security.deployment import Security
 from .security.leafnodes import HubJetStream, LeafRemote
@@ -32,6 +29,7 @@ class LeafServer(EmbeddedNats):
 
     ALWAYS_ADMITTED = ()  # nobody but the site's PNodes: no operator, no user on a site
     JETSTREAM = False  # the hub's, across the link
+    status_name = "nats-leaf"
 
     def __init__(self, directory: Path, invite: Invite, port: int | None = None) -> None:
         security = Security(directory / "security")
@@ -65,10 +63,6 @@ class LeafServer(EmbeddedNats):
     def monitoring_url(self) -> str:
         return f"http://127.0.0.1:{self.monitor_port}"
 
-    def monitoring(self, endpoint: str) -> dict:
-        with urllib.request.urlopen(f"{self.monitoring_url}/{endpoint}", timeout=2.0) as reply:
-            return json.loads(reply.read())
-
     def wait_linked(self, timeout_s: float = 30.0) -> None:
         """Until the leaf link to the hub is up; RuntimeError (with the end of the log) when it is not."""
         deadline = time.monotonic() + timeout_s
@@ -83,19 +77,6 @@ class LeafServer(EmbeddedNats):
         raise RuntimeError(f"the leaf server could not join the hub at {', '.join(self.invite.servers)} within "
                            f"{timeout_s:.0f}s (revoked or expired invite, or the hub unreachable); its log "
                            f"{self.log_file} ends:\n  " + "\n  ".join(tail))
-
-    # -- what a `Supervisor` asks of the bus it runs on ------------------------------------------
-    def revive(self) -> list[str]:
-        if self.process is not None and self.process.poll() is not None:
-            self.stop()
-            self.start()
-            return [self.url]
-        return []
-
-    def statuses(self) -> list[ServiceStatus]:
-        running = self.process is not None and self.process.poll() is None
-        return [ServiceStatus(name="nats-leaf", kind="nats", url=self.url, pid=self.process.pid if self.process else None,
-                              state="running" if running else "stopped", monitoring=self.monitoring_url)]
 
 
 def site_pnodes(invite: Invite, wanted: int | None) -> list[str]:

@@ -10,6 +10,9 @@ cluster copies every stream of the single server's store into it (`bus_migration
 
 Every credential it issues names every server's URL: clients connect to any and reconnect to
 another when theirs goes away. Its identities are issued once and every server reloads them.
+
+Its servers share one machine: it survives a crashed process, not a lost machine. A bus whose servers
+each run on a machine of their own is `bus_machine.py`'s.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ class NatsCluster:
         if size < 1:
             raise ValueError(f"a bus needs at least one nats-server, not {size}")
         if listen and size > 1:
-            raise ValueError("a cluster of nats-servers listens on localhost only for now; leave out --public/--listen "
-                             "or run one server")
+            raise ValueError("a cluster of nats-servers on one machine listens on localhost only; across machines, "
+                             "one server per machine: `up --public --nats-cluster 3` (`bus_machine.py`)")
         clustered = sorted(p.name for p in (directory / "nats-cluster").glob("nats-*"))
         if clustered and len(clustered) != size:
             raise ValueError(f"the bus of {directory} is a cluster of {len(clustered)} nats-servers (its streams live on "

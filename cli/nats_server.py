@@ -3,18 +3,22 @@ authorization (its configuration is generated from the deployment's members, see
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from computeall.protocol.credentials import Credential, Role, nkey_public
 from computeall.protocol.secret_args import without_secrets
 
+from .cluster_file import ServiceStatus
 from .security.deployment import LOCAL_USER, OPERATOR, Security
 from .security.leaf_links import changed_leaves, close_leaf_links_now, leaf_users
 from .security.leafnodes import HUB_DOMAIN, LEAF_PORT, LeafListen
@@ -59,6 +63,12 @@ def machine_addresses() -> list[str]:
 
     return sorted({a.address for addrs in psutil.net_if_addrs().values() for a in addrs
                    if a.family == socket.AF_INET and not a.address.startswith("127.")})
+
+
+def monitoring(url: str, endpoint: str) -> dict:
+    """A nats-server's monitoring endpoint's answer (`http://127.0.0.1:PORT`, `jsz?...`); OSError when none."""
+    with urllib.request.urlopen(f"{url}/{endpoint}", timeout=2.0) as reply:
+        return json.loads(reply.read())
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -121,6 +131,8 @@ class EmbeddedNats:
         self.authorization = authorization
         self.process: subprocess.Popen | None = None
         self._leaf_users: dict[str, Permissions] = {}  # the leaves' permissions the running server has
+        # one reload at a time: `up` issues credentials on its own thread while its authority applies on another
+        self._reloading = threading.Lock()
 
     def credential(self, role: Role, name: str | None = None, memory: str | None = None) -> Credential:
         """A local identity's credential for this server (created on first use; a running server
@@ -177,14 +189,22 @@ class EmbeddedNats:
         return self.store_dir / "nats.conf"
 
     def config(self, users: list[tuple[str, Permissions]] | None = None) -> str:
-        addresses = self._public_hosts(self.host) + (self._public_hosts(self.leaf.host) if self.leaf else [])
+        addresses = self.certificate_names()
         settings = ServerSettings(host=self.host, port=self.port,
                                   store_dir=str(self.store_dir / "jetstream") if self.JETSTREAM else None,
                                   jetstream_domain=HUB_DOMAIN if self.leaf else None,
                                   system_user=nkey_public(self.security.system_seed()) if self.leaf else None,
-                                  tls=self.tls.ensure(addresses) if self.tls else None, sections=self.sections,
+                                  tls=self.tls.ensure(addresses) if self.tls else None, sections=self.config_sections(),
                                   authorization=self.authorization)
         return server_config(settings, self.users() if users is None else users)
+
+    def certificate_names(self) -> list[str]:
+        """The addresses other machines dial it at, which its certificate must name."""
+        return self._public_hosts(self.host) + (self._public_hosts(self.leaf.host) if self.leaf else [])
+
+    def config_sections(self) -> tuple[ConfigSection, ...]:
+        """The blocks its configuration adds beyond one server's basics (a subclass's may follow its state)."""
+        return self.sections
 
     def users(self) -> list[tuple[str, Permissions]]:
         """Who may connect, with what permissions: the active members, with the session grants."""
@@ -211,6 +231,10 @@ class EmbeddedNats:
     def apply_members(self, timeout: float = 10.0) -> None:
         """Bring the running server's configuration up to the members list: a new member may
         connect, a revoked or expired one is refused and its connections are closed."""
+        with self._reloading:
+            self._apply_members(timeout)
+
+    def _apply_members(self, timeout: float) -> None:
         users = self.users()
         text = self.config(users)
         if self.process is None or self.config_file.exists() and self.config_file.read_text() == text:
@@ -248,6 +272,29 @@ class EmbeddedNats:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"nats-server did not open port {self.port} within {timeout}s; see {self.log_file}")
+
+    # -- what a `Supervisor` asks of the bus it runs on ------------------------------------------
+    status_name = "nats"
+    monitoring_url: str | None = None  # its monitoring endpoint (/leafz, /jsz, ...), where it has one
+
+    def monitoring(self, endpoint: str) -> dict:
+        """One of its monitoring endpoints' answer (`leafz`, `jsz?...`); OSError when it does not answer."""
+        if self.monitoring_url is None:
+            raise OSError(f"nats-server {self.url} has no monitoring endpoint")
+        return monitoring(self.monitoring_url, endpoint)
+
+    def revive(self) -> list[str]:
+        """Start it again when it died; its URL then."""
+        if self.process is not None and self.process.poll() is not None:
+            self.stop()
+            self.start()
+            return [self.url]
+        return []
+
+    def statuses(self) -> list[ServiceStatus]:
+        running = self.process is not None and self.process.poll() is None
+        return [ServiceStatus(name=self.status_name, kind="nats", url=self.url, pid=self.process.pid if self.process else None,
+                              state="running" if running else "stopped", monitoring=self.monitoring_url)]
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

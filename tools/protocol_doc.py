@@ -30,6 +30,7 @@ from computeall.protocol import (
 from computeall.protocol.commands import Command, PauseSession
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetEvent, PNodeEvent, SessionEvent
+from computeall.protocol.responder import Api
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,14 +51,8 @@ class SubjectRow:
     args: tuple[str, ...] = ()  # leading arguments given as is; the rest become <placeholders>
 
 
-def _dataset_request(verb: str) -> Callable[[Subjects, str], str]:
-    """`<prefix>.ds.user.<user>.<verb>`: the user is the placeholder, the verb fixed."""
-    return lambda subjects, user: dataset_api.user_subject(subjects, user, verb)
-
-
-def _user_read(verb: str) -> Callable[[Subjects, str], str]:
-    """`<prefix>.api.<user>.<verb>`: the user is the placeholder, the verb fixed."""
-    return lambda subjects, user: session_reads.reads_subject(subjects, user, verb)
+# The request/reply APIs, each one table (`responder.Api`) that its server binds its handlers to
+APIS: tuple[Api, ...] = (dataset_api.API, session_reads.API, monitor_api.API, membership_api.API)
 
 
 SUBJECTS = [
@@ -75,46 +70,8 @@ SUBJECTS = [
                "replica sums, spot checks' material; only `<src>` may publish here", (wire.TensorHeader,)),
     SubjectRow("pnode_probe", "data", "a PNode's own loop through the bus: zero bytes it publishes and reads back "
                "to time its link (`Throughput`, in `PNodeJoined` and heartbeats)", (throughput.Throughput,)),
-    *(SubjectRow(_dataset_request(verb), "request/reply", what, models)
-      for verb, models, what in [
-          ("create", (dataset_api.CreateDataset, dataset_api.DatasetReply), "train a tokenizer, tokenize, cut splits; replies when done"),
-          ("get", (dataset_api.GetDataset,), "a dataset's manifest (the user's own, or a public one)"),
-          ("check", (dataset_api.CheckData,), "whether a session's data could be prepared (the orchestrator asks at "
-           "create, as the session's owner)"),
-          ("list", (dataset_api.ListDatasets,), "the manifests of the user's datasets and the public ones"),
-          ("share", (dataset_api.ShareDataset,), "make one's dataset public (read only for everyone else), or private"),
-          ("batch", (dataset_api.BatchRequest,), "one batch of token ids, as a tensor frame"),
-          ("sample", (dataset_api.SampleRequest,), "decoded text of a few samples"),
-          ("locate", (dataset_api.LocateFiles,), "which files the service reads as they are (the client uploads the rest)"),
-          ("uploads", (dataset_api.OpenUploads,), "the user's uploads bucket, created on first use"),
-          ("encode", (dataset_api.EncodePrompts,), "prompts as the token ids a generation continues"),
-          ("decode", (dataset_api.DecodeTokens,), "generated token ids as text"),
-      ]),
-    SubjectRow(dataset_api.pnode_batch_subject, "request/reply", "a PNode's batch, for a session whose grant names it "
-               "(`ca-batch-grants`)", (dataset_api.BatchRequest,)),
     SubjectRow(dataset_api.progress_subject, "event", "progress of a user's `create`, for progress bars (to that user only)",
                (dataset_api.DatasetProgress,)),
-    *(SubjectRow(monitor_api.monitor_subject, "request/reply", what, (model, monitor_api.MonitorReply), args=(verb,))
-      for verb, model, what in [
-          (monitor_api.USER_CREATE, monitor_api.UserCreate, "create a user or add a key; the key is shown once"),
-          (monitor_api.AUTH, monitor_api.Auth, "resolve an API key to its user"),
-          (monitor_api.REBUILD, monitor_api.Rebuild, "re-project the whole log"),
-      ]),
-    *(SubjectRow(_user_read(verb), "request/reply", what, (model, session_reads.ReadsReply))
-      for verb, model, what in [
-          (session_reads.SESSIONS, session_reads.ListSessions, "the user's sessions (the orchestrator answers)"),
-          (session_reads.EVENTS, session_reads.ReadEvents, "a session of the user's: its events, long-polled"),
-          (session_reads.OBJECT, session_reads.ReadObject, "a checkpoint object or the tokenizer of a session of the user's"),
-      ]),
-    *(SubjectRow(membership_api.membership_subject, "request/reply", what, (model, membership_api.MembershipReply),
-                 args=(verb,))
-      for verb, model, what in [
-          (membership_api.USERS, membership_api.UsersSync, "the monitor's list of active API-key identities"),
-          (membership_api.REVOKE_PNODE, membership_api.RevokePNode, "revoke a PNode's credential, close its connections"),
-          (membership_api.SESSION_HOSTS, membership_api.SessionHosts,
-           "the PNodes that host a session: only they reach its checkpoint bucket"),
-          (membership_api.PNODE_MEMORY, membership_api.PNodeMemory, "a PNode's memory cap, from its credential's record"),
-      ]),
 ]
 
 # Wildcards a consumer subscribes with, and stream configuration: documented, not published to.
@@ -181,6 +138,14 @@ def subjects_block() -> str:
         subject = _build(subjects, row.builder, row.args)
         messages = ", ".join(link(m) for m in row.messages) or "—"
         lines.append(f"| `{_shown(subject)}` | {row.kind} | {_stream(subjects, subject)} | {messages} | {row.what} |")
+    lines += ["", "Request/reply APIs, not recorded (`Api` tables in `libs/protocol`, `responder.py`). In a subject, `*` "
+              "is who asks: only that user (on `ds.pnode`, that PNode) may publish there; the others know the asker by "
+              "its reply inbox (`_INBOX.<role>.<name>.`). Every failure is the reply model with `ok` false and an "
+              "`error`:", "", "| subject | request | reply | answered by | what |", "|---|---|---|---|---|"]
+    for api in APIS:
+        for endpoint in api.endpoints:
+            for subject in api.listen(subjects, endpoint.verb):
+                lines.append(f"| `{subject}` | {link(endpoint.request)} | {link(api.reply)} | {api.service} | {endpoint.what} |")
     lines += ["", "Subscription filters and stream subjects (`Subjects` in `libs/protocol/subjects.py`):", "",
               "| builder | subjects | what |", "|---|---|---|"]
     for name, what in FILTERS.items():
@@ -255,6 +220,11 @@ def limits_block() -> str:
     return "\n".join(["| limit | value | what it bounds |", "|---|---|---|", *rows]) + "\n"
 
 
+def api_models(page: Page, api: Api, more: list[type[BaseModel]] | None = None) -> str:
+    """An API's requests in its table's order, then its reply model and the other models it uses."""
+    return page.models([*(e.request for e in api.endpoints), api.reply, *(more or [])])
+
+
 def blocks(page: Page) -> dict[str, Callable[[], str]]:
     """The `{{name}}` blocks of the template, in the order they are written."""
     return {
@@ -268,18 +238,10 @@ def blocks(page: Page) -> dict[str, Callable[[], str]]:
         "telemetry": lambda: heartbeat_timing() + page.models([telemetry.Heartbeat, *members(telemetry.Telemetry)]),
         "pnode_requests": lambda: page.models([*members(pnode_api.PNodeRequest), pnode_api.PNodeReply]),
         "tensor_header": lambda: page.models([wire.TensorHeader]),
-        "dataset_api": lambda: page.models([
-            dataset_api.CreateDataset, dataset_api.CheckData, dataset_api.GetDataset, dataset_api.ListDatasets, dataset_api.ShareDataset,
-            dataset_api.BatchRequest, dataset_api.SampleRequest, dataset_api.LocateFiles, dataset_api.OpenUploads,
-            dataset_api.DatasetProgress, dataset_api.DatasetReply,
-            uploads.UploadManifest]),
-        "monitor_api": lambda: page.models([
-            monitor_api.UserCreate, monitor_api.Auth, monitor_api.Rebuild, monitor_api.MonitorReply]),
-        "session_reads": lambda: page.models([
-            session_reads.ListSessions, session_reads.ReadEvents, session_reads.ReadObject, session_reads.ReadsReply]),
-        "membership_api": lambda: page.models([
-            membership_api.UsersSync, membership_api.RevokePNode, membership_api.SessionHosts,
-            membership_api.MembershipReply]),
+        "dataset_api": lambda: api_models(page, dataset_api.API, [dataset_api.DatasetProgress, uploads.UploadManifest]),
+        "monitor_api": lambda: api_models(page, monitor_api.API),
+        "session_reads": lambda: api_models(page, session_reads.API),
+        "membership_api": lambda: api_models(page, membership_api.API),
         "types": page.types,
     }
 

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import itertools
 import os
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import lifetime
-from .netns import (NS_IFNAME, check_available, link_name, listener_in, netns_name, remove_link,
-                    remove_namespace, sh, socket_in)
+from .netns import NS_IFNAME, check_available, fresh_names, listener_in, remove_link, remove_namespace, sh, socket_in
 from .profiles import LinkProfile, profile as named_profile
 from .proxy import Delay, DelayProxy
 from .shaping import shape, userspace_delay
@@ -38,7 +38,6 @@ from .shaping import shape, userspace_delay
 SUBNETS = "10.213"          # labs take 10.213.X.0/24, the first X no address of this machine is in
 PEER_PORTS = (41000, 32)    # node i's ephemeral ports: 41000 + 32 i ... + 31 (peers=True only)
 _LOCK = "/run/ca-wan-lab.lock"
-_numbers = itertools.count()
 
 
 @dataclass
@@ -57,6 +56,23 @@ class Node:
 
     def command(self, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, "taskset", "-c", ",".join(map(str, self.cores)), *argv]
+
+
+@contextmanager
+def subnet_lock() -> Iterator[None]:
+    """Held while a lab picks its subnet and takes its addresses, so two labs never pick the same."""
+    with open(_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def free_subnet() -> str:
+    """A /24 of `SUBNETS` no address of this machine is in (call it under `subnet_lock`)."""
+    used = sh("ip", "-4", "-o", "addr", "show").stdout
+    for x in range(256):
+        if f" {SUBNETS}.{x}." not in used:
+            return f"{SUBNETS}.{x}"
+    raise RuntimeError(f"no free /24 in {SUBNETS}.0.0/16: run `python -m bench.wanlab cleanup`")
 
 
 class WanLab:
@@ -82,9 +98,8 @@ class WanLab:
         lifetime.opened(self)
         try:
             self._thread.start()
-            with open(_LOCK, "w") as lock:  # two labs must not pick the same subnet
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                prefix = self._free_subnet()
+            with subnet_lock():  # two labs must not pick the same subnet
+                prefix = free_subnet()
                 for i in range(self.size):
                     self.nodes.append(self._make_node(i, prefix))
             if self.peers:
@@ -136,18 +151,10 @@ class WanLab:
         return proc
 
     # -- building ---------------------------------------------------------------------------
-    def _free_subnet(self) -> str:
-        used = sh("ip", "-4", "-o", "addr", "show").stdout
-        for x in range(256):
-            if f" {SUBNETS}.{x}." not in used:
-                return f"{SUBNETS}.{x}"
-        raise RuntimeError(f"no free /24 in {SUBNETS}.0.0/16: run `python -m bench.wanlab cleanup`")
-
     def _make_node(self, i: int, prefix: str) -> Node:
         if i >= 64:
             raise ValueError("a lab has at most 64 nodes (one /30 each in a /24)")
-        n = next(_numbers)
-        ns, link = netns_name(os.getpid(), n), link_name(os.getpid(), n)
+        ns, link = fresh_names()
         node = Node(index=i, netns=ns, link=link, ip=f"{prefix}.{4 * i + 2}", gateway=f"{prefix}.{4 * i + 1}",
                     cores=self._cores[i], profile=self.profile)
         self._made_netns.append(ns)  # recorded before it exists, so a signal mid-way still removes it

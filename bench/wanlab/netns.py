@@ -11,6 +11,7 @@ qdiscs on both ends.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import re
 import socket
@@ -41,6 +42,15 @@ def netns_name(pid: int, n: int) -> str:
 
 def link_name(pid: int, n: int) -> str:
     return f"{LINK_PREFIX}{pid}-{n}"
+
+
+_numbers = itertools.count()
+
+
+def fresh_names() -> tuple[str, str]:
+    """A namespace's and a root-side link's names this process has not used yet (found again by `cleanup_stale`)."""
+    n = next(_numbers)
+    return netns_name(os.getpid(), n), link_name(os.getpid(), n)
 
 
 def sh(*argv: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -4,6 +4,8 @@
   behind its own link, so the replicas' sums cross two shaped links: the scaling ratio as on a LAN.
 - `home` (20 Mbit/s, 50 ms): R = 2 summing gradients every step against R = 2 diloco, on two nodes:
   tokens/s and the bytes the replicas send each other per step.
+- the sparse, overlapped diloco sync (`bench/compression_rows/pseudo_grads.SPARSE`) at `home`
+  against the same at `loopback` (unshaped): how much of its speed a slow link takes, target >= 0.95.
 
 Every session runs whole: NATS and the services in the root namespace, one PNode per lab node
 (`computeall_run.run_session`). A step's time is the interval between two recorded steps, every
@@ -25,6 +27,7 @@ from computeall.cli.embedded import running_cluster
 from computeall.protocol.config import SessionConfig
 from computeall.protocol.replica_sync import ReplicaSync
 
+from ..compression_rows.pseudo_grads import SPARSE
 from .computeall_run import Cloud, run_session
 from .lab import WanLab
 from .netns import LabUnavailable, check_available
@@ -54,6 +57,8 @@ async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int,
         one, two = pooled(ones, statistics.mean), pooled(twos, statistics.mean)
         summed = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2}), warmup)
         averaged = await _measure(cloud, "home", 2, config.model_copy(update={"replicas": 2, "sync": diloco}), warmup)
+        sparse = config.model_copy(update={"replicas": 2, "sync": SPARSE})
+        near, far = (await _measure(cloud, profile, 2, sparse, warmup) for profile in ("loopback", "home"))
     batch = f"batch {config.batch_size}"
     return [
         {"name": f"{batch}: lan: R=1, 1 PNode (anchor)", **one, "ratio": 1.0},
@@ -63,6 +68,11 @@ async def _rows(directory: Path, config: SessionConfig, steps: int, warmup: int,
         {"name": f"{batch}: home: R=2 diloco H={inner_steps}", **averaged,
          "ratio": averaged["tokens_per_s"] / summed["tokens_per_s"], "ratio_is": "tokens/s / home summed gradients",
          "bytes_ratio": averaged["reduce_bytes_per_step"] / summed["reduce_bytes_per_step"]},
+        {"name": f"{batch}: loopback: R=2 sparse diloco H={SPARSE.inner_steps}", **near, "ratio": 1.0},
+        {"name": f"{batch}: home: R=2 sparse diloco H={SPARSE.inner_steps}", **far,
+         "ratio": far["tokens_per_s"] / near["tokens_per_s"], "ratio_is": "tokens/s / the same at loopback",
+         "target": ">= 0.95", "holds": far["tokens_per_s"] >= 0.95 * near["tokens_per_s"],
+         "bytes_ratio": far["reduce_bytes_per_step"] / summed["reduce_bytes_per_step"]},
     ]
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from computeall.network import NetworkError, load_network_file
 from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, OptimizerState, SessionConfig, VerifyConfig
 from computeall.protocol.faults import FaultSpec, parse_assignment
-from computeall.protocol.replica_sync import ReplicaSync
+from computeall.protocol.replica_sync import ReplicaSync, SparseCompression
 from computeall.protocol.sampling import SamplingConfig
 from computeall.protocol.sizes import parse_size
 from computeall.protocol.wire import Wire
@@ -88,6 +88,11 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
                    help="how replicas stay together: sum gradients every step (default), or diloco "
                         "(local steps, then an outer step on averaged pseudo-gradients: fewer bytes, other bits)")
     p.add_argument("--inner-steps", type=int, default=20, help="diloco: local steps between outer steps (default 20)")
+    p.add_argument("--sparse-sync", action="store_true",
+                   help="diloco: send each outer sync sparse, as SparseLoCo does (the top 1/64 of every chunk of "
+                        "4096 values, a sign and one of two magnitudes each, the rest kept for later: ~150x fewer bytes)")
+    p.add_argument("--overlap-steps", type=int, default=0, metavar="N",
+                   help="diloco: inner steps that run while an outer sync travels (default 0: wait for it)")
     p.add_argument("--data-start-step", type=int, default=0, metavar="N",
                    help="step k trains on the batch of step N+k: go on with another session's data (same data, seed, batch size)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (default: only at the end)")
@@ -170,7 +175,8 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             update_ratio_every=args.update_ratio_every,
             min_pnodes=min_pnodes,
             replicas=args.replicas,
-            sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps),
+            sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps, overlap_steps=args.overlap_steps,
+                             compression=SparseCompression() if args.sparse_sync else None),
             checkpoint_every=args.checkpoint_every,
             validate_every=args.validate_every,
             sample_every=args.sample_every,

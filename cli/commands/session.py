@@ -1,7 +1,8 @@
 """`computeall session create|start|pause|resume|stop|validate|delete|list|show`: thin clients over NATS.
 
 Each command is published to `ca.cmd.<user>.session.<sid>`; the client then waits for the event that
-shows its effect, or for the `CommandRejected` that says why not.
+shows its effect, or for the `CommandRejected` that says why not. The verbs, their options and the
+events they wait for are the session aggregate's declarations (`protocol.session_commands`).
 """
 
 from __future__ import annotations
@@ -12,29 +13,9 @@ import json
 import sys
 from contextlib import aclosing
 
-from computeall.protocol.commands import (
-    CommandEnvelope,
-    DeleteSession,
-    PauseSession,
-    ResumeSession,
-    StartSession,
-    StopSession,
-    ValidateSession,
-)
-from computeall.protocol.events import (
-    CommandRejected,
-    DeleteRequested,
-    PauseRequested,
-    SessionCreated,
-    SessionDeleted,
-    SessionPaused,
-    SessionQueued,
-    SessionResumed,
-    SessionStarted,
-    SessionStopped,
-    StopRequested,
-    ValidationRequested,
-)
+from computeall.protocol.commands import CommandEnvelope, CreateSession
+from computeall.protocol.events import CommandRejected
+from computeall.protocol.session_commands import COMMANDS, CommandSpec, session_verbs
 from computeall.protocol.session_state import fold
 from computeall.protocol.session_status import SessionStatus
 
@@ -48,17 +29,6 @@ from ..init_from import init_from
 from ..session_view import find_session, kind_text, loss_text, report, session_events, session_table, summary
 from .run import add_training_args, session_config
 
-# command -> the event types that show it took effect (one asked to run may be queued instead)
-EFFECTS = {
-    "start": (StartSession, (SessionStarted, SessionQueued)),
-    "pause": (PauseSession, (PauseRequested, SessionPaused)),
-    "resume": (ResumeSession, (SessionResumed, SessionQueued)),
-    "stop": (StopSession, (StopRequested, SessionStopped)),
-    "validate": (ValidateSession, (ValidationRequested,)),
-    "delete": (DeleteSession, (DeleteRequested, SessionDeleted)),
-}
-HELP = {"delete": "delete a session: lists and views leave it out, its events stay in the log; a running one "
-                  "stops at its next step boundary first"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,15 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(create)
     create.set_defaults(func=lambda a: asyncio.run(_create(a)))
 
-    for verb in EFFECTS:
-        v = verbs.add_parser(verb, help=HELP.get(verb, f"{verb} a session"))
+    for verb, spec in session_verbs().items():
+        v = verbs.add_parser(verb, help=_help(spec))
         v.add_argument("session_id")
-        if verb == "resume":
-            fusion = v.add_mutually_exclusive_group()
-            fusion.add_argument("--fuse-heads", dest="fuse_heads", action="store_true", default=None,
-                                help="from this resume on, fuse per-head attention VNodes (the checkpoint is mapped)")
-            fusion.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
-                                help="from this resume on, keep per-head attention VNodes apart")
+        _command_options(v, spec)
         _common(v)
         v.set_defaults(func=lambda a: asyncio.run(_command(a)))
 
@@ -96,6 +61,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("session_id")
     _common(show)
     show.set_defaults(func=lambda a: asyncio.run(_show(a)))
+
+
+def _help(spec: CommandSpec) -> str:
+    """A command's summary as a verb's help, written as the other verbs' helps are."""
+    return spec.summary[:1].lower() + spec.summary[1:].rstrip(".")
+
+
+def _command_options(p: argparse.ArgumentParser, spec: CommandSpec) -> None:
+    """An option per field of the command: `--NAME` / `--no-NAME` for a yes-or-no one (unset: the
+    command leaves it out)."""
+    for name in spec.fields:
+        field = spec.model.model_fields[name]
+        if field.annotation not in (bool, bool | None):
+            raise TypeError(f"{spec.model.__name__}.{name} ({field.annotation}) has no command-line form; give it one here")
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, action=argparse.BooleanOptionalAction, default=None,
+                       help=field.description)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -114,7 +95,7 @@ async def _create(args: argparse.Namespace) -> int:
         if args.init_from:
             config = config.model_copy(update={"init_from": await init_from(client, args.init_from, config.network_yaml, sid)})
         sid, command_id = await start_session(client, config, start=not args.no_start, sid=sid)
-        await _await_effect(client, sid, command_id, (SessionCreated,), after_seq=0)
+        await _await_effect(client, sid, command_id, COMMANDS[CreateSession].effects, after_seq=0)
     print(json.dumps({"session_id": sid}) if args.json else f"session {sid} created")
     return 0
 
@@ -123,11 +104,11 @@ async def _command(args: argparse.Namespace) -> int:
     async with connect(user_credential(args), args.prefix) as client:
         events = await session_events(client, args.session_id)
         find_session(args.session_id, events)
-        model, effects = EFFECTS[args.verb]
-        extra = {"fuse_heads": args.fuse_heads} if getattr(args, "fuse_heads", None) is not None else {}
-        command = CommandEnvelope(actor=client.user, session_id=args.session_id, payload=model(**extra))
+        spec = session_verbs()[args.verb]
+        given = {name: getattr(args, name) for name in spec.fields if getattr(args, name) is not None}
+        command = CommandEnvelope(actor=client.user, session_id=args.session_id, payload=spec.model(**given))
         await client.publish_command(command)
-        effect = await _await_effect(client, args.session_id, command.id, effects, after_seq=events[-1][0])
+        effect = await _await_effect(client, args.session_id, command.id, spec.effects, after_seq=events[-1][0])
     print(json.dumps({"session_id": args.session_id, "event": effect}) if args.json else f"{args.verb}: {effect}")
     return 0
 

@@ -4,6 +4,11 @@ Ctrl-C or SIGTERM stops everything cleanly. With `--train NETWORK` it also creat
 session and shows its progress (what `make demo` does). With a leaf invite token (`--leaf-file PATH`,
 `--leaf -` for stdin, or `$COMPUTEALL_LEAF_TOKEN`) it runs a remote site instead: a leaf nats-server
 linked to the hub and the site's PNodes (`cli/leaf_site.py`).
+
+`--public --nats-cluster 3` runs this machine's server of a bus that spans three machines and waits for
+the other two (`cli/bus_machine.py`); on each of them a server invite (`--join-bus-file PATH`,
+`--join-bus -`, or `$COMPUTEALL_BUS_TOKEN`) runs its server, its authority, a standby orchestrator, a
+dataset service and `--pnodes N` PNodes (`_joined_services`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from urllib.parse import urlsplit
 from computeall.protocol.credentials import Credential
 from computeall.protocol.fair_share import add_limit_arguments, limit_argv, limits_from_args
 from computeall.protocol.invites import Invite, InviteError
-from computeall.protocol.secret_args import LEAF, SecretArgError
+from computeall.protocol.secret_args import BUS, LEAF, SecretArgError
 from computeall.protocol.session_state import SessionState, fold
 from computeall.protocol.session_status import SessionStatus
 
@@ -29,13 +34,15 @@ from ..embedded import wait_for_event_log
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..session_view import session_events
+from ..bus_machine import SERVERS, MachineServer, host_server_name, this_server
 from ..leaf_site import LeafServer, site_pnodes
 from ..nats_cluster import NatsCluster
 from ..nats_server import env_url, port_free, url_reachable
 from ..security.authority import Authority
-from ..security.deployment import LOCAL_USER
+from ..security.bus_join import JoinRefused, ask_to_join, install
+from ..security.deployment import LOCAL_USER, Security
 from ..security.leafnodes import LEAF_PORT
-from ..supervisor import Supervisor, add_processes_on_machine, default_services, pnode_services
+from ..supervisor import ServiceSpec, Supervisor, add_processes_on_machine, default_services, pnode_services
 from ..tensorboard_log import add_tensorboard_argument
 from .run import add_training_args, session_config
 
@@ -60,7 +67,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"accept remote sites' leaf servers here (TLS; default with --public: 0.0.0.0:{LEAF_PORT})")
     p.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                    help="run N nats-servers clustered over routes, the event log and buckets at min(N, 3) replicas "
-                        "(3: any one server may die); a data dir started with 1 moves to 3 (docs/operations.md)")
+                        "(3: any one server may die); a data dir started with 1 moves to 3 (docs/operations.md). "
+                        f"With --public or --listen: this machine's server of a bus spanning {SERVERS} machines, "
+                        "which waits for the servers `computeall invite server` invites")
+    BUS.add_to(p, "run one of the servers of a bus spanning machines, with the token of `computeall invite server` "
+                  "(and a standby orchestrator, a dataset service and --pnodes N PNodes)")
+    p.add_argument("--server-name", default=None, metavar="NAME",
+                   help="this machine's server in a bus spanning machines (default: its host name; a joining "
+                        "machine's is its invite's)")
+    p.add_argument("--route-listen", metavar="HOST:PORT", default=None,
+                   help="where the other servers of a bus spanning machines reach this one (TLS; default: the "
+                        "listen host, port 6222)")
+    p.add_argument("--advertise", metavar="HOST", default=None,
+                   help="the address the other servers dial (default: this machine's first address)")
     p.add_argument("--monitor-port", type=int, default=0,
                    help="dashboard/GraphQL port (default: the one of the last run from this data dir when it is free, "
                         "else a free one)")
@@ -76,7 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 async def up(args: argparse.Namespace) -> int:
     if LEAF.given(args.leaf):
         return await _site(args)
-    args.pnodes = 3 if args.pnodes is None else args.pnodes
+    joining = BUS.given(args.join_bus)
+    spanning = joining or (args.nats_cluster > 1 and args.listen is not None)
+    args.pnodes = (0 if joining else 3) if args.pnodes is None else args.pnodes
     try:
         limits = limits_from_args(args)
     except ValueError as exc:
@@ -85,6 +106,9 @@ async def up(args: argparse.Namespace) -> int:
     existing = read(directory)
     if running(existing):
         raise UserError(f"computeall is already running from {directory} (NATS {existing.nats}); stop it first")
+    if joining and (args.nats or args.train or args.nats_cluster != 1):
+        raise UserError(f"a server invite ({BUS.ways()}) runs one of the servers of the bus it names: leave out "
+                        "--nats, --train and --nats-cluster")
     config = None
     if args.train:
         args.network = args.train
@@ -94,13 +118,16 @@ async def up(args: argparse.Namespace) -> int:
     url = args.nats or env_url()
     if url and not url_reachable(url):
         raise UserError(f"NATS at {url} is not reachable; leave out --nats/NATS_URL to start one here")
+    leaf_listen = args.leaf_listen or (f"0.0.0.0:{LEAF_PORT}" if args.listen == f"0.0.0.0:{PUBLIC_PORT}" else None)
     if url:  # someone else's server: its own configuration says who may connect
         supervisor = Supervisor(directory, url)
         local_user = Credential(role="user", name=LOCAL_USER).at(url)
     else:
         try:
-            leaf_listen = args.leaf_listen or (f"0.0.0.0:{LEAF_PORT}" if args.listen == f"0.0.0.0:{PUBLIC_PORT}" else None)
-            nats_server = NatsCluster(directory, args.nats_cluster, listen=args.listen, leaf_listen=leaf_listen).start()
+            if spanning:
+                nats_server = await _machine_server(args, directory, leaf_listen)
+            else:
+                nats_server = NatsCluster(directory, args.nats_cluster, listen=args.listen, leaf_listen=leaf_listen).start()
         except ValueError as exc:
             raise UserError(str(exc)) from None
         url = nats_server.url
@@ -108,34 +135,42 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.public_urls = nats_server.public_urls()
         supervisor.public_leaf_urls = nats_server.public_leaf_urls()
         local_user = nats_server.credential("user")
-    services = default_services(args.pnodes, monitor_port=_dashboard_port(args.monitor_port, existing),
-                                data_roots=args.data_root, processes_on_machine=args.processes_on_machine,
-                                orchestrator_args=limit_argv(limits))
-    if nats_server is None:  # no authority here to follow placement: the server's own configuration grants buckets
-        services = [s.with_arg("--storage-grants", "every") if s.kind == "orchestrator" else s for s in services]
-    supervisor.start(services)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(supervisor.watch())]
-    if nats_server:
-        tasks.append(asyncio.create_task(Authority(nats_server).run()))
+    tasks = [asyncio.create_task(Authority(nats_server).run())] if nats_server else []
     try:
-        async with connect(local_user) as client:
+        if spanning:
+            supervisor.announce()  # `computeall invite server` reads the addresses from it
+            if not await _wait_for_servers(nats_server, stop):
+                return 0
+        if joining:
+            services = _joined_services(nats_server.name, args, limit_argv(limits))
+        else:
+            services = default_services(args.pnodes, monitor_port=_dashboard_port(args.monitor_port, existing),
+                                        data_roots=args.data_root, processes_on_machine=args.processes_on_machine,
+                                        orchestrator_args=limit_argv(limits))
+        if nats_server is None:  # no authority here to follow placement: the server's own configuration grants buckets
+            services = [s.with_arg("--storage-grants", "every") if s.kind == "orchestrator" else s for s in services]
+        supervisor.start(services)
+        tasks.append(asyncio.create_task(supervisor.watch()))
+        async with connect(local_user, reconnect=True) as client:
             await wait_for_event_log(client)
             supervisor.announce()
             record_running(directory)  # commands in other directories find this deployment
             key = nats_server.security.local_api_key() if nats_server else None
-            await _wait_for_monitor(supervisor, stop)
+            if any(s.kind == "monitor" for s in services):
+                await _wait_for_monitor(supervisor, stop)
             print(f"computeall is up ({args.pnodes} PNodes); Ctrl-C stops it")
             print(f"  NATS       {url}" + (f" ({args.nats_cluster} servers, clustered)" if nats_server and args.nats_cluster > 1 else ""))
             if supervisor.public_urls:
                 print(f"  joinable   {', '.join(supervisor.public_urls)}   (`computeall invite pnode` makes a token)")
             if supervisor.public_leaf_urls:
                 print(f"  sites      {', '.join(supervisor.public_leaf_urls)}   (`computeall invite leaf` makes a token)")
-            print(f"  dashboard  {supervisor.monitor_url or '(the monitor did not start; see logs)'}")
+            if supervisor.monitor_url or any(s.kind == "monitor" for s in services):
+                print(f"  dashboard  {supervisor.monitor_url or '(the monitor did not start; see logs)'}")
             if key:
                 print(f"  API key    {key}   (user 'local'; paste it into the dashboard)")
             print(f"  logs       {directory / 'logs'}")
@@ -156,6 +191,56 @@ async def up(args: argparse.Namespace) -> int:
         if nats_server:
             nats_server.stop()
     return 0
+
+
+async def _machine_server(args: argparse.Namespace, directory: Path, leaf_listen: str | None) -> MachineServer:
+    """This machine's server of a bus spanning machines, started: the first machine's, one that joined
+    before (started again), or one joining now with its invite (after the kit is in its data dir)."""
+    if args.nats_cluster not in (1, SERVERS) or (args.nats_cluster == 1 and not BUS.given(args.join_bus)):
+        raise ValueError(f"a bus spanning machines runs {SERVERS} servers, one per machine: --nats-cluster {SERVERS}")
+    security = Security(directory / "security")
+    listen = args.listen or f"0.0.0.0:{PUBLIC_PORT}"
+    name = this_server(security)
+    invite = None
+    if BUS.given(args.join_bus) and name is None:
+        try:
+            invite = Invite.from_token(BUS.read(args.join_bus), expect="server")
+        except (InviteError, SecretArgError) as exc:
+            raise UserError(str(exc)) from None
+        name = invite.name
+    server = MachineServer(directory, name or args.server_name or host_server_name(), listen, leaf_listen,
+                           args.route_listen, args.advertise, security)
+    if invite is not None:
+        try:
+            kit = await ask_to_join(invite, server.record(), security.subjects)
+        except JoinRefused as exc:
+            raise UserError(f"could not join the bus at {', '.join(invite.servers)}: {exc}") from None
+        install(kit, security)
+    await asyncio.to_thread(server.start)
+    return server
+
+
+async def _wait_for_servers(server: MachineServer, stop: asyncio.Event) -> bool:
+    """Until the bus has its servers (False: stopped before); says what to do while some were never invited."""
+    known = len(server.roster.servers.read().servers)
+    print(f"nats-server {server.name} is up at {', '.join(server.public_urls())}; waiting for the bus's {SERVERS} "
+          f"servers ({known} known)")
+    if known < SERVERS:
+        print("  on this machine: computeall invite server --name NAME --json   (a token per other machine)")
+        print("  on each other:   computeall up --join-bus-file TOKEN_FILE [--pnodes N]")
+    sys.stdout.flush()
+    await asyncio.to_thread(server.wait_for_servers, SERVERS, None, stop.is_set)
+    return not stop.is_set()
+
+
+def _joined_services(server: str, args: argparse.Namespace, orchestrator_args: list[str]) -> list[ServiceSpec]:
+    """What a machine that joined the bus runs beside its server: a standby orchestrator (it drives what
+    an orchestrator that died drove, and takes commands once no active one is left), a dataset service,
+    and its PNodes, named after its server (`<server>-0`, ...) as a site's are."""
+    roots = [arg for root in args.data_root for arg in ("--data-root", str(Path(root).resolve()))]
+    return [ServiceSpec(f"orchestrator-{server}", "orchestrator", ["--standby", *orchestrator_args]),
+            ServiceSpec(f"dataset-{server}", "dataset", roots),
+            *pnode_services([f"{server}-{i}" for i in range(args.pnodes)], args.processes_on_machine)]
 
 
 async def _site(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from pathlib import Path
 
 from computeall.protocol.credentials import (
@@ -49,6 +50,15 @@ class Security:
         """The password the deployment's nats-servers present to each other on their routes."""
         return self._secret("route.secret", lambda: secrets.token_urlsafe(32))
 
+    def install_route_secret(self, secret: str) -> None:
+        """The bus's route secret, from the kit an invited server gets (`bus_join.py`)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / "route.secret.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secret)
+        tmp.replace(self.directory / "route.secret")
+
     def system_seed(self) -> str:
         """The nkey seed of the authority's user in a hub's system account: it closes leaf links
         (nats-server keeps a leaf link's credential and permissions across reloads)."""
@@ -79,8 +89,8 @@ class Security:
                 seed = seed if local_user else new_nkey_seed()
                 known = Member(role=role, name=name, public_key=nkey_public(seed), source="local")
                 members.members.append(known)
-            if memory is not None:
-                known.memory = memory
+            if memory is not None and known.memory != memory:
+                known.memory, known.updated = memory, time.time()
         credential = Credential(role=role, name=name, servers=servers, nkey_seed=seed, tls=tls)
         credential.save(path)
         return credential

@@ -37,9 +37,11 @@ def parse_duration(text: str) -> float:
 
 
 def invite(security: Security, role: Invitable, servers: list[str], tls: TlsTrust, name: str | None = None,
-           expires_in_s: float | None = None, memory: str | None = None, site_pnodes: int = 0) -> Invite:
+           expires_in_s: float | None = None, memory: str | None = None, site_pnodes: int = 0,
+           routes: list[str] = ()) -> Invite:
     """A new member of `role` that only the returned token's holder can connect as. A leaf's site gets
-    `site_pnodes` PNodes (`<leaf>-0`, ...), members that reach this server only through that leaf."""
+    `site_pnodes` PNodes (`<leaf>-0`, ...), members that reach this server only through that leaf. A server
+    is told the bus's `routes`, and its member may only ask for the server kit (`bus_join.py`)."""
     if (role == "leaf") != (site_pnodes > 0):
         raise InvitationError("a leaf invite names at least one PNode of its site (--pnodes N), and only a leaf invite")
     if memory is not None:
@@ -61,7 +63,7 @@ def invite(security: Security, role: Invitable, servers: list[str], tls: TlsTrus
         members.members += [Member(role="pnode", name=p.name, public_key=nkey_public(p.nkey_seed), source="invite",
                                    expires=expires, site=name) for p in site]
     return Invite(id=invite_id, role=role, name=name, servers=servers, nkey_seed=seed, tls=tls, expires=expires,
-                  memory=memory, pnodes=site)
+                  memory=memory, pnodes=site, routes=list(routes))
 
 
 def invitations(security: Security) -> list[Member]:

@@ -38,6 +38,7 @@ class Member(BaseModel):
     created: float = Field(default_factory=time.time)
     expires: float | None = None
     revoked: float | None = None
+    updated: float | None = None  # when the record last changed after `created` (its `memory`): copies merge by it
     memory: str | None = None  # the most a PNode may offer (an invite's --memory, what `up` gave its own)
     site: str | None = None  # a PNode of a remote site: the leaf it reaches this server through, and only it
 

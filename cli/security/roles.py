@@ -18,7 +18,9 @@ from typing import Literal
 from computeall.protocol.batch_grants import grants_bucket
 from computeall.protocol.credentials import Role
 from computeall.protocol.dataset_api import pnode_batch_subject, pnode_requests, progress_all, user_requests
-from computeall.protocol.membership_api import PNODE_MEMORY, REVOKE_PNODE, SESSION_HOSTS, membership_subject
+from computeall.protocol.membership_api import (
+    PNODE_MEMORY, REVOKE_PNODE, SERVER_JOIN, SESSION_HOSTS, SYNC, membership_subject, security_bucket,
+)
 from computeall.protocol.object_store import checkpoint_bucket, dataset_bucket, uploads_bucket
 from computeall.protocol.session_reads import reads_all
 from computeall.protocol.subjects import LOG_STREAM, TEL_STREAM, Subjects
@@ -273,9 +275,23 @@ def admin(name: str, s: Subjects) -> Permissions:
     return Permissions(publish=(f"{p}.mon.>", f"{p}.sec.>"), subscribe=(_inbox("admin", name),))
 
 
+def server(name: str, s: Subjects) -> Permissions:
+    """A machine invited to run one of the bus's nats-servers (`computeall up --join-bus-file TOKEN_FILE`),
+    before it runs one: it may only ask an authority for the deployment's server kit."""
+    return Permissions(
+        publish=(membership_subject(s, SERVER_JOIN),), subscribe=(_inbox("server", name),),
+        notes=("gets, while its invite is active, what makes a server of the bus: the CA's key, the route secret "
+               "and the members. A server holds every stream's data, so it is trusted with all of it; revoking the "
+               "invite stops a join, not a server that joined (docs/operations.md: removing a server)",),
+    )
+
+
 def authority(name: str, s: Subjects) -> Permissions:
-    """The process that owns the server's configuration (`computeall up`): applies membership changes."""
-    return Permissions(publish=(ANY_INBOX,), subscribe=(f"{s.prefix}.sec.>", _inbox("authority", name)))
+    """The process that owns the server's configuration (`computeall up`): applies membership changes. On a
+    bus spanning machines every machine runs one, and they merge their members and grants in a key-value
+    bucket at 3 replicas (`bus_sync.py`), asking each other to apply a change at once (`sync`)."""
+    return Permissions(publish=(ANY_INBOX, membership_subject(s, SYNC), *manage_kv(security_bucket(s))),
+                       subscribe=(f"{s.prefix}.sec.>", _inbox("authority", name)))
 
 
 def superuser(name: str, s: Subjects) -> Permissions:
@@ -292,6 +308,7 @@ ROLES: dict[Role, Callable[[str, Subjects], Permissions]] = {
     "monitor": monitor,
     "pnode": pnode,
     "leaf": leaf,
+    "server": server,
     "user": user,
     "admin": admin,
     "authority": authority,

@@ -58,7 +58,10 @@ SYSTEM_ACCOUNT = "SYS"
 @dataclass(frozen=True)
 class ClusterSettings:
     """One server's place in a cluster of nats-servers: its route listener and the others' routes.
-    Routes authenticate with the deployment's route secret: no one joins the cluster without it."""
+    Routes authenticate with the deployment's route secret: no one joins the cluster without it. Between
+    machines (`ca_file` set) they also speak mutual TLS: each end presents the server certificate the
+    deployment's CA made and accepts only one that CA made, so a server never invited cannot route here
+    even with the secret, nor read a route's traffic."""
 
     name: str  # the cluster's
     server_name: str  # this server's, unique in the cluster (JetStream's RAFT peers go by it)
@@ -67,6 +70,9 @@ class ClusterSettings:
     routes: tuple[str, ...]  # nats-route://HOST:PORT of the other servers
     secret: str
     health_port: int  # nats-server's monitoring endpoint on `host`: /healthz says when JetStream is ready
+    advertise: str | None = None  # HOST:PORT the other servers dial (a route listener on 0.0.0.0 names one address)
+    ca_file: str | None = None  # the deployment's CA: routes speak mutual TLS with the server's certificate
+    monitor_host: str | None = None  # where the monitoring endpoint listens, when not `host` (loopback)
 
     key = "cluster"
 
@@ -74,12 +80,22 @@ class ClusterSettings:
         return [url.replace("nats-route://", f"nats-route://{ROUTE_USER}:{self.secret}@", 1) for url in self.routes]
 
     def block(self, settings: "ServerSettings") -> dict[str, Any]:
-        return {"name": self.name, "host": self.host, "port": self.port, "routes": self.route_urls(),
-                "authorization": {"user": ROUTE_USER, "password": self.secret, "timeout": 5}}
+        block: dict[str, Any] = {"name": self.name, "host": self.host, "port": self.port}
+        if self.advertise:
+            block["advertise"] = self.advertise
+        block.update({"routes": self.route_urls(),
+                      "authorization": {"user": ROUTE_USER, "password": self.secret, "timeout": 5}})
+        if self.ca_file:
+            if settings.tls is None:
+                raise ValueError("routes between machines speak TLS: the server needs its certificate")
+            block["tls"] = {"cert_file": settings.tls.cert_file, "key_file": settings.tls.key_file,
+                            "ca_file": self.ca_file, "verify": True, "timeout": 5}
+        return block
 
     def sections(self) -> tuple[ConfigSection, ...]:
         """The blocks a clustered server adds: its name, its health endpoint, its routes."""
-        return (Setting("server_name", self.server_name), Setting("http", f"{self.host}:{self.health_port}"), self)
+        return (Setting("server_name", self.server_name),
+                Setting("http", f"{self.monitor_host or self.host}:{self.health_port}"), self)
 
 
 @dataclass(frozen=True)

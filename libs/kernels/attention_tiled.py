@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from .flash_autograd import flash_function
+
 # Wide key blocks amortize Python overhead per tile; 128 x 256 fp32 tiles stay in L2 per head.
 BLOCK_M = 128
 BLOCK_N = 256
@@ -103,28 +105,22 @@ def tiled_backward(
     return dq.mul_(scale), dk, dv
 
 
-class TiledAttention(torch.autograd.Function):
-    """Autograd wrapper: saves only inputs, output and log-sum-exp."""
+def _forward(q, k, v, causal: bool, block_m: int, block_n: int):
+    b, h, t, d = q.shape
+    # fp32 accumulation: low-precision inputs are upcast once (O(T*D), never O(T^2)).
+    q32, k32, v32 = (x.reshape(b * h, t, d).float() for x in (q, k, v))  # (BH, T, D)
+    out32, lse = tiled_forward(q32, k32, v32, causal, block_m, block_n)
+    return (q, k, v), out32.to(q.dtype).reshape(b, h, t, d), lse  # out (B, H, T, D)
 
-    @staticmethod
-    def forward(ctx, q, k, v, causal: bool, block_m: int, block_n: int):
-        b, h, t, d = q.shape
-        # fp32 accumulation: low-precision inputs are upcast once (O(T*D), never O(T^2)).
-        q32, k32, v32 = (x.reshape(b * h, t, d).float() for x in (q, k, v))  # (BH, T, D)
-        out32, lse = tiled_forward(q32, k32, v32, causal, block_m, block_n)
-        out = out32.to(q.dtype).reshape(b, h, t, d)  # (B, H, T, D)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.block_m, ctx.block_n = causal, block_m, block_n
-        return out
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        b, h, t, d = q.shape
-        flat = [x.reshape(b * h, t, d).float() for x in (q, k, v, out, grad_out)]  # (BH, T, D) each
-        grads = tiled_backward(*flat[:3], flat[3], lse, flat[4], ctx.causal, ctx.block_m, ctx.block_n)
-        dq, dk, dv = (g.reshape(b, h, t, d).to(q.dtype) for g in grads)  # (B, H, T, D) each
-        return dq, dk, dv, None, None, None
+def _backward(q, k, v, out, lse, grad_out, causal: bool, block_m: int, block_n: int):
+    b, h, t, d = q.shape
+    flat = [x.reshape(b * h, t, d).float() for x in (q, k, v, out, grad_out)]  # (BH, T, D) each
+    grads = tiled_backward(*flat[:3], flat[3], lse, flat[4], causal, block_m, block_n)
+    return tuple(g.reshape(b, h, t, d).to(q.dtype) for g in grads)  # dq, dk, dv (B, H, T, D) each
+
+
+TiledAttention = flash_function("TiledAttention", _forward, _backward)
 
 
 def flash_attention_tiled(

@@ -7,14 +7,19 @@ import heapq
 from dataclasses import dataclass
 from functools import cached_property
 
-from computeall.protocol.wire import INT8_BLOCK
+from computeall.protocol.wire import encoded_bytes
 
 from .ops import DATA_INPUTS, OPS, OpParams, OpSpec, Site
 from .schema import NetworkSpec, VNodeSpec, Wire
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
-# bytes per element on the wire: int8 carries one fp32 scale per block of INT8_BLOCK elements
-WIRE_BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "int8": 1 + 4 / INT8_BLOCK}
+# bytes of one token's `features` on the wire: int8 carries one fp32 scale per block of a token's
+# features (protocol.wire); a wire never widens, so each is at most `as_computed` bytes
+WIRE_TOKEN_BYTES = {
+    "bf16": lambda features, as_computed: min(as_computed, 2 * features),
+    "fp16": lambda features, as_computed: min(as_computed, 2 * features),
+    "int8": lambda features, as_computed: min(as_computed, encoded_bytes("int8-block", "float32", [features])),
+}
 TOKEN_BYTES = 8  # token ids are int64 on the PNode
 
 
@@ -97,9 +102,9 @@ class Graph:
         tokens = batch_size * self.spec.context
         if edge.features is None:
             return tokens * TOKEN_BYTES
-        element = BYTES_PER_ELEMENT[self.vnodes[edge.src].precision]
-        element = min(element, WIRE_BYTES_PER_ELEMENT.get(self.wire(edge.src), element))  # a wire never widens
-        return round(2 * tokens * edge.features * element)
+        as_computed = edge.features * BYTES_PER_ELEMENT[self.vnodes[edge.src].precision]
+        on_wire = WIRE_TOKEN_BYTES.get(self.wire(edge.src), lambda features, computed: computed)
+        return 2 * tokens * on_wire(edge.features, as_computed)
 
     def site(self, vid: str) -> Site:
         """Where `vid` sits, as the op's cost models see it (the sequence length, its output width)."""

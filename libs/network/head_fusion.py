@@ -25,6 +25,7 @@ from .ops import AttentionHeadParams, ConcatHeadsParams, FusedAttentionHeadsPara
 from .schema import NetworkSpec, VNodeSpec
 
 FUSED_OP = "fused_attention_heads"
+HEAD_OP = "attention_head"  # the per-head op it fuses
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def find_head_groups(spec: NetworkSpec) -> tuple[list[HeadGroup], list[str]]:
         groups.append(group)
         claimed.update(group.head_ids)
     for v in spec.vnodes:
-        if v.op == "attention_head" and v.id not in claimed:
+        if v.op == HEAD_OP and v.id not in claimed:
             reasons.append(f"left {v.id} unfused: no concat_heads VNode gathers it")
     return groups, reasons
 
@@ -79,7 +80,7 @@ def _match(
     cparams = ConcatHeadsParams.model_validate(concat.params)
     heads = [by_id.get(name) for name in concat.inputs]
     for name, h in zip(concat.inputs, heads):
-        if h is None or h.op != "attention_head":
+        if h is None or h.op != HEAD_OP:
             what = "a dataset input" if h is None else f"a {h.op}"
             return None, f"its input {name} is {what}, not an attention_head"
     hparams = [AttentionHeadParams.model_validate(h.params) for h in heads]

@@ -90,7 +90,7 @@ def expand(file: NetworkFile) -> list[VNodeEntry]:
             continue
         rep = entry.repeat
         current_input = rep.input
-        for i in range(rep.count):
+        for i in range(rep.first, rep.first + rep.count):
             subst = {"i": str(i), "in": current_input}
             for v in rep.vnodes:
                 data = v.model_dump()

@@ -43,14 +43,16 @@ class VNodeEntry(BaseModel):
 
 
 class RepeatSpec(BaseModel):
-    """`count` copies of `vnodes`; `{i}` is the copy's index, `{in}` its input.
+    """`count` copies of `vnodes`; `{i}` is the copy's index (counted from `first`), `{in}` its input.
 
-    `{in}` is `input` in the first copy and the previous copy's `output` after that.
+    `{in}` is `input` in the first copy and the previous copy's `output` after that. `first` lets a
+    second `repeat` go on numbering where an earlier one stopped (blocks on either side of a bottleneck).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     count: int = Field(..., ge=1, le=4096)
+    first: int = Field(0, ge=0)
     input: str
     output: str
     vnodes: list[VNodeEntry]

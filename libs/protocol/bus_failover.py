@@ -23,6 +23,9 @@ log = logging.getLogger("computeall.bus")
 
 T = TypeVar("T")
 PATIENCE_S = 30.0  # a leader election takes a few seconds; a reconnect up to the client's reconnect wait
+# nats-server's longest RAFT election timeout (server/raft.go, not configurable): a follower campaigns 4-9 s
+# after its leader went silent, so a stream whose leader's machine died takes appends again within about this
+ELECTION_MAX_S = 9.0
 
 TRANSIENT = (
     nats.errors.NoRespondersError,

@@ -22,34 +22,48 @@ class _Command(BaseModel):
 
 
 class CreateSession(_Command):
+    """Create a session with this config (it starts unless `start` is false)."""
+
     type: Literal["CreateSession"] = "CreateSession"
     config: SessionConfig
     start: bool = True
 
 
 class StartSession(_Command):
+    """Start a session created without starting (it queues while its owner runs as many as a user may)."""
+
     type: Literal["StartSession"] = "StartSession"
 
 
 class PauseSession(_Command):
+    """Pause a running session at its next step boundary; it resumes from there."""
+
     type: Literal["PauseSession"] = "PauseSession"
 
 
 class ResumeSession(_Command):
+    """Resume a paused session from where it paused."""
+
     type: Literal["ResumeSession"] = "ResumeSession"
-    fuse_heads: bool | None = None  # switch attention-head fusion from here on; None keeps the session's setting
+    fuse_heads: bool | None = Field(None, description="from this resume on, fuse per-head attention VNodes or keep them "
+                                                      "apart (the checkpoint is mapped); unset keeps the session's setting")
 
 
 class StopSession(_Command):
+    """Stop a session for good (a running one at its next step boundary); its last checkpoint stands."""
+
     type: Literal["StopSession"] = "StopSession"
 
 
 class ValidateSession(_Command):
+    """Run a validation pass of a running session at its next step boundary."""
+
     type: Literal["ValidateSession"] = "ValidateSession"
 
 
 class DeleteSession(_Command):
-    """Hide the session from every list and view (its events stay in the log); a running one stops first."""
+    """Delete a session: lists and views leave it out, its events stay in the log; a running one stops at
+    its next step boundary first."""
 
     type: Literal["DeleteSession"] = "DeleteSession"
 

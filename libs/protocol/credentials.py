@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .subjects import INBOX_ROOT
 
-Role = Literal["orchestrator", "dataset", "monitor", "pnode", "leaf", "user", "admin", "authority", "superuser"]
+Role = Literal["orchestrator", "dataset", "monitor", "pnode", "leaf", "server", "user", "admin", "authority", "superuser"]
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # one subject token: no dots, spaces or wildcards
 LOCAL_USER = "local"  # the user a client on the machine of `computeall up` acts as unless told otherwise

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .config import DataConfig
 from .dataset_names import DatasetName, SplitName
 from .limits import DATA_FILES_PER_REQUEST, UPLOAD_FILE_BYTES
+from .responder import Api, Endpoint
 from .subjects import Subjects, check_token
 from .uploads import SHA256, UploadedFile
 
@@ -232,6 +233,7 @@ class DatasetProgress(BaseModel):
 class DatasetReply(BaseModel):
     ok: bool
     error: str | None = None
+    transient: bool = False  # the bus failed the service mid-request (a failover): nothing is wrong with it, ask again
     dataset: dict[str, Any] | None = None  # the manifest: name, vocab_size, documents, splits, shards, digests
     datasets: list[dict[str, Any]] | None = None
     samples: list[str] | None = None
@@ -294,6 +296,24 @@ def requester_of(subjects: Subjects, subject: str) -> Requester:
     if len(tokens) == 3 and tokens[0] in (USER, PNODE) and (tokens[0] == USER or tokens[2] == PNODE_VERB):
         return Requester(tokens[0], tokens[1], tokens[2])
     raise ValueError(f"{subject} is not a dataset request subject of prefix {subjects.prefix}")
+
+
+API: Api[Requester] = Api("the dataset service", DatasetReply, (  # who asks: the user or PNode of the subject
+    Endpoint("create", CreateDataset, "train a tokenizer, tokenize, cut splits; replies when done"),
+    Endpoint("get", GetDataset, "a dataset's manifest (the user's own, or a public one)"),
+    Endpoint("check", CheckData, "whether a session's data could be prepared (the orchestrator asks at create, as the "
+             "session's owner)"),
+    Endpoint("list", ListDatasets, "the manifests of the user's datasets and the public ones"),
+    Endpoint("share", ShareDataset, "make one's dataset public (read only for everyone else), or private"),
+    Endpoint(PNODE_VERB, BatchRequest, "one batch of token ids, as a tensor frame; a PNode asks on its own subject, for "
+             "a session whose grant names it (`ca-batch-grants`)"),
+    Endpoint("sample", SampleRequest, "decoded text of a few samples"),
+    Endpoint("locate", LocateFiles, "which files the service reads as they are (the client uploads the rest)"),
+    Endpoint("uploads", OpenUploads, "the user's uploads bucket, created on first use"),
+    Endpoint("encode", EncodePrompts, "prompts as the token ids a generation continues"),
+    Endpoint("decode", DecodeTokens, "generated token ids as text"),
+), listen=lambda subjects, verb: (user_requests(subjects, verb=verb), *((pnode_requests(subjects),) if verb == PNODE_VERB else ())),
+   asker=lambda subjects, subject, inbox: requester_of(subjects, subject))
 
 
 def session_dataset(data: DataConfig, vocab_size: int, owner: str) -> str:

@@ -10,6 +10,8 @@ A `batch` reply is either one tensor frame (it starts with `wire.MAGIC`) or a
 
 from __future__ import annotations
 
+import nats.errors
+
 from pydantic import BaseModel, ValidationError
 
 from . import wire
@@ -24,6 +26,11 @@ class DatasetError(RuntimeError):
     """The dataset service refused a request; the message is the service's reason."""
 
 
+class DatasetBusError(DatasetError, nats.errors.TimeoutError):
+    """The dataset service could not answer because the bus failed it (a failover): ask again. A timeout of the
+    bus, as every handler of one knows it (`bus_failover.TRANSIENT`: `through_failover` asks again)."""
+
+
 async def _request(nc, subject: str, request: BaseModel, timeout: float) -> bytes:
     msg = await nc.request(subject, request.model_dump_json().encode(), timeout=timeout)
     return msg.data
@@ -35,7 +42,8 @@ def _reply(data: bytes) -> DatasetReply:
     except ValidationError as exc:
         raise DatasetError(f"the dataset service sent an unreadable reply: {exc}") from None
     if not reply.ok:
-        raise DatasetError(reply.error or "the dataset service refused the request without a reason")
+        raise (DatasetBusError if reply.transient else DatasetError)(
+            reply.error or "the dataset service refused the request without a reason")
     return reply
 
 

@@ -13,6 +13,11 @@ credential (a `leaf` identity: the server accepts it only on a leaf-node connect
 credential per PNode of the site (`pnodes`): the site's leaf server admits exactly those PNodes,
 and the hub lets across the leaf link only what they may do (docs/security.md, "Remote sites").
 
+A server invite (`computeall invite server`) lets another machine run one of the bus's clustered
+nats-servers (`computeall up --join-bus-file TOKEN_FILE`): the client URLs and route URLs of the bus's
+servers, the same CA, and a one-identity credential (a `server` member) that may only ask an
+authority for the deployment's server kit (`cli/security/bus_join.py`) while the invite is active.
+
 A token is `ca-invite-1.` + base64url(JSON); treat it as a password. It names the role it admits
 (`Invitable`); `from_token(token, expect=ROLE)` refuses one made for another role.
 """
@@ -30,8 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .credentials import NAME_PATTERN, Credential, TlsTrust
 
 TOKEN_PREFIX = "ca-invite-1."
-Invitable = Literal["pnode", "leaf"]  # the roles another machine may be invited as
-_MAKE = {"pnode": "computeall invite pnode", "leaf": "computeall invite leaf"}
+Invitable = Literal["pnode", "leaf", "server"]  # the roles another machine may be invited as
+_MAKE = {"pnode": "computeall invite pnode", "leaf": "computeall invite leaf", "server": "computeall invite server"}
 
 
 class InviteError(ValueError):
@@ -63,11 +68,15 @@ class Invite(BaseModel):
     memory: str | None = Field(None, description="the memory the PNode offers, unless `--memory` says otherwise; "
                                                  "the server's record of the invite caps any offer at it")
     pnodes: list[SitePNode] = Field(default_factory=list, description="a leaf's: the PNodes its site may run")
+    routes: list[str] = Field(default_factory=list, description="a server's: the route URLs (nats-route://HOST:PORT) "
+                                                               "of the bus's servers, which it joins")
 
     @model_validator(mode="after")
     def _site(self) -> "Invite":
         if (self.role == "leaf") != bool(self.pnodes):
             raise ValueError("a leaf invite names its site's PNodes, and only a leaf invite does")
+        if (self.role == "server") != bool(self.routes):
+            raise ValueError("a server invite names the bus's routes, and only a server invite does")
         return self
 
     def token(self) -> str:

@@ -9,6 +9,10 @@ authority: the process that owns the NATS server's configuration (`computeall up
                              the PNodes that host it, the only ones that reach its checkpoint bucket
     pnode.memory PNodeMemory the orchestrator, when a PNode joins: the most memory its credential
                              allows it to offer (`memory_bytes`), whatever its heartbeats claim
+    server.join  (cli)       a machine invited to run a server of the bus (`computeall up --join-bus`),
+                             as its invite's `server` identity: the deployment's server kit
+    sync         (cli)       an authority, to the others of a bus spanning machines: take the
+                             replicated members and grants now, answer once your server applied them
 
 Only the monitor may publish `users`, only the orchestrator and the operator `pnode.*`, and only
 the orchestrator `session.hosts` (their credentials' permissions); every reply is a
@@ -27,12 +31,15 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from .credentials import NAME_PATTERN
+from .responder import Api, Endpoint, by_inbox
 from .subjects import Subjects
 
 USERS = "users"
 REVOKE_PNODE = "pnode.revoke"
 SESSION_HOSTS = "session.hosts"
 PNODE_MEMORY = "pnode.memory"
+SERVER_JOIN = "server.join"
+SYNC = "sync"
 
 # The most a PNode may offer when its member record names no cap: what an ordinary lent machine
 # has. Its offer is only its word; this bounds how much of a network one credential can claim.
@@ -41,6 +48,12 @@ DEFAULT_PNODE_MEMORY = 16 * 2**30
 
 def membership_subject(subjects: Subjects, verb: str) -> str:
     return f"{subjects.prefix}.sec.{verb}"
+
+
+def security_bucket(subjects: Subjects) -> str:
+    """The key-value bucket where the authorities of a bus spanning machines merge their members and
+    grants (only they reach it)."""
+    return f"{subjects.prefix}-security"
 
 
 class _Request(BaseModel):
@@ -89,6 +102,14 @@ class MembershipReply(BaseModel):
     error: str | None = None
     revoked: list[str] = Field(default_factory=list, description="member ids revoked by this request")
     memory_bytes: int | None = Field(None, ge=0, description="pnode.memory: the PNode's cap")
+
+
+API: Api[str] = Api("the authority", MembershipReply, (
+    Endpoint(USERS, UsersSync, "the monitor's list of active API-key identities"),
+    Endpoint(REVOKE_PNODE, RevokePNode, "revoke a PNode's credential, close its connections"),
+    Endpoint(SESSION_HOSTS, SessionHosts, "the PNodes that host a session: only they reach its checkpoint bucket"),
+    Endpoint(PNODE_MEMORY, PNodeMemory, "a PNode's memory cap, from its credential's record"),
+), listen=lambda subjects, verb: (membership_subject(subjects, verb),), asker=by_inbox)
 
 
 class MembershipError(RuntimeError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from .credentials import NAME_PATTERN
+from .responder import Api, Endpoint, by_inbox
 from .subjects import Subjects
 
 USER_CREATE = "user.create"
@@ -57,3 +58,10 @@ class MonitorReply(BaseModel):
     # rebuild: rows in the events table afterwards, and the last stream sequences projected
     events: int | None = None
     positions: dict[str, int] | None = None
+
+
+API: Api[str] = Api("the monitor", MonitorReply, (
+    Endpoint(USER_CREATE, UserCreate, "create a user or add a key; the key is shown once"),
+    Endpoint(AUTH, Auth, "resolve an API key to its user"),
+    Endpoint(REBUILD, Rebuild, "re-project the whole log"),
+), listen=lambda subjects, verb: (monitor_subject(subjects, verb),), asker=by_inbox)

@@ -95,7 +95,8 @@ def _bounded(stream: IO[str], origin: str, what: str) -> str:
 
 JOIN = SecretArg("join", "COMPUTEALL_JOIN_TOKEN", "invite token of `computeall invite pnode`")
 LEAF = SecretArg("leaf", "COMPUTEALL_LEAF_TOKEN", "invite token of `computeall invite leaf`")
-SECRETS = (JOIN, LEAF)
+BUS = SecretArg("join-bus", "COMPUTEALL_BUS_TOKEN", "invite token of `computeall invite server`")
+SECRETS = (JOIN, LEAF, BUS)
 
 
 def without_secrets(environ: dict[str, str]) -> dict[str, str]:

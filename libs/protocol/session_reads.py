@@ -24,13 +24,13 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from pydantic import BaseModel, ConfigDict, Field
 
+from .responder import Api, Endpoint
 from .subjects import Subjects, check_token
 from .wire import MAGIC, Reassembler, WireError
 
 SESSIONS = "sessions"
 EVENTS = "events"
 OBJECT = "object"
-VERBS = (SESSIONS, EVENTS, OBJECT)
 MAX_WAIT_S = 30.0
 MAX_OBJECT_BYTES = 1 << 33  # 8 GiB: a checkpoint object of a large VNode still fits
 PATIENCE_S = 60.0  # how long a read waits for an orchestrator to come back (the supervisor restarts one)
@@ -40,8 +40,18 @@ def reads_subject(subjects: Subjects, user: str, verb: str) -> str:
     return f"{subjects.prefix}.api.{check_token(user, 'user name')}.{verb}"
 
 
-def reads_all(subjects: Subjects) -> str:
-    return f"{subjects.prefix}.api.*.*"
+def reads_all(subjects: Subjects, verb: str = "*") -> str:
+    """Every user's reads (of one verb): what the orchestrator subscribes to."""
+    return f"{subjects.prefix}.api.*.{verb}"
+
+
+def reader_of(subjects: Subjects, subject: str) -> str:
+    """The user who sent a read, from its subject `<prefix>.api.<user>.<verb>` (only they may publish there)."""
+    prefix = f"{subjects.prefix}.api."
+    tokens = subject[len(prefix):].split(".") if subject.startswith(prefix) else []
+    if len(tokens) != 2:
+        raise ValueError(f"{subject} is not a read subject of prefix {subjects.prefix}")
+    return tokens[0]
 
 
 class _Request(BaseModel):
@@ -81,6 +91,13 @@ class ReadsReply(BaseModel):
     sessions: list[str] | None = None
     events: list[RecordedEvent] | None = None
     last_seq: int | None = None  # the log's position the answer covers (follow from there)
+
+
+API: Api[str] = Api("the orchestrator", ReadsReply, (  # who asks: the user of the subject
+    Endpoint(SESSIONS, ListSessions, "the user's sessions"),
+    Endpoint(EVENTS, ReadEvents, "a session of the user's: its events, long-polled"),
+    Endpoint(OBJECT, ReadObject, "a checkpoint object or the tokenizer of a session of the user's, as tensor frames"),
+), listen=lambda subjects, verb: (reads_all(subjects, verb),), asker=lambda subjects, subject, inbox: reader_of(subjects, subject))
 
 
 class ReadError(RuntimeError):

@@ -1,5 +1,6 @@
-"""A session as an aggregate: commands that check its state and return the events to record,
-and a fold that applies each recorded event (one handler per event type).
+"""A session as an aggregate: commands that check its state and return the events to record (one
+method per command, declared with `@handles`: session_commands.py derives the rest of the system's
+view of each command from it), and a fold that applies each recorded event (one handler per event type).
 
 Nothing about a session is kept anywhere else: the orchestrator rebuilds this from CA_LOG
 after any crash, and `computeall session show` folds the same events. The rules live here,
@@ -15,6 +16,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
+from .commands import CreateSession, DeleteSession, PauseSession, ResumeSession, StartSession, StopSession, ValidateSession
 from .config import SessionConfig
 from .events import (
     Allocated,
@@ -46,16 +48,13 @@ from .events import (
     ValidationRequested,
     VerificationSeeded,
 )
+from .session_commands import Rejected, handles
 from .session_status import TERMINAL, SessionStatus
 
 __all__ = ["TERMINAL", "Rejected", "RunningSlots", "SessionState", "SessionStatus", "fold"]
 
 NEW, CREATED, RUNNING, PAUSED = SessionStatus.NEW, SessionStatus.CREATED, SessionStatus.RUNNING, SessionStatus.PAUSED
-QUEUED = SessionStatus.QUEUED
-
-
-class Rejected(Exception):
-    """A command not allowed in the session's state; the message is the reason the user sees."""
+QUEUED, DELETED = SessionStatus.QUEUED, SessionStatus.DELETED
 
 
 @dataclass(frozen=True)
@@ -138,50 +137,46 @@ class SessionState(BaseModel):
         return self.status == PAUSED and self.auto_resume
 
     # -- commands from users: each returns the events to record, or raises Rejected ------
-    # A command that makes the session run is given its owner's `RunningSlots`: with none free the
-    # session is queued instead, and the orchestrator starts it (`admit`) once one frees.
+    # `@handles` declares each method as its command's (session_commands.py): the states that allow it
+    # are checked before the method runs. A command that makes the session run is given its owner's
+    # `RunningSlots`: with none free the session is queued instead, and the orchestrator starts it
+    # (`admit`) once one frees.
+    @handles(CreateSession, effects=(SessionCreated,), allowed={NEW},
+             repeat=lambda s, config, owner, **_: s.config == config and s.owner == owner,  # the same create again
+             refusal=lambda s: f"session {s.id} already exists")
     def create(self, config: SessionConfig, owner: str, start: bool = True,
                slots: RunningSlots = UNLIMITED) -> list[SessionEvent]:
-        if self.status != NEW:
-            if self.config == config and self.owner == owner:
-                return []  # the same create again (a redelivery): already done
-            raise Rejected(f"session {self.id} already exists")
         return [SessionCreated(config=config, owner=owner), *(_run(owner, slots, SessionStarted()) if start else [])]
 
+    @handles(StartSession, effects=(SessionStarted, SessionQueued), allowed={CREATED})
     def start(self, slots: RunningSlots = UNLIMITED) -> list[SessionEvent]:
-        self._require("start", {CREATED})
         return _run(self.owner, slots, SessionStarted())
 
+    @handles(PauseSession, effects=(PauseRequested, SessionPaused), allowed={RUNNING})
     def pause(self) -> list[SessionEvent]:
-        self._require("pause", {RUNNING})
         return [] if self.pause_requested else [PauseRequested()]  # the driver pauses at the next step boundary
 
+    @handles(ResumeSession, effects=(SessionResumed, SessionQueued), allowed={PAUSED})
     def resume(self, fuse_heads: bool | None = None, slots: RunningSlots = UNLIMITED) -> list[SessionEvent]:
-        self._require("resume", {PAUSED})
         return _run(self.owner, slots, SessionResumed(fuse_heads=fuse_heads), fuse_heads)
 
+    @handles(StopSession, effects=(StopRequested, SessionStopped), allowed={CREATED, QUEUED, RUNNING, PAUSED})
     def stop(self) -> list[SessionEvent]:
-        self._require("stop", {CREATED, QUEUED, RUNNING, PAUSED})
         if self.status == RUNNING:
             return [] if self.stop_requested else [StopRequested()]  # the driver stops at the next step boundary
         return [SessionStopped(step=self.checkpoint_step)]  # nothing runs: the last checkpoint (if any) stands
 
+    @handles(ValidateSession, effects=(ValidationRequested,), allowed={RUNNING}, hint="; resume it first")
     def validate(self) -> list[SessionEvent]:
-        self._require("validate", {RUNNING}, "; resume it first")
         return [] if self.validation_requested else [ValidationRequested()]
 
+    @handles(DeleteSession, effects=(DeleteRequested, SessionDeleted), allowed=set(SessionStatus) - {NEW, DELETED},
+             repeat=lambda s: s.status == DELETED)
     def delete(self) -> list[SessionEvent]:
         """Deleted at once, or (running) stopped at the next step boundary and deleted then."""
-        if self.status == SessionStatus.DELETED:
-            return []
-        self._require("delete", set(SessionStatus) - {NEW})
         if self.status != RUNNING:
             return [SessionDeleted()]
         return [*([] if self.stop_requested else [StopRequested()]), *([] if self.delete_requested else [DeleteRequested()])]
-
-    def _require(self, verb: str, allowed: set[SessionStatus], hint: str = "") -> None:
-        if self.status not in allowed:
-            raise Rejected(f"cannot {verb} a session that is {self.status}{hint}")
 
     # -- decisions of the orchestrator and its drivers (pure state logic) -----------------
     def claim(self, orchestrator: str, takeover_from: str | None) -> list[SessionEvent]:
@@ -329,7 +324,7 @@ class SessionState(BaseModel):
 
     @applies(SessionDeleted)
     def _on_deleted(self, e: SessionDeleted) -> None:
-        self.status, self.claimed_by, self.queue_reason, self.delete_requested = SessionStatus.DELETED, None, None, False
+        self.status, self.claimed_by, self.queue_reason, self.delete_requested = DELETED, None, None, False
 
 
 def _run(owner: str | None, slots: RunningSlots, event: SessionEvent, fuse_heads: bool | None = None) -> list[SessionEvent]:

@@ -36,6 +36,15 @@ class Heartbeat(BaseModel):
     reconnects: int = 0  # times its bus connection was made again (a nats-server died): messages in flight were lost
 
 
+class OrchestratorBeat(BaseModel):
+    """On `ca.orch.hb.<orchestrator id>` every second; not recorded. An empty body (an older orchestrator's)
+    reads as an active one's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    standby: bool = False  # it takes no commands while an active orchestrator beats (`computeall up --join-bus`)
+
+
 class RequestStatus(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -6,7 +6,7 @@ the chunk's index and count and a digest of the whole tensor. The receiver check
 byte, reassembles the chunks and verifies the digest: nothing is unpickled and a
 bad frame is rejected with a reason (`WireError`), never trusted.
 
-This module knows bytes, not torch: `computeall.tensorcore.wire` converts tensors.
+This module knows bytes, not torch: `computeall.tensorcore.tensor_frames` converts tensors.
 """
 
 from __future__ import annotations
@@ -47,19 +47,26 @@ ITEMSIZE = {
 Wire = Literal["fp32", "bf16", "fp16", "int8"]
 
 # "raw": the elements as they are, `dtype` wide. "int8-block": the elements as int8, then one
-# float32 scale per block of INT8_BLOCK elements (the last block may be short); element i is
-# q[i] * scale[i // INT8_BLOCK], in `dtype` (computeall.tensorcore.wire_formats makes and reads it).
+# float32 scale per block of INT8_BLOCK elements of a row (the last dimension: one token's features);
+# a row's last block may be short, and no block spans two rows, so no token's values depend on
+# another's (a later token's, in a causal model). Element (r, c) is q[r, c] * scale[r, c // INT8_BLOCK],
+# in `dtype` (computeall.tensorcore.wire_formats makes and reads it).
 Encoding = Literal["raw", "int8-block"]
 INT8_BLOCK = 128
 FLOATING = ("float32", "float16", "bfloat16")
 
 
+def rows_of(shape: list[int] | tuple[int, ...]) -> tuple[int, int]:
+    """(rows, row length) of a tensor as "int8-block" cuts it: its last dimension is a row."""
+    return (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+
+
 def encoded_bytes(encoding: str, dtype: str, shape: list[int] | tuple[int, ...]) -> int:
     """How many bytes a tensor of this dtype and shape takes in this encoding."""
-    n = math.prod(shape)
     if encoding == "int8-block":
-        return n + 4 * math.ceil(n / INT8_BLOCK)
-    return n * ITEMSIZE[dtype]
+        rows, length = rows_of(shape)
+        return rows * (length + 4 * math.ceil(length / INT8_BLOCK))
+    return math.prod(shape) * ITEMSIZE[dtype]
 
 
 class WireError(ValueError):
@@ -72,7 +79,7 @@ class TensorHeader(BaseModel):
     key: str = Field(..., max_length=512)
     dtype: str
     shape: list[int] = Field(..., max_length=8)
-    encoding: Encoding = "raw"  # raw: the elements as they are; int8-block: int8 values, then one float32 scale per 128
+    encoding: Encoding = "raw"  # raw: the elements as they are; int8-block: int8 values, then a float32 scale per 128 of a row
     chunk: int = Field(..., ge=0)
     chunks: int = Field(..., ge=1)
     offset: int = Field(..., ge=0)

@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 import torch
 
-from .diloco import OUTER, OuterOptimizer
+from .diloco import OuterOptimizer
 from .optimizer import VNodeOptimizer
 from .safetensors_stream import SafetensorsError, SafetensorsFile, write
 from .vnode_runtime import VNodeRuntime

@@ -17,7 +17,7 @@ import torch
 
 from computeall.protocol import wire
 
-from .wire import TO_WIRE
+from .tensor_frames import TO_WIRE
 
 
 def _data_digest(t: torch.Tensor) -> str:

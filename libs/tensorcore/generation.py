@@ -3,8 +3,11 @@
 The network runs VNode by VNode in graph order, as in training, with two changes: every
 attention VNode keeps the keys and values of the positions it has seen (so a new token costs
 one position's work, not the whole prefix's), and the loss VNode returns logits instead of a
-loss. Which VNode op needs what is a registry (`CACHED_OPS`, `LOGIT_OPS`); every other op is
-position-wise and runs its training module unchanged.
+loss. Which op runs how is its registry entry's `generation` (`computeall.network.ops`): a
+position-wise op runs its training module unchanged, one that mixes positions its module's
+`forward_cached` over the `KVCache`, the loss its module's `logits`. Every edge carries its
+producer's wire format, as in training (a bottleneck's int8 narrow edge included): no wire format
+mixes positions, so the new positions read what they read in the whole sequence.
 
 Sampling is seeded by its own generator: the same checkpoint, prompt and settings give the
 same tokens every time.
@@ -18,11 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from computeall.network.ops import OPS
+from computeall.network.ops import OPS, Generation
 from computeall.protocol.sampling import SamplingConfig
 
 from .ops.attention import apply_rope, rope_tables
 from .trained_model import TrainedModel
+from .wire_formats import wire_format
 
 
 TARGETS = "data.targets"  # read by the loss VNode only, which has no targets here
@@ -53,6 +57,21 @@ class KVCache:
         cos, sin = self._rope[key]
         return cos[self.length : self.length + t], sin[self.length : self.length + t]
 
+    def attend(self, vid: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, base: float) -> torch.Tensor:
+        """Causal attention of the new positions over every cached one; q (B, H, t, hd), k and v (B, KV, t, hd)
+        before RoPE, with KV dividing H (grouped-query attention: the cache holds only the KV heads)."""
+        t, hd = q.shape[2], q.shape[3]
+        cos, sin = self.rope(hd, base, t)
+        keys, values = self.extend(vid, apply_rope(k, cos, sin), v)
+        q = apply_rope(q, cos, sin)
+        gqa = keys.shape[1] != q.shape[1]
+        if t == 1:  # the usual decode step: the one new position sees everything
+            return F.scaled_dot_product_attention(q, keys, values, enable_gqa=gqa)
+        if self.length == 0:
+            return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=gqa)
+        mask = torch.ones(t, keys.shape[2], dtype=torch.bool).tril(self.length)  # new position i sees 0..length+i
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+
     def extend(self, vid: str, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new positions' k, v (B, H, t, hd); the keys and values of every position so far."""
         B, H, t, hd = k.shape
@@ -65,47 +84,11 @@ class KVCache:
         return keys[:, :, :end], values[:, :, :end]
 
 
-def _attend(cache: KVCache, vid: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, base: float) -> torch.Tensor:
-    """Causal attention of the new positions over every cached one; q (B, H, t, hd), k and v (B, KV, t, hd)
-    before RoPE, with KV dividing H (grouped-query attention: the cache holds only the KV heads)."""
-    t, hd = q.shape[2], q.shape[3]
-    cos, sin = cache.rope(hd, base, t)
-    keys, values = cache.extend(vid, apply_rope(k, cos, sin), v)
-    q = apply_rope(q, cos, sin)
-    gqa = keys.shape[1] != q.shape[1]
-    if t == 1:  # the usual decode step: the one new position sees everything
-        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=gqa)
-    if cache.length == 0:
-        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=gqa)
-    mask = torch.ones(t, keys.shape[2], dtype=torch.bool).tril(cache.length)  # new position i sees 0..length+i
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
-
-
-def _multi_head(module: nn.Module, x: torch.Tensor, cache: KVCache, vid: str) -> torch.Tensor:
-    """`attention` and `fused_attention_heads`: their own head split (`split_heads`), then the projection."""
-    B, t, _ = x.shape
-    q, k, v = module.split_heads(x)  # (B, H, t, hd), (B, KV, t, hd), (B, KV, t, hd)
-    y = _attend(cache, vid, q, k, v, module.rope_base)
-    return module.proj(y.transpose(1, 2).reshape(B, t, module.heads * module.head_dim))
-
-
-def _one_head(module: nn.Module, x: torch.Tensor, cache: KVCache, vid: str) -> torch.Tensor:
-    """`attention_head` (a head left unfused): rows [q; k; v], output (B, t, hd) for its concat VNode."""
-    q, k, v = (z.unsqueeze(1) for z in module.qkv(x).split(module.head_dim, dim=-1))  # (B, 1, t, hd)
-    return _attend(cache, vid, q, k, v, module.rope_base).squeeze(1)
-
-
-# ops that mix positions: they read and extend the cache
-CACHED_OPS: dict[str, Callable[[nn.Module, torch.Tensor, KVCache, str], torch.Tensor]] = {
-    "attention": _multi_head,
-    "fused_attention_heads": _multi_head,
-    "attention_head": _one_head,
-}
-
-# loss ops: what they return instead of a loss (their inputs minus the targets)
-LOGIT_OPS: dict[str, Callable[[nn.Module, torch.Tensor], torch.Tensor]] = {
-    "tied_lm_head_ce": lambda module, x: x @ module.weight.T,  # (B, t, vocab)
-    "lm_head_ce": lambda module, x: x @ module.weight.T,
+# what a VNode runs for the new positions, by its op's `generation` (`OpSpec.generation`)
+STEPS: dict[Generation, Callable[[nn.Module, list[torch.Tensor], KVCache, str], torch.Tensor]] = {
+    "position_wise": lambda module, inputs, cache, vid: module(*inputs),
+    "kv_cache": lambda module, inputs, cache, vid: module.forward_cached(*inputs, cache, vid),
+    "logits": lambda module, inputs, cache, vid: module.logits(*inputs),  # (B, t, vocab)
 }
 
 
@@ -120,9 +103,14 @@ class Generator:
         if len(losses) != 1:
             raise GenerationError(f"generation needs exactly one loss VNode to read logits from; the network has {losses or 'none'}")
         self.logits_vnode = losses[0]
+        self.wires = {vid: wire_format(self.graph.wire(vid)) for vid in self.graph.order}
         op = self.graph.vnodes[self.logits_vnode].op
-        if op not in LOGIT_OPS:
-            raise GenerationError(f"loss VNode {self.logits_vnode} ({op}) has no logits form; known: {', '.join(LOGIT_OPS)}")
+        if OPS[op].generation != "logits":
+            known = ", ".join(name for name, entry in OPS.items() if entry.generation == "logits")
+            raise GenerationError(f"loss VNode {self.logits_vnode} ({op}) has no logits form; known: {known}")
+        refused = [f"{vid} ({v.op})" for vid, v in self.graph.vnodes.items() if OPS[v.op].generation is None]
+        if refused:
+            raise GenerationError(f"generation cannot run {', '.join(refused)}: their ops have no sampling form")
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -130,17 +118,13 @@ class Generator:
         if cache.length + tokens.shape[1] > self.context:
             raise GenerationError(f"{cache.length + tokens.shape[1]} positions exceed the network's context of {self.context}")
         values: dict[str, torch.Tensor] = {"data.tokens": tokens}
-        logits = None
         for vid in self.graph.order:
             spec = self.graph.vnodes[vid]
             module = self.model.modules[vid]
             inputs = [values[i] for i in spec.inputs if i != TARGETS]
-            if vid == self.logits_vnode:
-                logits = LOGIT_OPS[spec.op](module, *inputs)
-            elif spec.op in CACHED_OPS:
-                values[vid] = CACHED_OPS[spec.op](module, *inputs, cache, vid)
-            else:  # position-wise: the training module as it is
-                values[vid] = module(*inputs)
+            out = STEPS[OPS[spec.op].generation](module, inputs, cache, vid)
+            values[vid] = out if vid == self.logits_vnode else self.wires[vid].encode(out).decode()
+        logits = values[self.logits_vnode]
         cache.length += tokens.shape[1]
         return logits
 

@@ -4,7 +4,9 @@ A network maps onto `LlamaForCausalLM` when it is, VNode for VNode, a Llama: an 
 blocks of `x + attn(rmsnorm(x))`, `x + swiglu(rmsnorm(x))`, a final rmsnorm and an LM head, tied to
 the embedding (`tied_lm_head_ce`) or with its own weight (`lm_head_ce`), every block alike (one
 eps, one head layout with its key/value heads, one rope base, one hidden size).
-`llama_layout` walks the residual stream and says which VNode breaks the pattern otherwise.
+`llama_layout` walks the residual stream and says which VNode breaks the pattern otherwise. What an op
+is in a Llama is its registry entry's `llama` part (`computeall.network.ops`); this file maps each
+part's parameters onto Llama's tensors.
 Per-head networks export in their fused form (see `trained_model`).
 
 Two conventions differ and are converted here, so the logits stay the same:
@@ -26,14 +28,20 @@ import torch
 from safetensors.torch import save_file
 
 from computeall.network import Graph, NetworkSpec, VNodeSpec
-from computeall.network.ops import AttentionParams, FusedAttentionHeadsParams, NormParams, SwiGLUParams
+from computeall.network.head_fusion import HEAD_OP
+from computeall.network.ops import OPS, LlamaPart, NormParams, SwiGLUParams
 from computeall.protocol.prompts import starting_documents
 
 from .trained_model import TrainedModel
 
-ATTENTION_OPS = ("attention", "fused_attention_heads")
-HEAD_OPS = ("tied_lm_head_ce", "lm_head_ce")  # the LM head tied to the embedding, or with its own weight
 UNTIED_HEAD = "lm_head.weight"  # a model's own LM head (a tied one may be saved as a copy of the embedding)
+
+# ops that no Llama weights can compute, and why: the export refuses them first, with the reason
+_BOTTLENECK = ("a learned bottleneck replaces the residual stream by its projection through `rank` features "
+               "(the network may add the tokens' embedding again after it), and a Llama layer can only add to the "
+               "residual stream: a rank-limited map of it cannot be folded into any Llama weight. Sample from it with "
+               "`computeall generate`; to export, train the network without bottlenecks (tiny-gpt for tiny-gpt-wan)")
+NOT_IN_LLAMA = {"bottleneck_down": _BOTTLENECK, "bottleneck_up": _BOTTLENECK}
 
 
 class ExportError(ValueError):
@@ -74,57 +82,62 @@ def _refuse(v: VNodeSpec, why: str) -> ExportError:
     return ExportError(f"VNode {v.id} ({v.op}) does not map onto a Llama model: {why}")
 
 
+def _part(v: VNodeSpec) -> LlamaPart | None:
+    return OPS[v.op].llama
+
+
 def _head_layout(v: VNodeSpec) -> tuple[int, int, int, float]:
-    """(query heads, key/value heads, head dim, rope base) of an attention VNode."""
-    if v.op == "attention":
-        p = AttentionParams.model_validate(v.params)
-        return p.heads, p.kv, p.head_dim, p.rope_base
-    p = FusedAttentionHeadsParams.model_validate(v.params)
-    return p.heads, p.heads, p.head_dim, p.rope_base
+    """(query heads, key/value heads, head dim, rope base) of an attention VNode (its params say all four)."""
+    p = OPS[v.op].params.model_validate(v.params)
+    return p.heads, p.kv, p.head_dim, p.rope_base
 
 
 def llama_layout(spec: NetworkSpec) -> LlamaLayout:
     """Follow the residual stream from the embedding to the LM head; refuse at the first VNode that is not Llama's."""
+    for v in spec.vnodes:
+        if v.op in NOT_IN_LLAMA:
+            raise _refuse(v, NOT_IN_LLAMA[v.op])
     graph = Graph(spec)
     by_id = graph.vnodes
 
-    def only_consumer(vid: str, ops: tuple[str, ...], what: str, skip_adds: bool = False) -> VNodeSpec:
-        """The one VNode reading `vid` (besides the residual add, with `skip_adds`); it must be one of `ops`."""
-        found = [by_id[c] for c in graph.consumers(vid) if not (skip_adds and by_id[c].op == "add")]
-        heads = [c for c in found if c.op == "attention_head"]
+    def only_consumer(vid: str, parts: tuple[LlamaPart, ...], what: str, skip_adds: bool = False) -> VNodeSpec:
+        """The one VNode reading `vid` (besides the residual add, with `skip_adds`); its part must be one of `parts`."""
+        found = [by_id[c] for c in graph.consumers(vid) if not (skip_adds and _part(by_id[c]) == "residual")]
+        heads = [c for c in found if c.op == HEAD_OP]
         if heads:
             raise _refuse(heads[0], "per-head attention exports in its fused form only, and this block's heads do not "
                                     "fuse; `computeall network show FILE --fused` says why")
-        if len(found) == 1 and found[0].op not in ops:
-            raise _refuse(found[0], f"Llama has {what} ({'/'.join(ops)}) here, reading {vid}")
+        ops = "/".join(name for name, entry in OPS.items() if entry.llama in parts)
+        if len(found) == 1 and _part(found[0]) not in parts:
+            raise _refuse(found[0], f"Llama has {what} ({ops}) here, reading {vid}")
         if len(found) != 1:
             named = ", ".join(f"{c.id} ({c.op})" for c in found) or "nothing"
-            raise _refuse(by_id[vid], f"Llama feeds it to {what} ({'/'.join(ops)}) only; here it feeds {named}")
+            raise _refuse(by_id[vid], f"Llama feeds it to {what} ({ops}) only; here it feeds {named}")
         return found[0]
 
     def residual(x: str, branch: VNodeSpec) -> VNodeSpec:
         adds = [by_id[c] for c in graph.consumers(branch.id)]
-        if len(adds) != 1 or adds[0].op != "add" or sorted(adds[0].inputs) != sorted([x, branch.id]):
+        if len(adds) != 1 or _part(adds[0]) != "residual" or sorted(adds[0].inputs) != sorted([x, branch.id]):
             raise _refuse(branch, f"Llama adds it to the residual stream {x}; here its output goes to "
                                   f"{', '.join(a.id for a in adds) or 'nothing'}")
         return adds[0]
 
     embeds = [v for v in spec.vnodes if v.inputs == ["data.tokens"]]
-    if len(embeds) != 1 or embeds[0].op != "embedding":
+    if len(embeds) != 1 or _part(embeds[0]) != "embedding":
         raise ExportError(f"a Llama model starts from one embedding of data.tokens; this network starts with "
                           f"{', '.join(f'{v.id} ({v.op})' for v in embeds) or 'nothing'}")
     embed, x = embeds[0], embeds[0].id
     blocks: list[Block] = []
     while True:
-        norm = only_consumer(x, ("rmsnorm",), "an RMSNorm", skip_adds=True)
-        nxt = only_consumer(norm.id, (*ATTENTION_OPS, *HEAD_OPS), "attention or the LM head")
-        if nxt.op in HEAD_OPS:
+        norm = only_consumer(x, ("norm",), "an RMSNorm", skip_adds=True)
+        nxt = only_consumer(norm.id, ("attention", "head"), "attention or the LM head")
+        if _part(nxt) == "head":
             head = nxt
             break
         attn = nxt
         res1 = residual(x, attn)
-        norm2 = only_consumer(res1.id, ("rmsnorm",), "an RMSNorm", skip_adds=True)
-        mlp = only_consumer(norm2.id, ("swiglu_mlp",), "a SwiGLU MLP")
+        norm2 = only_consumer(res1.id, ("norm",), "an RMSNorm", skip_adds=True)
+        mlp = only_consumer(norm2.id, ("mlp",), "a SwiGLU MLP")
         res2 = residual(res1.id, mlp)
         blocks.append(Block(norm.id, attn.id, res1.id, norm2.id, mlp.id, res2.id))
         x = res2.id

@@ -6,6 +6,7 @@ combined by the same rules as the stage (`loss_gradient`, `summed_in_order`,
 `gradients_by_input`, the micro-batch tree of `MicroGradients`) and every edge carrying its
 producer's wire format. So the parameters' gradients are the ones a session on any number of
 PNodes and replicas accumulates. Benchmarks and tests train with it; the optimizer step stays the caller's.
+`local_validation` is the forward alone, as a validation pass runs it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from computeall.network import Graph
 from computeall.network.ops import DATA_INPUTS, OPS
 
 from .vnode_runtime import VNodeRuntime, gradients_by_input, loss_gradient, summed_in_order
-from .wire_formats import wire_format
+from .wire_formats import WireFormat, wire_format
 
 # how one work item runs: fn(*args) by default; a benchmark hands it to a PNode-like compute thread
 RunItem = Callable[..., Any]
@@ -67,18 +69,7 @@ def local_step(
     for r in runtimes:
         r.start_step(block, len(micro_batches))
     for m in block:
-        batch = micro_batches[m]
-        # forward, VNode by VNode
-        values = {"data.tokens": batch[:, :-1], "data.targets": batch[:, 1:]}  # (B, T) each
-        for vid in graph.order:
-            inputs = graph.vnodes[vid].inputs
-            out = run(host[vid].forward, vid, m, [values[i] for i in inputs])
-            result.calls += 1
-            result.handoffs += sum(1 for i in inputs if i not in DATA_INPUTS)
-            if OPS[graph.vnodes[vid].op].is_loss:
-                result.loss_sum += float(out)
-            else:
-                values[vid] = wires[vid].encode(out).decode()  # what its consumers read
+        values = _forward(host, graph, wires, m, micro_batches[m], run, result)
         result.activation_bytes = max(result.activation_bytes, sum(r.activation_bytes() for r in runtimes))
         # backward, in reverse: each VNode once every consumer handed its gradient back
         grads: dict[str, dict[str, torch.Tensor]] = {v: {} for v in graph.order}
@@ -105,3 +96,35 @@ def local_step(
     for r in runtimes:
         r.finish_backward()
     return result
+
+
+def local_validation(runtimes: VNodeRuntime | Sequence[VNodeRuntime], micro_batches: Sequence[torch.Tensor],
+                     run: RunItem = _call) -> LocalStep:
+    """Forward only, as a validation pass: the loss over every micro-batch, nothing kept for a backward."""
+    runtimes = [runtimes] if isinstance(runtimes, VNodeRuntime) else list(runtimes)
+    host = {v: r for r in runtimes for v in r.order}
+    graph = runtimes[0].graph
+    wires = {v: wire_format(graph.wire(v)) for v in graph.order}
+    result = LocalStep(tokens=sum(b[:, 1:].numel() for b in micro_batches))
+    for m, batch in enumerate(micro_batches):
+        _forward(host, graph, wires, m, batch, run, result)
+        for r in runtimes:
+            r.drop(m)
+    return result
+
+
+def _forward(host: dict[str, VNodeRuntime], graph: Graph, wires: dict[str, WireFormat], m: int, batch: torch.Tensor,
+             run: RunItem, result: LocalStep) -> dict[str, torch.Tensor]:
+    """Micro-batch `m` forward, VNode by VNode: every VNode's output as its consumers read it (through
+    its wire format); the loss goes into `result`."""
+    values = {"data.tokens": batch[:, :-1], "data.targets": batch[:, 1:]}  # (B, T) each
+    for vid in graph.order:
+        inputs = graph.vnodes[vid].inputs
+        out = run(host[vid].forward, vid, m, [values[i] for i in inputs])
+        result.calls += 1
+        result.handoffs += sum(1 for i in inputs if i not in DATA_INPUTS)
+        if OPS[graph.vnodes[vid].op].is_loss:
+            result.loss_sum += float(out)
+        else:
+            values[vid] = wires[vid].encode(out).decode()  # what its consumers read
+    return values

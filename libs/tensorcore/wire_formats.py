@@ -10,9 +10,12 @@ beside the producer reads: placement never changes the math, whatever the compre
 - `bf16`, `fp16`: floating tensors wider than 2 bytes are cast. A consumer casts what it reads to
   its own precision inside its graph, so the gradient it hands back is in the wire dtype as well.
 - `int8`: blockwise absmax; the protocol's "int8-block" layout (int8 values, then one fp32 scale per
-  `INT8_BLOCK` elements of the flattened tensor). Rounding is elementwise and the absmax exact, so
-  the result does not depend on the thread count. A non-finite element makes its whole block
-  non-finite, so an overflow still reaches the producer and the step is skipped.
+  `INT8_BLOCK` elements of a row, the last dimension). A block never spans two tokens, so what a
+  token's consumer reads never depends on a later token's values (a narrow edge, such as a
+  bottleneck's 8 features, would otherwise share one scale among 16 positions). Rounding is
+  elementwise and the absmax exact, so the result does not depend on the thread count. A non-finite
+  element makes its whole block non-finite, so an overflow still reaches the producer and the step
+  is skipped. Rows too short to gain from it (a scale costs 4 bytes) travel as they are.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from computeall.protocol.wire import INT8_BLOCK, Encoding
+from computeall.protocol.wire import INT8_BLOCK, Encoding, encoded_bytes, rows_of
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -53,8 +56,9 @@ class Encoded:
         """The tensor the consumer reads (raw: `values` itself, no copy)."""
         if self.encoding == "raw":
             return self.values
-        per_element = self.scales.repeat_interleave(INT8_BLOCK)[: self.values.numel()]
-        return (self.values.float() * per_element).to(self.dtype).view(self.shape)
+        rows, length = rows_of(self.shape)
+        per_element = self.scales.view(rows, -1).repeat_interleave(INT8_BLOCK, dim=1)[:, :length]
+        return (self.values.float().view(rows, length) * per_element).to(self.dtype).view(self.shape)
 
 
 class WireFormat(Protocol):
@@ -80,12 +84,15 @@ class BlockInt8:
     def encode(self, t: torch.Tensor) -> Encoded:
         if not t.is_floating_point():
             return Encoded.raw(t)  # token ids are never compressed
-        flat = t.detach().reshape(-1).float()
-        n = flat.numel()
-        blocks = F.pad(flat, (0, math.ceil(n / INT8_BLOCK) * INT8_BLOCK - n)).view(-1, INT8_BLOCK)
-        scales = blocks.abs().amax(dim=1) / 127  # (n_blocks,); inf or nan when the block holds one
-        q = torch.round(blocks / scales.clamp_min(_TINY).unsqueeze(1)).clamp_(-127, 127)
-        return Encoded("int8-block", q.to(torch.int8).view(-1)[:n], t.dtype, tuple(t.shape), scales)
+        if encoded_bytes("int8-block", "float32", t.shape) >= t.numel() * t.element_size():
+            return Encoded.raw(t)  # a wire never widens
+        rows, length = rows_of(t.shape)
+        padded = math.ceil(length / INT8_BLOCK) * INT8_BLOCK
+        blocks = F.pad(t.detach().reshape(rows, length).float(), (0, padded - length)).view(rows, -1, INT8_BLOCK)
+        scales = blocks.abs().amax(dim=2) / 127  # (rows, blocks per row); inf or nan when the block holds one
+        q = torch.round(blocks / scales.clamp_min(_TINY).unsqueeze(2)).clamp_(-127, 127)
+        values = q.to(torch.int8).view(rows, padded)[:, :length].reshape(-1)
+        return Encoded("int8-block", values, t.dtype, tuple(t.shape), scales.view(-1))
 
 
 WIRE_FORMATS: dict[str, WireFormat] = {

@@ -1,14 +1,10 @@
-"""The dataset service: request handlers on `ca.ds.user.<user>.<verb>` and `ca.ds.pnode.<pid>.batch`, in a
-queue group. Who asks is read from the subject (`dataset_api.requester_of`); what they may read is
-`access.py`'s rule, checked by every handler that reads a dataset.
+"""The dataset service: the handlers of `dataset_api.API`, on `ca.ds.user.<user>.<verb>` and
+`ca.ds.pnode.<pid>.batch`, in a queue group. Who asks is read from the subject (`dataset_api.requester_of`);
+what they may read is `access.py`'s rule, checked by every handler that reads a dataset.
 
-Plain nats-py core request/reply, not FastStream: the replies are raw tensor frames
-as often as JSON, the work is answered, not acknowledged (nothing here is a
-JetStream message, so there is no ack policy to get wrong), and the Object Store
-API is nats-py's. Each request runs as its own task so a create that trains a
-tokenizer for minutes never delays a batch; the heavy parts run in threads.
-Every failure becomes a `DatasetReply(ok=False, error=...)`: the service never
-dies on a message.
+Each request runs as its own task (`Responder(concurrent=True)`), so a create that trains a tokenizer
+for minutes never delays a batch; the heavy parts run in threads. A `DatasetUserError` is answered as
+it stands, any other failure as a `DatasetReply(ok=False, error=...)`: the service never dies on a message.
 """
 
 from __future__ import annotations
@@ -20,10 +16,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from computeall.protocol import wire
 from computeall.protocol.dataset_api import (
+    API,
     BatchRequest,
     CheckData,
     CreateDataset,
@@ -37,15 +32,13 @@ from computeall.protocol.dataset_api import (
     Requester,
     SampleRequest,
     ShareDataset,
-    pnode_requests,
-    requester_of,
-    user_requests,
 )
 from computeall.protocol.envelope import Envelope
 from computeall.protocol.events import DatasetShared
 from computeall.protocol.prompts import PromptCodec
 from computeall.protocol.eventlog import EventLog
-from computeall.protocol.subjects import Subjects, is_inbox
+from computeall.protocol.responder import Responder
+from computeall.protocol.subjects import Subjects
 from computeall.protocol.uploads import sha256_of
 
 from . import builder, tokenizer as bpe
@@ -104,61 +97,18 @@ class DatasetService:
         self.access = Access(store, nc.jetstream(), subjects)
         self._open: dict[str, _Open] = {}
         self._creating: dict[str, asyncio.Event] = {}  # name -> set when its creation ends
-        self._tasks: set[asyncio.Task] = set()
-        self._subs = []
-        self._handlers = {  # verb -> (request, handler(request, who asks)); a PNode asks only for batches
-            "create": (CreateDataset, self.create),
-            "get": (GetDataset, self.get),
-            "check": (CheckData, self.check),
-            "list": (ListDatasets, self.list_datasets),
-            "share": (ShareDataset, self.share),
-            "batch": (BatchRequest, self.batch),
-            "sample": (SampleRequest, self.sample),
-            "locate": (LocateFiles, self.locate),
-            "uploads": (OpenUploads, self.open_uploads),
-            "encode": (EncodePrompts, self.encode),
-            "decode": (DecodeTokens, self.decode),
-        }
+        self.responder = Responder(nc, subjects, API, {
+            "create": self.create, "get": self.get, "check": self.check, "list": self.list_datasets, "share": self.share,
+            "batch": self.batch, "sample": self.sample, "locate": self.locate, "uploads": self.open_uploads,
+            "encode": self.encode, "decode": self.decode,
+        }, concurrent=True, queue=QUEUE_GROUP, refusals=(DatasetUserError,))
 
     async def start(self) -> None:
-        for subject in [*(user_requests(self.subjects, verb=verb) for verb in self._handlers), pnode_requests(self.subjects)]:
-            self._subs.append(await self.nc.subscribe(subject, queue=QUEUE_GROUP, cb=self._on_message))
-        log.info("serving %s on %s, batches on %s", ", ".join(self._handlers), user_requests(self.subjects),
-                 pnode_requests(self.subjects))
+        await self.responder.start()
 
     async def stop(self) -> None:
         """Stop taking requests and let the ones in flight answer."""
-        for sub in self._subs:
-            await sub.unsubscribe()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=30)
-
-    async def _on_message(self, msg) -> None:
-        task = asyncio.create_task(self._answer(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _answer(self, msg) -> None:
-        asker = requester_of(self.subjects, msg.subject)  # only subjects it subscribed to arrive
-        verb = asker.verb
-        model, handler = self._handlers[verb]
-        try:
-            request = model.model_validate_json(msg.data)
-            reply = await handler(request, asker)
-        except ValidationError as exc:
-            reply = _error(f"invalid {verb} request: {_describe(exc)}")
-        except DatasetUserError as exc:
-            reply = _error(str(exc))
-        except Exception as exc:  # a bug, or the bus failing: answer anyway, keep serving
-            log.exception("%s request failed", verb)
-            reply = _error(f"the dataset service failed on this {verb} request ({type(exc).__name__}: {exc}); see its log")
-        if not is_inbox(msg.reply):
-            log.warning("a %s request without an inbox to answer (%s) was dropped", verb, msg.reply)
-            return
-        try:
-            await msg.respond(reply if isinstance(reply, bytes) else reply.model_dump_json(exclude_none=True).encode())
-        except Exception:  # the connection went away: the requester times out, the service keeps going
-            log.exception("could not answer a %s request", verb)
+        await self.responder.stop()
 
     # -- handlers ------------------------------------------------------------
     async def create(self, request: CreateDataset, asker: Requester) -> DatasetReply:
@@ -264,7 +214,7 @@ class DatasetService:
     async def open_uploads(self, request: OpenUploads, asker: Requester) -> DatasetReply:
         return DatasetReply(ok=True, bucket=await self.uploads.open(asker.name))
 
-    async def batch(self, request: BatchRequest, asker: Requester) -> bytes | DatasetReply:
+    async def batch(self, request: BatchRequest, asker: Requester) -> bytes:
         await self.access.check(asker, request.dataset, request.session_id)
         dataset = await self._dataset(request.dataset)
         tokens = make_batch(dataset.stream(request.split), request, f"{request.dataset}/{request.split}")
@@ -321,10 +271,3 @@ class DatasetService:
             self._open[name] = _Open(manifest, self.store)
         return self._open[name]
 
-
-def _error(message: str) -> DatasetReply:
-    return DatasetReply(ok=False, error=message)
-
-
-def _describe(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'message'}: {e['msg']}" for e in exc.errors())

@@ -1,4 +1,5 @@
-"""Mutations: API keys of the calling user, and session commands published as that user."""
+"""Mutations: API keys of the calling user, and session commands published as that user (one per verb
+the session aggregate declares: `session_commands.py`)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,13 @@ from ariadne import MutationType
 from graphql import GraphQLError, GraphQLResolveInfo
 from pydantic import ValidationError
 
-from computeall.protocol.commands import (
-    CommandEnvelope,
-    CreateSession,
-    DeleteSession,
-    PauseSession,
-    ResumeSession,
-    StopSession,
-    ValidateSession,
-)
+from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.config import SessionConfig
+from computeall.protocol.session_commands import CommandSpec, session_verbs
 
 from . import reads
 from .resolvers import ctx
+from .session_commands import mutation_name
 
 mutation = MutationType()
 
@@ -57,22 +52,17 @@ async def resolve_create_session(_: Any, info: GraphQLResolveInfo, config: Any, 
     return await _publish(info, uuid.uuid4().hex[:16], CreateSession(config=parsed, start=start))
 
 
-def _session_command(name: str, model: type) -> None:
-    async def resolve(_: Any, info: GraphQLResolveInfo, id: str) -> dict:
+def _session_command(spec: CommandSpec) -> None:
+    """`<verb>Session(id, ...)`: the command's fields arrive as arguments (snake_case: `convert_names_case`)."""
+    async def resolve(_: Any, info: GraphQLResolveInfo, id: str, **fields: Any) -> dict:
         c = ctx(info)
         # someone else's session reads as a missing one: its existence is not disclosed
         if not await c.services.db.read(reads.owns, c.user, id):
             raise GraphQLError(f"session {id} not found")
-        return await _publish(info, id, model())
+        return await _publish(info, id, spec.model(**fields))
 
-    mutation.set_field(name, resolve)
+    mutation.set_field(mutation_name(spec.verb), resolve)
 
 
-for _name, _model in (
-    ("pauseSession", PauseSession),
-    ("resumeSession", ResumeSession),
-    ("stopSession", StopSession),
-    ("validateSession", ValidateSession),
-    ("deleteSession", DeleteSession),
-):
-    _session_command(_name, _model)
+for _spec in session_verbs().values():
+    _session_command(_spec)

@@ -8,7 +8,7 @@ from typing import Any
 from ariadne import ObjectType, QueryType, ScalarType
 from graphql import GraphQLResolveInfo
 
-from . import downsample, markers, reads, roles, time_and_links
+from . import downsample, markers, reads, roles, session_commands, time_and_links
 from .context import Context
 from .named_series import PNODE_BUSY, PNODE_THROUGHPUT, UPDATE_RATIOS, named_series
 from .overview import overview
@@ -108,6 +108,11 @@ async def resolve_overview(s: dict, info: GraphQLResolveInfo) -> dict | None:
 @session_type.field("markers")
 async def resolve_markers(s: dict, info: GraphQLResolveInfo) -> list[dict]:
     return await ctx(info).services.db.read(markers.markers, s["id"])
+
+
+@session_type.field("commands")
+async def resolve_commands(s: dict, info: GraphQLResolveInfo) -> list[str]:
+    return session_commands.allowed(s["status"])
 
 
 @session_type.field("validations")

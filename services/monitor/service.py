@@ -21,9 +21,10 @@ from computeall.protocol import bus, membership_api
 from computeall.protocol import monitor_api as api
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.limits import GRAPHQL_REQUEST_BYTES
+from computeall.protocol.responder import Refused, Responder
 from computeall.protocol.subjects import Subjects
 
-from . import nats_api, retention
+from . import retention
 from .auth import Auth
 from .context import Services
 from .db import Database
@@ -72,14 +73,15 @@ class Monitor:
             ingestor = Ingestor(db, nc, js, self.subjects, pubsub)
             await ingestor.start()
             services = Services(db, auth, EventLog(js, self.subjects), pubsub, s.heartbeat_timeout_s)
-            api_subs = await nats_api.serve(nc, self.subjects, self._handlers(db, auth, ingestor))
+            responder = Responder(nc, self.subjects, api.API, self._handlers(db, auth, ingestor), concurrent=False,
+                                  refusals=(TooManyAttempts,))
+            await responder.start()
             retention_task = asyncio.create_task(self._retention(db))
             try:
                 await self._serve_http(MonitorApp(services, s.web_dir))
             finally:
                 retention_task.cancel()
-                for sub in api_subs:
-                    await sub.unsubscribe()
+                await responder.stop()
                 await ingestor.stop()
         finally:
             # close, not drain: every publish was already acked, and draining would wait on the
@@ -95,22 +97,15 @@ class Monitor:
             return api.MonitorReply(user=req.name, api_key=key)
 
         async def authenticate(req: api.Auth, asker: str) -> api.MonitorReply:
-            try:
-                user = auth.login(req.api_key, asker)
-            except TooManyAttempts as exc:
-                return api.MonitorReply(ok=False, error=str(exc))
+            user = auth.login(req.api_key, asker)  # too many failures: `TooManyAttempts`, answered as it stands
             if user is None:
-                return api.MonitorReply(ok=False, error="unknown or revoked API key")
+                raise Refused("unknown or revoked API key")
             return api.MonitorReply(user=user)
 
         async def do_rebuild(req: api.Rebuild, asker: str) -> api.MonitorReply:
             return await rebuild(db, ingestor)
 
-        return {
-            api.USER_CREATE: (api.UserCreate, user_create),
-            api.AUTH: (api.Auth, authenticate),
-            api.REBUILD: (api.Rebuild, do_rebuild),
-        }
+        return {api.USER_CREATE: user_create, api.AUTH: authenticate, api.REBUILD: do_rebuild}
 
     async def _sync_users(self, nc: NATS, auth: Auth) -> None:
         """Tell the authority which API keys may connect; without one (someone else's NATS server,

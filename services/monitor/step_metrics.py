@@ -45,7 +45,9 @@ class StepColumn:
         return _TYPESCRIPT[self.kind] + (" | null" if self.nullable else "")
 
 
-def _column(name: str, annotation: object) -> StepColumn | None:
+def scalar_column(name: str, annotation: object) -> StepColumn | None:
+    """A pydantic field of type int, float or bool (or one of them | None) in its GraphQL, DuckDB and
+    TypeScript forms; None for any other type."""
     if annotation in _GRAPHQL:
         return StepColumn(name, annotation)
     args = set(typing.get_args(annotation))
@@ -58,7 +60,7 @@ def _column(name: str, annotation: object) -> StepColumn | None:
 
 def _payload_columns() -> list[StepColumn]:
     fields = {name: f for name, f in StepCompleted.model_fields.items() if name not in ("type", *STEP_MAPS)}
-    columns = {name: _column(name, f.annotation) for name, f in fields.items()}
+    columns = {name: scalar_column(name, f.annotation) for name, f in fields.items()}
     bad = {name: fields[name].annotation for name, c in columns.items() if c is None}
     if bad:
         raise TypeError(

@@ -26,6 +26,9 @@ def main() -> None:
     p.add_argument("--storage-grants", choices=GRANTS, default="authority",
                    help="authority: ask `computeall up` to let each session's PNodes (only) reach its checkpoints; "
                         "every: the server's configuration lets every PNode reach every session's (docker compose)")
+    p.add_argument("--standby", action="store_true",
+                   help="take over the sessions of orchestrators that die, and take commands only once no active "
+                        "orchestrator heartbeats (what a machine that joined a bus runs)")
     p.add_argument("--data-dir", default=None, help="unused: the orchestrator's state is the event log")
     add_limit_arguments(p)
     args = p.parse_args()
@@ -38,7 +41,8 @@ def main() -> None:
         credential = credential_from_args(args, "orchestrator", "orchestrator")
     except CredentialError as exc:
         raise SystemExit(f"computeall orchestrator: {exc}") from None
-    orchestrator = Orchestrator(credential, Subjects(args.prefix), args.heartbeat_timeout, limits, args.storage_grants)
+    orchestrator = Orchestrator(credential, Subjects(args.prefix), args.heartbeat_timeout, limits, args.storage_grants,
+                                args.standby)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

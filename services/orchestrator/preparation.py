@@ -16,9 +16,16 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from computeall.network import Graph
+from computeall.protocol.bus_failover import PATIENCE_S, Patience
 from computeall.protocol.config import DataConfig
 from computeall.protocol.dataset_api import CheckData, CreateDataset, files_dataset_name
-from computeall.protocol.dataset_client import DatasetError, check_data as ask_check_data, create_dataset, get_dataset
+from computeall.protocol.dataset_client import (
+    DatasetBusError,
+    DatasetError,
+    check_data as ask_check_data,
+    create_dataset,
+    get_dataset,
+)
 from computeall.protocol.session_state import Rejected, SessionState
 from computeall.protocol.subjects import Subjects
 
@@ -73,6 +80,9 @@ async def check_data(nc: NATS, subjects: Subjects, owner: str, data: DataConfig)
     while True:
         try:
             return await ask_check_data(nc, subjects, owner, CheckData(data=data), timeout=CHECK_TIMEOUT_S)
+        except DatasetBusError as exc:  # the bus failed under the service: no verdict on the data
+            log.warning("the dataset service could not check %s's data (%s); the session is created unchecked", owner, exc)
+            return
         except DatasetError as exc:
             raise Rejected(f"data: {exc}") from None
         except nats.errors.NoRespondersError:
@@ -85,12 +95,16 @@ async def check_data(nc: NATS, subjects: Subjects, owner: str, data: DataConfig)
             return
 
 
-async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0) -> dict:
-    """Call the dataset service, waiting for it to come up (it may start after us)."""
+async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0, patience_s: float = PATIENCE_S) -> dict:
+    """Call the dataset service, waiting for it to come up (it may start after us). A failure of the bus under
+    it (a failover) is tried again for the bus's patience, then `BusUnavailable`: never the session's fault."""
     deadline = time.monotonic() + wait_s
+    patience = Patience("asking the dataset service", patience_s)
     while True:
         try:
             return await call()
+        except DatasetBusError as exc:
+            await patience.wait(exc)
         except DatasetError as exc:
             raise SessionError(f"dataset: {exc}") from None
         except nats.errors.NoRespondersError:
@@ -105,11 +119,13 @@ async def dataset_call(call: Callable[[], Awaitable[dict]], wait_s: float = 60.0
 
 async def wait_for_pnodes(state: SessionState, registry: PNodeRegistry, wait_s: float) -> None:
     """At the first start, for `min_pnodes`; when taking a session up again, a few seconds for the
-    PNodes it used before (after a restart they register again), then whatever is live."""
+    PNodes it used before that this orchestrator has not heard of yet (after a restart they register
+    again), then whatever is live. One it heard and that went silent is lost (a standby taking over from
+    an orchestrator whose machine died with some of them): it is not waited for."""
     if state.pnodes:
-        before = set(state.pnodes)
+        unheard = {p for p in state.pnodes if registry.heartbeat(p) is None}
         deadline = time.monotonic() + 2 * registry.timeout_s
-        while time.monotonic() < deadline and not before <= {hb.pnode for hb in registry.live()}:
+        while time.monotonic() < deadline and not unheard <= {hb.pnode for hb in registry.live()}:
             await asyncio.sleep(0.2)
         want = 1
     else:

@@ -13,31 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 
-import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from computeall.network import NetworkError, load_network
 from computeall.protocol import session_reads as api
-from computeall.protocol.bus_failover import BusUnavailable
 from computeall.protocol.dataset_api import session_dataset
 from computeall.protocol.dataset_names import MANIFEST_FILE
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.events import CheckpointCommitted, DatasetCreated, EventEnvelope, SessionCreated
-from computeall.protocol.subjects import Subjects, command_sender, is_inbox
+from computeall.protocol.responder import Refused, Responder
+from computeall.protocol.subjects import Subjects, command_sender
 from computeall.protocol.wire import digest, encode
 
-log = logging.getLogger("computeall.orchestrator.reads")
-
 QUEUE = "session-reads"
-
-
-class Refused(Exception):
-    """What the user is told; nothing else about the session is disclosed."""
 
 
 class SessionReads:
@@ -46,45 +38,12 @@ class SessionReads:
         self.eventlog = eventlog
         self.subjects = subjects
         self.owners: dict[str, str] = {}  # session id -> owner (a session's owner never changes)
+        # each read in its own task: a long poll must not hold up the next request
+        self.responder = Responder(nc, subjects, api.API, {api.SESSIONS: self.sessions, api.EVENTS: self.events,
+                                                           api.OBJECT: self.object}, concurrent=True, queue=QUEUE)
 
     async def start(self) -> None:
-        await self.nc.subscribe(api.reads_all(self.subjects), queue=QUEUE, cb=self._on_request)
-
-    async def _on_request(self, msg: Msg) -> None:
-        asyncio.ensure_future(self._answer(msg))  # a long poll must not hold up the next request
-
-    async def _answer(self, msg: Msg) -> None:
-        if not is_inbox(msg.reply):
-            log.warning("dropped a read on %s whose reply subject %s is no inbox", msg.subject, msg.reply)
-            return
-        user, verb = msg.subject.split(".")[-2:]
-        try:
-            if verb == api.SESSIONS:
-                api.ListSessions.model_validate_json(msg.data or b"{}")
-                reply = api.ReadsReply(sessions=await self.sessions_of(user))
-            elif verb == api.EVENTS:
-                reply = await self.events(user, api.ReadEvents.model_validate_json(msg.data))
-            elif verb == api.OBJECT:
-                await self.send_object(user, api.ReadObject.model_validate_json(msg.data), msg.reply)
-                return
-            else:
-                raise Refused(f"unknown read {verb!r}; the reads are {', '.join(api.VERBS)}")
-        except ValidationError as exc:
-            reply = api.ReadsReply(ok=False, error=f"bad {verb} request: {exc.errors()[:3]}")
-        except Refused as exc:
-            reply = api.ReadsReply(ok=False, error=str(exc))
-        except BusUnavailable as exc:
-            reply = api.ReadsReply(ok=False, error=f"{exc}; try again in a moment")
-        except Exception as exc:  # the requester gets an answer; the orchestrator keeps going
-            log.exception("answering %s failed", msg.subject)
-            reply = api.ReadsReply(ok=False, error=f"the orchestrator failed on this read ({type(exc).__name__}); see its log")
-        await self._reply(msg.reply, reply)
-
-    async def _reply(self, inbox: str, reply: BaseModel) -> None:
-        try:
-            await self.nc.publish(inbox, reply.model_dump_json(exclude_none=True).encode())
-        except nats.errors.Error as exc:
-            log.warning("could not answer a read: %s", exc)
+        await self.responder.start()
 
     # -- ownership ------------------------------------------------------------------------
     async def owner(self, sid: str) -> str | None:
@@ -101,13 +60,16 @@ class SessionReads:
         if await self.owner(sid) != user:
             raise Refused(f"user {user} has no session {sid}; `computeall session list` shows yours")
 
+    async def sessions(self, request: api.ListSessions, user: str) -> api.ReadsReply:
+        return api.ReadsReply(sessions=await self.sessions_of(user))
+
     async def sessions_of(self, user: str) -> list[str]:
         """The sessions the user commanded first, oldest first (with refused creates: their status is new)."""
         sids = dict.fromkeys(command_sender(self.subjects, r.subject)[1] for r in await self.eventlog.read(self._commands(user, "*")))
         return [sid for sid in sids if await self.owner(sid) == user]
 
     # -- events ---------------------------------------------------------------------------
-    async def events(self, user: str, request: api.ReadEvents) -> api.ReadsReply:
+    async def events(self, request: api.ReadEvents, user: str) -> api.ReadsReply:
         await self._check(user, request.session_id)
         subject = self.subjects.session_evt_all(request.session_id)
         arrived = asyncio.Event()
@@ -137,19 +99,14 @@ class SessionReads:
         return api.ReadsReply(events=events)
 
     # -- objects --------------------------------------------------------------------------
-    async def send_object(self, user: str, request: api.ReadObject, inbox: str) -> None:
-        try:
-            await self._check(user, request.session_id)
-            if request.kind == "tokenizer":
-                data = await self._tokenizer(request.session_id)
-            else:
-                data = await self._checkpoint_object(request.session_id, request.object)
-        except Refused as exc:
-            await self._reply(inbox, api.ReadsReply(ok=False, error=str(exc)))
-            return
-        frames = await asyncio.to_thread(encode, request.object, "uint8", [len(data)], data, self.nc.max_payload)
-        for frame in frames:
-            await self.nc.publish(inbox, frame)
+    async def object(self, request: api.ReadObject, user: str) -> list[bytes]:
+        """The object as wire frames (a refusal is the API's reply)."""
+        await self._check(user, request.session_id)
+        if request.kind == "tokenizer":
+            data = await self._tokenizer(request.session_id)
+        else:
+            data = await self._checkpoint_object(request.session_id, request.object)
+        return await asyncio.to_thread(encode, request.object, "uint8", [len(data)], data, self.nc.max_payload)
 
     async def _session_payloads(self, sid: str) -> list:
         return [_payload(r.data) for r in await self.eventlog.read(self.subjects.session_evt_all(sid))]

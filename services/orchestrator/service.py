@@ -4,7 +4,9 @@ Several orchestrators may run at once. Commands reach one of them through a shar
 consumer; a session is driven by the one whose `SessionClaimed` made it into the log
 (appends use the session's expected sequence, so two claims cannot both land). Each
 orchestrator heartbeats; a running session whose claimant went silent is claimed by another,
-which resumes it from its last committed checkpoint.
+which resumes it from its last committed checkpoint. A standby (`--standby`, what the machines that join
+a bus run) does only that: it takes no commands and starts no queued session while an active
+orchestrator heartbeats, and becomes active itself once none has for the heartbeat timeout.
 """
 
 from __future__ import annotations
@@ -24,27 +26,19 @@ from pydantic import ValidationError
 from computeall.network import NetworkError
 from computeall.protocol import bus
 from computeall.protocol.bus_failover import TRANSIENT
-from computeall.protocol.commands import (
-    CommandEnvelope,
-    CreateSession,
-    DeleteSession,
-    PauseSession,
-    ResumeSession,
-    StartSession,
-    StopSession,
-    ValidateSession,
-)
+from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
 from computeall.protocol.events import CommandRejected, EventEnvelope, PNodeLost, SessionCreated
 from computeall.protocol.fair_share import FairShareLimits
 from computeall.protocol.limits import COMMAND_BYTES
 from computeall.protocol.session_log import SessionLog
+from computeall.protocol.session_commands import COMMANDS, decide
 from computeall.protocol.session_state import Rejected, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects, command_sender, pnode_of
 from computeall.protocol.pnode_api import Reset
-from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat
+from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat, OrchestratorBeat
 
 from .authorization import authorize, claim_new_id
 from .command_rate import Take
@@ -66,29 +60,20 @@ log = logging.getLogger("computeall.orchestrator")
 # supervisor of `computeall up` gives it this long and a little more before it kills it
 SHUTDOWN_S = 60.0
 
-# each command is one method of the session aggregate, which returns the events to record; those
-# that make a session run are given its owner's running slots (`FairShare.slots`)
-DECIDE = {
-    CreateSession: lambda state, c, actor, slots: state.create(c.config, owner=actor, start=c.start, slots=slots),
-    StartSession: lambda state, c, actor, slots: state.start(slots),
-    PauseSession: lambda state, c, actor, slots: state.pause(),
-    ResumeSession: lambda state, c, actor, slots: state.resume(c.fuse_heads, slots),
-    StopSession: lambda state, c, actor, slots: state.stop(),
-    ValidateSession: lambda state, c, actor, slots: state.validate(),
-    DeleteSession: lambda state, c, actor, slots: state.delete(),
-}
-
 
 class Orchestrator:
     def __init__(self, credential: Credential, subjects: Subjects, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
-                 limits: FairShareLimits = FairShareLimits(), grants: Grants = "authority") -> None:
+                 limits: FairShareLimits = FairShareLimits(), grants: Grants = "authority", standby: bool = False) -> None:
         self.credential = credential
+        self.standby = standby
+        self._started = time.monotonic()
         self.subjects = subjects
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.grants = grants  # how a session's PNodes come to reach its checkpoints (`session_storage`)
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}".replace(".", "-")
         self.registry = PNodeRegistry(heartbeat_timeout_s)
         self.peers: dict[str, float] = {}  # other orchestrators -> last heartbeat (monotonic)
+        self.active_peers: dict[str, float] = {}  # those of them that are not standbys
         self.sessions: dict[str, SessionLog] = {}  # every session seen created, in that order
         self.fair = FairShare(limits, self.registry, self.sessions)
         self._created_seq = 0  # the newest SessionCreated read from the log
@@ -131,6 +116,9 @@ class Orchestrator:
         lanes = Lanes()
         log.info("orchestrator %s ready on %s", self.id, ", ".join(self.credential.servers))
         while not self._stop.is_set():
+            if self._standing_by():
+                await asyncio.sleep(1.0)
+                continue
             try:
                 msgs = await commands.fetch(10, timeout=1.0)
             except (nats.errors.TimeoutError, TimeoutError):
@@ -212,13 +200,33 @@ class Orchestrator:
 
     async def _on_peer_heartbeat(self, msg) -> None:
         peer = msg.subject.rsplit(".", 1)[-1]
+        try:
+            beat = OrchestratorBeat.model_validate_json(msg.data) if msg.data else OrchestratorBeat()
+        except ValidationError:
+            return
         if peer != self.id:
             self.peers[peer] = time.monotonic()
+            if not beat.standby:
+                self.active_peers[peer] = self.peers[peer]
+
+    def _standing_by(self) -> bool:
+        """A standby stays one while an active orchestrator heartbeats (and until it had the time to hear
+        one); then it takes over for good: commands, queued sessions."""
+        if not self.standby:
+            return False
+        now = time.monotonic()
+        if now - self._started < self.heartbeat_timeout_s or any(
+                now - seen <= self.heartbeat_timeout_s for seen in self.active_peers.values()):
+            return True
+        log.warning("no active orchestrator heartbeats: this standby takes commands from now on")
+        self.standby = False
+        return False
 
     async def _heartbeat(self) -> None:
         while True:
             try:
-                await self.nc.publish(self.subjects.orchestrator_heartbeat(self.id), b"")
+                beat = OrchestratorBeat(standby=self.standby).model_dump_json().encode()
+                await self.nc.publish(self.subjects.orchestrator_heartbeat(self.id), beat)
             except nats.errors.Error as exc:
                 log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(1.0)
@@ -271,10 +279,12 @@ class Orchestrator:
                 if state.status == SessionStatus.RUNNING and (state.claimed_by == self.id or not self._alive(state.claimed_by)):
                     log.info("session %s is running without a live driver (was %s); taking it over", sid, state.claimed_by)
                     self._drive(session, takeover_from=state.claimed_by)
+                elif self._standing_by():
+                    continue  # the active orchestrator starts what waits for room
                 elif state.waits_for_capacity and self.fair.slots(state.owner).free and await self._fits(state):
                     log.info("session %s: capacity is back; resuming it", sid)
                     await self._run_again(session, state.resume_for_capacity)
-            for session in self.fair.next_to_start():
+            for session in [] if self._standing_by() else self.fair.next_to_start():
                 log.info("session %s: a running slot of %s is free; starting it", session.state.id, session.state.owner)
                 await self._run_again(session, lambda s=session: s.state.admit())
             await asyncio.sleep(1.0)
@@ -410,7 +420,9 @@ class Orchestrator:
             await check_data(self.nc, self.subjects, owner, payload.config.data)
         async with self.fair.deciding(owner):  # the owner's running count holds until the events are in
             was = session.state.status
-            events = DECIDE[type(payload)](session.state, payload, owner, self.fair.slots(owner))
+            # the aggregate's method for the command (`session_commands`); one that makes a session run
+            # is given its owner's running slots
+            events = decide(session.state, payload, owner, self.fair.slots(owner))
             if events and was == SessionStatus.NEW:
                 self.sessions.setdefault(session.state.id, session)  # seen created from here on
             await session.record(owner, events)
@@ -430,10 +442,8 @@ class Orchestrator:
 
 def _may_change(state: SessionState, command: CommandEnvelope) -> bool:
     """Whether the command may change the session, so its log must be read: an ended session changes
-    only by its deletion, once."""
-    if state.status not in TERMINAL:
-        return True
-    return isinstance(command.payload, DeleteSession) and state.status != SessionStatus.DELETED
+    only by a command its state allows (its deletion, once)."""
+    return state.status not in TERMINAL or state.status in COMMANDS[type(command.payload)].allowed
 
 
 def _command_id(msg) -> str:

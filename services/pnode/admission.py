@@ -7,7 +7,9 @@ PNode publish tensors only as itself. The plan says who produces each tensor thi
 - an activation of VNode `src`: the PNode hosting `src` in this replica, when a VNode here reads it;
 - a gradient of a local VNode's output: the PNode hosting the consumer that computed it;
 - a partial sum of a local VNode's gradients: the PNode hosting that VNode in the partner replica
-  of one level of the butterfly, over exactly the micro-batches that partner sums;
+  of one level of the butterfly, over exactly the micro-batches that partner sums; diloco's outer
+  sync of its pseudo-gradients likewise, for a step up to `overlap_steps` back (it travels while
+  they run), as large as its wire makes it (`SparseCompression.layout` for sparse messages);
 - a spot check's material: a PNode hosting the checked VNode in some replica (the checker then
   takes only the host the orchestrator named, `checks.CheckInbox`).
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from computeall.network import Graph
 from computeall.network.ops import DATA_INPUTS
 from computeall.protocol.pnode_api import LoadPlan
+from computeall.protocol.replica_sync import ReplicaSync
 from computeall.protocol.verification import CheckItem
 from computeall.protocol.wire import TensorHeader, WireError
 
@@ -73,12 +76,15 @@ class Admission:
         self._consumers = {(v, c): assignment[c] for v in local for c in graph.consumers(v) if c not in local}
         self._partners = {(v, *exchange.theirs): assignments[exchange.partner][v]
                           for exchange in plan.exchanges for v in local}
+        self._sync = plan.replicas.sync if plan.replicas else ReplicaSync()
+        self._block = len(plan.block)
         self._hosts = {v: frozenset(a[v] for a in assignments) for v in graph.order} if plan.verify else {}
         self._micros = {"train": plan.block, "val": range(plan.batches.validation_batches)}
         self._check_micros = range(plan.micro_batches)
         self.next_step = 0  # the training step this stage runs next
         self._kinds: dict[str, Callable[[TensorHeader], tuple[Route, Expected]]] = {
-            "act": self._activation, "grad": self._gradient, "sum": self._sum, "check": self._check_part,
+            "act": self._activation, "grad": self._gradient, "sum": self._sum, "outer": self._outer,
+            "check": self._check_part,
         }
 
     # -- where the stage is --------------------------------------------------------------------
@@ -119,12 +125,14 @@ class Admission:
 
     def _check_pass(self, route: TensorRoute, expected: Expected) -> None:
         first, last = (self.next_step - 1, self.next_step) if route.phase == "train" else (self.next_step,) * 2
+        if route.kind == "outer":  # it travels while the next steps run
+            first -= self._sync.overlap_steps
         if route.step < first:
             raise LateFrame(f"{expected.what} came late: that step is over")
         if route.step > last:
             raise WireError(f"{expected.what} came too early: this PNode expects {route.phase} step {last} at the latest")
         micros = self._micros[route.phase]
-        if route.kind != "sum" and route.micro not in micros:
+        if route.kind not in ("sum", "outer") and route.micro not in micros:
             raise WireError(f"{expected.what} is not for this PNode: its {route.phase} passes run micro-batches "
                             f"{micros.start}..{micros.stop - 1}")
 
@@ -154,6 +162,19 @@ class Admission:
         if partner is None:
             raise WireError(f"{what} is not expected here: no replica sends this PNode that sum")
         return route, Expected(what, (partner,), self._weight_bytes[route.src])
+
+    def _outer(self, header: TensorHeader) -> tuple[Route, Expected]:
+        route = TensorRoute.from_wire(header.key, header.meta)
+        what = (f"the outer sync of {route.src} from the replicas of micro-batches [{route.micro}, {route.micro_end}) "
+                f"after step {route.step}")
+        partner = self._partners.get((route.src, route.micro, route.micro_end)) if self._sync.mode == "diloco" else None
+        if partner is None:
+            raise WireError(f"{what} is not expected here: no replica sends this PNode that sync")
+        max_bytes = self._weight_bytes[route.src]
+        if self._sync.compression is not None:  # the messages of as many replicas as the node covers
+            replicas = (route.micro_end - route.micro) // self._block
+            max_bytes = replicas * self._sync.compression.layout(max_bytes // MAX_ELEMENT_BYTES).message_bytes
+        return route, Expected(what, (partner,), max_bytes)
 
     def _check_part(self, header: TensorHeader) -> tuple[Route, Expected]:
         route = CheckPartRoute.from_wire(header.key, header.meta)

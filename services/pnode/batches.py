@@ -19,7 +19,7 @@ from computeall.protocol.dataset_api import BatchRequest
 from computeall.protocol.dataset_client import fetch_batch
 from computeall.protocol.pnode_api import BatchSource
 from computeall.protocol.wire import Tensor
-from computeall.tensorcore.wire import tensor_from_wire
+from computeall.tensorcore.tensor_frames import tensor_from_wire
 
 TRY_S = 20.0  # a batch takes milliseconds; one not there by then was lost
 PATIENCE_S = 60.0

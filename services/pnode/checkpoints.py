@@ -49,6 +49,7 @@ class _Hashing:
 async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint) -> list[CheckpointObject]:
     store = await existing_bucket(js, request.bucket)
     objects, replica = [], _replica(stage)
+    await stage.replica_sum.settled()  # diloco: an outer step still to land is saved whole
     for vid in stage.local:
         name = object_name(request.session_id, request.step, vid, replica)
         with tempfile.TemporaryFile() as spool:
@@ -61,6 +62,7 @@ async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoin
 
 async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoint) -> None:
     """Raise `CheckpointError` when an object is missing or its digest does not match the log."""
+    stage.replica_sum.close()  # nothing of the state it replaces goes on, diloco's sync in flight included
     store = await existing_bucket(js, request.bucket)
     replica = _replica(stage)
     if not any(o.replica == replica for o in request.objects):

@@ -1,13 +1,14 @@
 """What every PNode does on the bus, whatever it computes with: membership, heartbeats, leaving,
 control requests and their status telemetry. No torch here: the real PNode (`node.PNode`) and the
-simulated one (`simulated.SimulatedPNode`) both build on it.
+simulated one (`simulated.SimulatedPNode`) both build on it, and answer control requests through
+one table (`CONTROL`: each request type and the member method that answers it).
 
 A member subscribes to its control and tensor subjects, says what it measured of itself
 (`started`, before its first heartbeat), heartbeats every `heartbeat_s` (the orchestrator records
 PNodeJoined/PNodeLeft from them), publishes a `MemorySample` every `telemetry_s` and a `StepTiming`
 per applied step, and answers each control request with a `PNodeReply`. What a request does and
-what a tensor frame means is the subclass's: `dispatch`, `on_tensor`, `memory_sample`; which frames
-are let in at all is `inbound.Inbound`'s.
+what a tensor frame means is the subclass's: its methods of `CONTROL`, `on_tensor`, `memory_sample`;
+which frames are let in at all is `inbound.Inbound`'s.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -26,12 +28,27 @@ from pydantic import TypeAdapter, ValidationError
 from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
-from computeall.protocol.pnode_api import ApplyStep, PassRequest, PNodeReply, PNodeRequest, RunStep
+from computeall.protocol.pnode_api import (
+    ApplyStep,
+    GenerateSamples,
+    LoadCheckpoint,
+    LoadPlan,
+    PassRequest,
+    PNodeReply,
+    PNodeRequest,
+    Recompute,
+    Reset,
+    RunStep,
+    RunValidation,
+    SaveCheckpoint,
+    SendCheckMaterial,
+    Unload,
+)
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
 from computeall.protocol.throughput import Throughput
 
-from .inbound import Inbound
+from .transport import Inbound
 from .step_timing import StepClock
 
 log = logging.getLogger("computeall.pnode")
@@ -44,6 +61,38 @@ class InputsNeverCame(RuntimeError):
     this PNode, which answered, from one that never does (`orchestrator/stalls.py`)."""
 
 
+class PassSuperseded(RuntimeError):
+    """A pass gave up because another took its place: its session was reloaded or unloaded, or the
+    orchestrator asked for the step again (not to be confused with the event `StepAborted`)."""
+
+
+@dataclass(frozen=True)
+class Control:
+    """How a member answers one type of control request: with which of its methods, and whether that
+    method acts on the request's session stage (it is then given the stage; a member without one
+    answers `PNodeReply.no_plan`)."""
+
+    method: str
+    on_stage: bool = False
+
+
+# Every control request and the method that answers it, for every kind of member: `BusMember` answers
+# what is the same for all, each kind (`node.PNode`, `simulated.SimulatedPNode`) the rest.
+CONTROL: dict[type[PNodeRequest], Control] = {
+    Reset: Control("reset"),
+    LoadPlan: Control("load_plan"),  # each kind: builds its stage and `host`s it
+    GenerateSamples: Control("generate_samples"),  # each kind: from a checkpoint, not the stage
+    RunStep: Control("run_step", on_stage=True),
+    ApplyStep: Control("apply_step", on_stage=True),
+    RunValidation: Control("run_validation", on_stage=True),
+    SaveCheckpoint: Control("save_checkpoint", on_stage=True),  # each kind
+    LoadCheckpoint: Control("load_checkpoint", on_stage=True),  # each kind
+    SendCheckMaterial: Control("send_check_material", on_stage=True),  # each kind: a spot check's host
+    Recompute: Control("recompute", on_stage=True),  # each kind: a spot check's checker
+    Unload: Control("unload", on_stage=True),
+}
+
+
 def pass_deadline(request: PassRequest, step_deadline_s: float) -> float:
     """How long a pass may wait for its inputs: the PNode's own limit, or sooner when the orchestrator says."""
     return min(step_deadline_s, request.give_up_s or step_deadline_s)
@@ -51,11 +100,11 @@ def pass_deadline(request: PassRequest, step_deadline_s: float) -> float:
 
 class BusMember:
     # what a failed request raises: answered with ok=False and the reason, never a crash
-    failures: tuple[type[BaseException], ...] = (KeyError, ValueError, RuntimeError, nats.errors.Error)
+    failures: tuple[type[BaseException], ...] = (KeyError, ValueError, RuntimeError, nats.errors.Error, PassSuperseded)
 
     def __init__(self, credential: Credential, memory_bytes: int, device: str, subjects: Subjects,
                  heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0,
-                 fault: FaultSpec | None = None) -> None:
+                 fault: FaultSpec | None = None, step_deadline_s: float = 600.0) -> None:
         self.credential = credential
         self.name = credential.name  # the identity the server knows it by: its subjects carry it
         self.memory_bytes = memory_bytes
@@ -63,6 +112,7 @@ class BusMember:
         self.subjects = subjects
         self.heartbeat_s = heartbeat_s
         self.telemetry_s = telemetry_s
+        self.step_deadline_s = step_deadline_s  # the longest a pass waits for its inputs
         self.stages: dict = {}  # session id -> this member's stage of it
         self.inbound = Inbound(subjects, lambda session: self.stages.get(session))  # tensor frames, checked
         self.pending = 0
@@ -77,10 +127,45 @@ class BusMember:
         self.fault = fault  # a testing option, from the command line only (`protocol/faults.py`)
         self.nc: NATS
 
-    # -- what a kind of PNode decides ------------------------------------------------
-    async def dispatch(self, request) -> PNodeReply:
-        raise NotImplementedError
+    # -- control requests: `CONTROL` -------------------------------------------------------
+    async def dispatch(self, request: PNodeRequest) -> PNodeReply:
+        control = CONTROL[type(request)]
+        answer = getattr(self, control.method)
+        if not control.on_stage:
+            return await answer(request)
+        stage = self.stages.get(request.session_id)
+        if stage is None:
+            return PNodeReply.no_plan(self.name, request.session_id)
+        return await answer(stage, request)
 
+    async def reset(self, request: Reset) -> PNodeReply:
+        for stage in self.stages.values():
+            stage.abort()
+        self.stages.clear()
+        log.info("reset: dropped every session (this PNode had been declared lost)")
+        return PNodeReply(ok=True, pnode=self.name)
+
+    def host(self, session_id: str, stage) -> None:
+        """`stage` is the session's from now on; a pass of the one it replaces gives up."""
+        old = self.stages.get(session_id)
+        if old is not None:
+            old.abort()
+        self.stages[session_id] = stage
+
+    async def run_step(self, stage, request: RunStep) -> PNodeReply:
+        return await stage.run_step(request, pass_deadline(request, self.step_deadline_s))
+
+    async def apply_step(self, stage, request: ApplyStep) -> PNodeReply:
+        return await stage.apply(request)
+
+    async def run_validation(self, stage, request: RunValidation) -> PNodeReply:
+        return await stage.run_validation(request, pass_deadline(request, self.step_deadline_s))
+
+    async def unload(self, stage, request: Unload) -> PNodeReply:
+        self.stages.pop(request.session_id).abort()
+        return PNodeReply(ok=True, pnode=self.name)
+
+    # -- what a kind of PNode decides beside its answers ---------------------------------
     async def on_tensor(self, msg) -> None:
         raise NotImplementedError
 

@@ -16,18 +16,7 @@ from computeall.network.memory_model import StepShape, hosting_bytes
 from computeall.protocol.credentials import Credential
 from computeall.protocol.dataset_api import pnode_batch_subject
 from computeall.protocol.pnode_api import (
-    ApplyStep,
-    GenerateSamples,
-    LoadCheckpoint,
-    LoadPlan,
-    PNodeReply,
-    Recompute,
-    SendCheckMaterial,
-    RunStep,
-    Reset,
-    RunValidation,
-    SaveCheckpoint,
-    Unload,
+    GenerateSamples, LoadCheckpoint, LoadPlan, PNodeReply, Recompute, SaveCheckpoint, SendCheckMaterial,
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, VNodeMemory
@@ -36,17 +25,17 @@ from computeall.tensorcore.backend import device_memory, map_large_allocations
 from computeall.tensorcore.checkpoint import CheckpointError
 from computeall.tensorcore.digest import received_digest
 from computeall.protocol.faults import FaultSpec
-from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
+from computeall.tensorcore.tensor_frames import tensor_frames, tensor_from_wire
 
 from . import checkpoints, checks, sampling, throughput
 from .batches import BatchFeed
 from .faults import Faults
 from .lean_memory import wants_lean_memory
-from .member import BusMember, pass_deadline
+from .member import BusMember
 from .memory import bytes_by_category, vnode_memory
-from .outbox import Link
+from .transport import Link
 from .routing import CheckPartRoute, TensorRoute
-from .stage import SessionStage, StepAborted
+from .stage import SessionStage
 
 log = logging.getLogger("computeall.pnode")
 
@@ -54,7 +43,7 @@ REMEASURE_S = 120.0  # how often a PNode hosting nothing measures its link again
 
 
 class PNode(BusMember):
-    failures = BusMember.failures + (StepAborted, CheckpointError)
+    failures = BusMember.failures + (CheckpointError,)
 
     def __init__(
         self,
@@ -67,9 +56,8 @@ class PNode(BusMember):
         telemetry_s: float = 2.0,
         fault: FaultSpec | None = None,
     ) -> None:
-        super().__init__(credential, memory_bytes, str(device), subjects, heartbeat_s, telemetry_s, fault)
+        super().__init__(credential, memory_bytes, str(device), subjects, heartbeat_s, telemetry_s, fault, step_deadline_s)
         self.device = device
-        self.step_deadline_s = step_deadline_s
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-compute")
         # frames in and out (digests, copies, decoding) on their own thread: off the event loop and
         # off the compute thread, so sending and receiving overlap compute
@@ -116,61 +104,43 @@ class PNode(BusMember):
     def beat(self, left: bool = False) -> Heartbeat:
         return super().beat(left).model_copy(update={"threads": torch.get_num_threads(), "process_bytes": self.process_bytes})
 
-    # -- control requests ---------------------------------------------------------
-    async def dispatch(self, request) -> PNodeReply:
-        if isinstance(request, Reset):
-            for stage in self.stages.values():
-                stage.abort()
-            self.stages.clear()
-            log.info("reset: dropped every session (this PNode had been declared lost)")
-            return PNodeReply(ok=True, pnode=self.name)
-        if isinstance(request, LoadPlan):
-            def feeds(split: str, micro_batches: int) -> BatchFeed:
-                return BatchFeed(self.nc, pnode_batch_subject(self.subjects, self.name), request.session_id, request.batches,
-                                 split, micro_batches)
+    # -- control requests (`member.CONTROL`) ----------------------------------------------
+    async def load_plan(self, request: LoadPlan) -> PNodeReply:
+        def feeds(split: str, micro_batches: int) -> BatchFeed:
+            return BatchFeed(self.nc, pnode_batch_subject(self.subjects, self.name), request.session_id, request.batches,
+                             split, micro_batches)
 
-            stage = await asyncio.get_running_loop().run_in_executor(
-                self.executor,
-                lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link(), self.faults),
-            )
-            old = self.stages.get(request.session_id)
-            if old is not None:
-                old.abort()
-            self.stages[request.session_id] = stage
-            log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
-            shape = StepShape(request.batches.micro_batch_size, len(request.block), request.optimizer.state)
-            if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, shape,
-                                                          hosting_bytes(self.memory_bytes, self.process_bytes)):
-                self.lean_memory = map_large_allocations()
-                log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)", request.session_id)
-            return PNodeReply(ok=True, pnode=self.name)
-        if isinstance(request, GenerateSamples):  # reads a checkpoint, not the stage: off the compute executor
-            samples = await sampling.generate(self.js, request, self.sampling_executor)
-            return PNodeReply(ok=True, pnode=self.name, step=request.step, samples=samples)
-        stage = self.stages.get(request.session_id)
-        if stage is None:
-            return PNodeReply.no_plan(self.name, request.session_id)
-        if isinstance(request, RunStep):
-            return await stage.run_step(request, pass_deadline(request, self.step_deadline_s))
-        if isinstance(request, ApplyStep):
-            return await stage.apply(request)
-        if isinstance(request, RunValidation):
-            return await stage.run_validation(request, pass_deadline(request, self.step_deadline_s))
-        if isinstance(request, SaveCheckpoint):
-            saved = await checkpoints.save(self.js, stage, request)
-            return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=saved)
-        if isinstance(request, LoadCheckpoint):
-            await checkpoints.load(self.js, stage, request)
-            stage.rolled_back(request.step)
-            return PNodeReply(ok=True, pnode=self.name, step=request.step)
-        if isinstance(request, SendCheckMaterial):
-            return await checks.send_material(stage, request, self._send_check_part)
-        if isinstance(request, Recompute):
-            return await checks.run_check(stage, request, self.step_deadline_s, self.check_executor)
-        if isinstance(request, Unload):
-            self.stages.pop(request.session_id).abort()
-            return PNodeReply(ok=True, pnode=self.name)
-        raise ValueError(f"unknown request {request!r}")
+        stage = await asyncio.get_running_loop().run_in_executor(
+            self.executor,
+            lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link(), self.faults),
+        )
+        self.host(request.session_id, stage)
+        log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
+        shape = StepShape(request.batches.micro_batch_size, len(request.block), request.optimizer.state)
+        if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, shape,
+                                                      hosting_bytes(self.memory_bytes, self.process_bytes)):
+            self.lean_memory = map_large_allocations()
+            log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)", request.session_id)
+        return PNodeReply(ok=True, pnode=self.name)
+
+    async def generate_samples(self, request: GenerateSamples) -> PNodeReply:
+        samples = await sampling.generate(self.js, request, self.sampling_executor)  # off the compute executor
+        return PNodeReply(ok=True, pnode=self.name, step=request.step, samples=samples)
+
+    async def save_checkpoint(self, stage: SessionStage, request: SaveCheckpoint) -> PNodeReply:
+        saved = await checkpoints.save(self.js, stage, request)
+        return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=saved)
+
+    async def load_checkpoint(self, stage: SessionStage, request: LoadCheckpoint) -> PNodeReply:
+        await checkpoints.load(self.js, stage, request)
+        stage.rolled_back(request.step)
+        return PNodeReply(ok=True, pnode=self.name, step=request.step)
+
+    async def send_check_material(self, stage: SessionStage, request: SendCheckMaterial) -> PNodeReply:
+        return await checks.send_material(stage, request, self._send_check_part)
+
+    async def recompute(self, stage: SessionStage, request: Recompute) -> PNodeReply:
+        return await checks.run_check(stage, request, self.step_deadline_s, self.check_executor)
 
     # -- tensors --------------------------------------------------------------------
     def _link(self) -> Link:

@@ -1,54 +1,43 @@
-"""A step's gradients summed over the data-parallel replicas, PNode to PNode, along the micro-batch tree.
+"""How this stage's replicas keep together: a step's gradients summed over the data-parallel replicas,
+PNode to PNode, along the micro-batch tree; or diloco's outer syncs (`outer_sync.py`).
 
 Each replica sums its own block of micro-batches (`MicroGradients`). As soon as a VNode's block sum
 is final, this PNode runs the butterfly of `micro_tree.exchanges` for it with the PNodes hosting
-that VNode in the other replicas: at each level it sends its partial sum (the VNode's parameter
-gradients as one flat tensor), receives its partner's, and both add left + right. After log2(R)
-levels every replica holds the step's gradient, with the bits of one replica summing everything,
-and applies the same update. The sums of different VNodes overlap each other and the rest of the
-backward pass; nothing goes through the orchestrator. The sums travel through an outbox of their
-own (not the pass's), so their bytes are counted apart from activations'. With diloco the same
-butterfly sums the replicas' pseudo-gradients at each outer step instead, in a wire format
-(`wire_formats.py`: bf16 or int8 blocks) that both partners decode before adding (`outer_step`).
+that VNode in the other replicas (`butterfly.summed`): at each level it sends its partial sum (the
+VNode's parameter gradients as one flat tensor), receives its partner's, and both add left + right.
+After log2(R) levels every replica holds the step's gradient, with the bits of one replica summing
+everything, and applies the same update. The sums of different VNodes overlap each other and the
+rest of the backward pass; nothing goes through the orchestrator. The sums travel through an outbox
+of their own (not the pass's), so their bytes are counted apart from activations'. With diloco
+nothing is summed per step: `outer_step` hands each step's end to the outer sync.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable
 
 import torch
 
 from computeall.protocol.micro_tree import Exchange
 from computeall.protocol.pnode_api import LoadPlan
 from computeall.tensorcore.diloco import OuterOptimizer
-from computeall.tensorcore.micro_gradients import add_parts
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
-from computeall.tensorcore.wire_formats import Encoded, WireFormat, wire_format
+from computeall.tensorcore.wire_formats import Encoded
 
+from . import butterfly
+from .butterfly import Compute, SumAborted
 from .member import InputsNeverCame
-from .outbox import Link, Outbox
+from .outer_sync import OuterSync
+from .transport import Link, Outbox
 from .routing import PartialSumKey, TensorRoute
-
-Compute = Callable[..., Awaitable]
-
-
-class SumAborted(RuntimeError):
-    pass
-
 
 def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
     dtypes = {g.dtype for g in grads}
     if len(dtypes) != 1:
         raise ValueError(f"a VNode's parameters share one precision; these gradients have {sorted(map(str, dtypes))}")
     return torch.cat([g.reshape(-1) for g in grads])
-
-
-def _in_fp32(mine: Encoded, theirs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both partners' pseudo-gradients as they travelled, widened to fp32 for the addition."""
-    return mine.decode().float(), theirs.float()
 
 
 class ReplicaSum:
@@ -62,7 +51,8 @@ class ReplicaSum:
         self.assignments = replicas.assignments if replicas else [plan.assignment]
         self.exchanges: list[Exchange] = plan.exchanges
         self.sync = replicas.sync if replicas else None
-        self.outer = OuterOptimizer(optimizer, self.sync) if self.sync and self.sync.mode == "diloco" else None
+        diloco = self.sync is not None and self.sync.mode == "diloco"
+        self.outer_sync = OuterSync(plan, runtime, optimizer, link, compute) if diloco else None
         self.inbox: dict[PartialSumKey, torch.Tensor] = {}
         self.arrived = asyncio.Event()
         self.tasks: dict[str, asyncio.Future] = {}
@@ -75,7 +65,16 @@ class ReplicaSum:
         """Each step's gradients are summed over the replicas (not diloco, not one replica alone)."""
         return self.sync is not None and self.sync.mode == "gradients"
 
+    @property
+    def outer(self) -> OuterOptimizer | None:
+        """diloco's outer state (part of each VNode's checkpoint), or None."""
+        return self.outer_sync.outer if self.outer_sync else None
+
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
+        if route.kind == "outer":
+            if self.outer_sync is not None:
+                self.outer_sync.receive(route, tensor)
+            return
         if route.step < self.step:
             return  # of a step already summed or abandoned
         self.inbox[route.inbox_key] = tensor
@@ -126,38 +125,22 @@ class ReplicaSum:
         self.outbox.clear()
         self.arrived.set()
 
-    async def outer_step(self, step: int) -> int:
-        """diloco, after `step`'s inner update when it ends a round: sum every VNode's pseudo-gradient
-        over the replicas and take the outer step; the bytes this PNode sent."""
-        if self.outer is None or not self.sync.is_outer_step(step):
-            return 0
+    def close(self) -> None:
+        """The stage is let go or its state replaced: nothing in flight goes on, diloco's sync included."""
         self.abort()
-        self.give_up = time.monotonic() + self.deadline_s
-        self.tasks = {vid: asyncio.ensure_future(self._outer(step, vid)) for vid in self.runtime.order
-                      if self.runtime.gradients.owned.get(vid)}
-        return await self.finish()
+        if self.outer_sync is not None:
+            self.outer_sync.close()
 
-    async def _outer(self, step: int, vid: str) -> None:
-        names = self.runtime.gradients.owned[vid]
-        delta = await self.compute(self.outer.pseudo_gradient, names)
-        total = await self._all_reduce(step, vid, delta, wire=wire_format(self.sync.wire))
-        await self.compute(self.outer.step, names, total, len(self.assignments))
+    async def settled(self) -> None:
+        """diloco: the outer sync in flight has arrived, so a checkpoint holds its step still to land."""
+        if self.outer_sync is not None:
+            await self.outer_sync.settled(self.deadline_s)
 
-    async def _all_reduce(self, step: int, vid: str, total: torch.Tensor, wire: WireFormat | None = None) -> torch.Tensor:
-        """The butterfly: `total` summed over the replicas, the same bits on each. With a `wire` format,
-        what is sent is encoded, and both sides add the decoded values (in fp32)."""
-        for exchange in self.exchanges:
-            encoded = Encoded.raw(total) if wire is None else await self.compute(wire.encode, total)
-            route = TensorRoute.partial_sum(self.session, step, vid, *exchange.mine)
-            self.outbox.put(self.assignments[exchange.partner][vid], encoded, route)
-            theirs = await self._take(PartialSumKey("train", step, vid, *exchange.theirs))
-            if theirs.shape != encoded.shape or theirs.dtype != encoded.dtype:
-                raise SumAborted(f"step {step}: replica {exchange.partner} sent {vid}'s sum as {theirs.dtype} "
-                                 f"{list(theirs.shape)}, this replica's is {encoded.dtype} {list(encoded.shape)}")
-            if wire is not None:  # both sides add what travelled, never their own unrounded sum
-                total, theirs = await self.compute(_in_fp32, encoded, theirs)
-            total = await self.compute(exchange.combine, total, theirs, add_parts)
-        return total
+    async def outer_step(self, step: int) -> int:
+        """diloco, after `step`'s inner update: start or land an outer sync; the bytes this PNode sent."""
+        if self.outer_sync is None:
+            return 0
+        return await self.outer_sync.after_update(step, self.deadline_s)
 
     async def _sum(self, step: int, vid: str, flat: torch.Tensor | None) -> None:
         params = self.runtime.gradients.params
@@ -166,7 +149,16 @@ class ReplicaSum:
             return  # no gradient anywhere (the same on every replica: it is the graph's doing)
         if flat is None:
             flat = await self.compute(flatten, [params[n].grad for n in names])
-        total = await self._all_reduce(step, vid, flat)
+
+        def send(exchange: Exchange, encoded: Encoded) -> None:
+            route = TensorRoute.partial_sum(self.session, step, vid, *exchange.mine)
+            self.outbox.put(self.assignments[exchange.partner][vid], encoded, route)
+
+        async def take(exchange: Exchange) -> torch.Tensor:
+            return await self._take(PartialSumKey("train", step, vid, *exchange.theirs))
+
+        total = await butterfly.summed(f"step {step}: the sum of {vid}'s gradients", self.exchanges, flat, send, take,
+                                       self.compute)
         offset = 0
         for n in names:
             p = params[n]

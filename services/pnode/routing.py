@@ -4,7 +4,8 @@ A forward pass sends each VNode's output (an activation) to every PNode hosting 
 consumers; the backward pass sends each consumer's gradient of that output back to its
 producer, one per consumer (they are summed on the producer's side, in graph order). With
 replicas, a VNode's partial sum of gradients over some micro-batches goes to the PNode hosting
-that VNode in another replica (`replica_sum.py`). The route
+that VNode in another replica (`replica_sum.py`), and so does diloco's outer sync of its
+pseudo-gradients (`outer_sync.py`), named by the micro-batches of the replicas it covers. The route
 travels as the frame's `meta` (docs/protocol.md, "Tensor frames"); the receiving stage files the
 tensor under the route's key until the work item that reads it runs.
 """
@@ -41,8 +42,9 @@ class ActivationKey:
 
 @dataclass(frozen=True)
 class PartialSumKey:
-    """In a replica sum's inbox: another replica's sum of VNode `src`'s parameter gradients (or, with
-    diloco, pseudo-gradients) over micro-batches [lo, hi) of a step."""
+    """In a replica sum's inbox: another replica's sum of VNode `src`'s parameter gradients over
+    micro-batches [lo, hi) of a step; in an outer sync's, the replicas' pseudo-gradients (summed, or
+    their messages side by side) of the replicas running those micro-batches, from the step's end."""
 
     phase: str
     step: int
@@ -69,17 +71,17 @@ class TensorRoute(BaseModel):
     phase: Phase
     step: int
     micro: int
-    kind: Literal["act", "grad", "sum"]
-    src: str  # the VNode whose output this is (a gradient: of that output; a sum: of its parameters)
+    kind: Literal["act", "grad", "sum", "outer"]
+    src: str  # the VNode whose output this is (a gradient: of that output; a sum or outer sync: of its parameters)
     consumer: str | None = None  # a gradient: the VNode that computed it
-    micro_end: int | None = None  # a sum: over micro-batches [micro, micro_end)
+    micro_end: int | None = None  # a sum or outer sync: over micro-batches [micro, micro_end)
 
     @model_validator(mode="after")
     def _gradients_name_their_consumer(self) -> TensorRoute:
         if self.kind == "grad" and self.consumer is None:
             raise ValueError("a gradient names its consumer")
-        if self.kind == "sum" and (self.micro_end is None or self.micro_end <= self.micro):
-            raise ValueError("a sum names the micro-batches [micro, micro_end) it covers")
+        if self.kind in ("sum", "outer") and (self.micro_end is None or self.micro_end <= self.micro):
+            raise ValueError(f"a {self.kind} names the micro-batches [micro, micro_end) it covers")
         return self
 
     @classmethod
@@ -93,6 +95,11 @@ class TensorRoute(BaseModel):
     @classmethod
     def partial_sum(cls, session: str, step: int, src: str, lo: int, hi: int) -> TensorRoute:
         return cls(session=session, phase="train", step=step, micro=lo, kind="sum", src=src, micro_end=hi)
+
+    @classmethod
+    def outer_sync(cls, session: str, step: int, src: str, lo: int, hi: int) -> TensorRoute:
+        """diloco: the outer sync that starts after `step`, of the replicas running micro-batches [lo, hi)."""
+        return cls(session=session, phase="train", step=step, micro=lo, kind="outer", src=src, micro_end=hi)
 
     @classmethod
     def from_wire(cls, key: str, meta: dict) -> TensorRoute:
@@ -110,7 +117,7 @@ class TensorRoute(BaseModel):
     def wire_key(self) -> str:
         """The frames' key: unique per tensor in flight, so chunks of two tensors never mix."""
         base = f"{self.session}/{self.phase}/{self.step}/{self.micro}/{self.kind}/{self.src}"
-        if self.kind == "sum":
+        if self.kind in ("sum", "outer"):
             return f"{base}/{self.micro_end}"
         return base if self.consumer is None else f"{base}/{self.consumer}"
 
@@ -118,7 +125,7 @@ class TensorRoute(BaseModel):
     def inbox_key(self) -> ActivationKey | GradientKey | PartialSumKey:
         if self.kind == "act":
             return ActivationKey(self.phase, self.step, self.micro, self.src)
-        if self.kind == "sum":
+        if self.kind in ("sum", "outer"):
             return PartialSumKey(self.phase, self.step, self.src, self.micro, self.micro_end)
         return GradientKey(self.phase, self.step, self.micro, self.src, self.consumer)
 

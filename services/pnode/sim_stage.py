@@ -21,15 +21,11 @@ from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunSt
 
 from . import sim_model
 from .admission import Admission
-from .member import InputsNeverCame
+from .member import InputsNeverCame, PassSuperseded
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 
 # (pnode to send to, the tensor's real byte count, its route) -> sent
 SendPlaceholder = Callable[[str, int, TensorRoute], Awaitable[None]]
-
-
-class SimulatedStepAborted(RuntimeError):
-    pass
 
 
 class SimulatedStage:
@@ -126,7 +122,7 @@ class SimulatedStage:
             except asyncio.TimeoutError:
                 pass
             if self.current != pass_id:
-                raise SimulatedStepAborted(f"{pass_id} was superseded by {self.current}")
+                raise PassSuperseded(f"{pass_id} was superseded by {self.current}")
         return time.monotonic() - t0
 
     async def _compute(self, seconds: float) -> float:

@@ -21,16 +21,7 @@ from computeall.protocol import wire
 from computeall.protocol.credentials import Credential
 from computeall.protocol.object_store import CheckpointObject, existing_bucket
 from computeall.protocol.pnode_api import (
-    ApplyStep,
-    GenerateSamples,
-    LoadCheckpoint,
-    LoadPlan,
-    PNodeReply,
-    Reset,
-    RunStep,
-    RunValidation,
-    SaveCheckpoint,
-    Unload,
+    ApplyStep, GenerateSamples, LoadCheckpoint, LoadPlan, PNodeReply, Recompute, SaveCheckpoint, SendCheckMaterial,
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, MemorySample
@@ -38,12 +29,13 @@ from computeall.protocol.throughput import Throughput
 
 from . import sim_model
 from .checkpoint_objects import CheckpointObjectError, fetch, object_name
-from .member import BusMember, pass_deadline
+from .member import BusMember
 from .routing import TensorRoute
-from .sim_stage import SimulatedStage, SimulatedStepAborted
+from .sim_stage import SimulatedStage
 
 PLACEHOLDER_BYTES = 16  # what a placeholder tensor carries; its meta names the real count
 DEVICE = "simulated"
+NO_SPOT_CHECKS = "a simulated PNode runs no spot checks; leave verification off"
 
 
 class SimulatedCheckpoint(BaseModel):
@@ -59,15 +51,12 @@ class SimulatedCheckpoint(BaseModel):
 
 
 class SimulatedPNode(BusMember):
-    failures = BusMember.failures + (SimulatedStepAborted,)
-
     def __init__(self, credential: Credential, memory_bytes: int, subjects: Subjects, flops_per_s: float,
                  full_tensors: bool = False, step_deadline_s: float = 600.0,
                  heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0) -> None:
-        super().__init__(credential, memory_bytes, DEVICE, subjects, heartbeat_s, telemetry_s)
+        super().__init__(credential, memory_bytes, DEVICE, subjects, heartbeat_s, telemetry_s, step_deadline_s=step_deadline_s)
         self.flops_per_s = flops_per_s
         self.full_tensors = full_tensors
-        self.step_deadline_s = step_deadline_s
         self.stages: dict[str, SimulatedStage] = {}
         self.machine = asyncio.Lock()  # what its stages compute on, one item at a time
 
@@ -75,42 +64,19 @@ class SimulatedPNode(BusMember):
         self.throughput = Throughput(flops_per_s=self.flops_per_s, bandwidth_bytes_per_s=sim_model.BANDWIDTH_BYTES_PER_S,
                                      rtt_s=sim_model.RTT_S, measured_at=time.time())
 
-    async def dispatch(self, request) -> PNodeReply:
-        if isinstance(request, Reset):
-            for stage in self.stages.values():
-                stage.abort()
-            self.stages.clear()
-            return PNodeReply(ok=True, pnode=self.name)
-        if isinstance(request, LoadPlan):
-            old = self.stages.get(request.session_id)
-            if old is not None:
-                old.abort()
-            self.stages[request.session_id] = SimulatedStage(request, self.name, self.flops_per_s, self._send, self.machine)
-            return PNodeReply(ok=True, pnode=self.name)
-        if isinstance(request, GenerateSamples):
-            return PNodeReply(ok=False, pnode=self.name, step=request.step,
-                              error="a simulated PNode generates no samples; leave sample_every unset")
-        stage = self.stages.get(request.session_id)
-        if stage is None:
-            return PNodeReply.no_plan(self.name, request.session_id)
-        if isinstance(request, RunStep):
-            return await stage.run_step(request, pass_deadline(request, self.step_deadline_s))
-        if isinstance(request, ApplyStep):
-            return stage.apply(request)
-        if isinstance(request, RunValidation):
-            return await stage.run_validation(request, pass_deadline(request, self.step_deadline_s))
-        if isinstance(request, SaveCheckpoint):
-            return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=await self._save(stage, request))
-        if isinstance(request, LoadCheckpoint):
-            await self._load(stage, request)
-            return PNodeReply(ok=True, pnode=self.name, step=request.step)
-        if isinstance(request, Unload):
-            self.stages.pop(request.session_id).abort()
-            return PNodeReply(ok=True, pnode=self.name)
-        raise ValueError(f"unknown request {request!r}")
+    # -- control requests (`member.CONTROL`) ----------------------------------------------
+    async def load_plan(self, request: LoadPlan) -> PNodeReply:
+        self.host(request.session_id, SimulatedStage(request, self.name, self.flops_per_s, self._send, self.machine))
+        return PNodeReply(ok=True, pnode=self.name)
 
-    # -- checkpoints ------------------------------------------------------------------
-    async def _save(self, stage: SimulatedStage, request: SaveCheckpoint) -> list[CheckpointObject]:
+    async def generate_samples(self, request: GenerateSamples) -> PNodeReply:
+        return PNodeReply(ok=False, pnode=self.name, step=request.step,
+                          error="a simulated PNode generates no samples; leave sample_every unset")
+
+    async def apply_step(self, stage: SimulatedStage, request: ApplyStep) -> PNodeReply:
+        return stage.apply(request)  # modelled: no compute to wait for
+
+    async def save_checkpoint(self, stage: SimulatedStage, request: SaveCheckpoint) -> PNodeReply:
         store = await existing_bucket(self.js, request.bucket)
         objects = []
         for vid in stage.local:
@@ -121,9 +87,9 @@ class SimulatedPNode(BusMember):
             name = object_name(request.session_id, request.step, vid, suffix="sim.json")
             await store.put(name, data)
             objects.append(CheckpointObject(vnode=vid, object=name, digest=wire.digest(data), bytes=len(data)))
-        return objects
+        return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=objects)
 
-    async def _load(self, stage: SimulatedStage, request: LoadCheckpoint) -> None:
+    async def load_checkpoint(self, stage: SimulatedStage, request: LoadCheckpoint) -> PNodeReply:
         store = await existing_bucket(self.js, request.bucket)
         by_vnode = {o.vnode: o for o in request.objects}
         for vid in stage.local:
@@ -138,6 +104,13 @@ class SimulatedPNode(BusMember):
                 raise CheckpointObjectError(f"{by_vnode[vid].object} holds {saved.vnode}, not {vid}")
             stage.state[vid] = saved.state
         stage.admission.restored(request.step)
+        return PNodeReply(ok=True, pnode=self.name, step=request.step)
+
+    async def send_check_material(self, stage: SimulatedStage, request: SendCheckMaterial) -> PNodeReply:
+        raise ValueError(NO_SPOT_CHECKS)
+
+    async def recompute(self, stage: SimulatedStage, request: Recompute) -> PNodeReply:
+        raise ValueError(NO_SPOT_CHECKS)
 
     # -- tensors ----------------------------------------------------------------------
     async def _send(self, pnode: str, real_bytes: int, route: TensorRoute) -> None:
@@ -152,7 +125,7 @@ class SimulatedPNode(BusMember):
             if delivery is None:
                 return
             if not isinstance(delivery.route, TensorRoute):
-                raise wire.WireError(f"{delivery.route.wire_key!r}: a simulated PNode runs no spot checks")
+                raise wire.WireError(f"{delivery.route.wire_key!r}: {NO_SPOT_CHECKS}")
             delivery.stage.receive(delivery.route)
         except wire.WireError as exc:
             self.inbound.refused(exc)

@@ -50,8 +50,8 @@ from .audit import StepAudit
 from .batches import BatchFeed
 from .checks import CheckInbox
 from .faults import Faults
-from .member import InputsNeverCame
-from .outbox import Link, Outbox
+from .member import InputsNeverCame, PassSuperseded
+from .transport import Link, Outbox
 from .replica_sum import ReplicaSum
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 from .schedule import PassSchedule, WorkItem, default_in_flight, pass_schedule
@@ -61,10 +61,6 @@ log = logging.getLogger("computeall.pnode.stage")
 # hand a tensor in its wire form to the outbox, for a PNode: safe to call from the compute thread
 Send = Callable[[str, Encoded, TensorRoute], object]
 Summand = Callable[[str, torch.Tensor], object]  # a VNode's flat gradient is final: safe to call from the compute thread
-
-
-class StepAborted(RuntimeError):
-    pass
 
 
 @dataclass
@@ -135,7 +131,7 @@ class SessionStage:
         self.arrived.set()
         self.train_feed.forget()
         self.outbox.close()
-        self.replica_sum.abort()
+        self.replica_sum.close()
         if self.audit:
             self.audit.drop()
 
@@ -150,7 +146,7 @@ class SessionStage:
 
     # -- tensors from other PNodes --------------------------------------------
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
-        if route.kind == "sum":
+        if route.kind in ("sum", "outer"):  # between replicas
             self.replica_sum.receive(route, tensor)
             return
         if route.phase == self.current.phase and route.step < self.current.step:
@@ -302,7 +298,7 @@ class SessionStage:
 
     def _check_current(self, p: _Pass) -> None:
         if self.current != PassId(p.phase, p.step):
-            raise StepAborted(f"{p.phase} step {p.step} was superseded by {self.current}")
+            raise PassSuperseded(f"{p.phase} step {p.step} was superseded by {self.current}")
 
     # -- readiness ---------------------------------------------------------------
     def _ready(self, p: _Pass, item: WorkItem) -> bool:

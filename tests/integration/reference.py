@@ -21,7 +21,7 @@ from computeall.protocol.wire import Tensor
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.plain_gpt import GPT, GPTShape, loss_fn, vnode_names
 from computeall.tensorcore.reference_model import ReferenceModel
-from computeall.tensorcore.wire import tensor_from_wire
+from computeall.tensorcore.tensor_frames import tensor_from_wire
 
 
 @dataclass

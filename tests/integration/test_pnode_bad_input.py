@@ -10,7 +10,7 @@ import torch
 from computeall.cli.follow import follow_session, start_session
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.pnode_api import PNodeReply
-from computeall.tensorcore.wire import tensor_frames
+from computeall.tensorcore.tensor_frames import tensor_frames
 
 from .cluster import running_cluster, stdlib_corpus, wait_for_pnodes
 from .identities import connect_as

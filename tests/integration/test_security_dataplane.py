@@ -24,7 +24,7 @@ from computeall.pnode.routing import TensorRoute
 from computeall.protocol import bus, wire
 from computeall.protocol.events import Allocated
 from computeall.protocol.subjects import Subjects
-from computeall.tensorcore.wire import tensor_frames
+from computeall.tensorcore.tensor_frames import tensor_frames
 
 from .cluster import running_cluster, wait_for_pnodes
 from .sessions import config, losses, run_to_end

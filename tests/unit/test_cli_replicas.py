@@ -9,6 +9,7 @@ import pytest
 from computeall.cli.main import build_parser
 from computeall.cli.commands.run import session_config
 from computeall.cli.errors import UserError
+from computeall.protocol.replica_sync import SparseCompression
 
 NETWORK = Path(__file__).resolve().parents[2] / "examples" / "networks" / "micro-gpt.yaml"
 
@@ -21,6 +22,14 @@ def test_replicas_and_diloco_reach_the_session_config():
     config = session_config(parse("--micro-batches", "4", "--replicas", "auto", "--sync", "diloco", "--inner-steps", "7"))
     assert config.replicas == "auto" and config.sync.mode == "diloco" and config.sync.inner_steps == 7
     assert session_config(parse("--micro-batches", "4", "--replicas", "4")).replicas == 4
+    sparse = session_config(parse("--micro-batches", "4", "--replicas", "2", "--sync", "diloco", "--inner-steps", "4",
+                                  "--sparse-sync", "--overlap-steps", "1")).sync
+    assert sparse.compression == SparseCompression() and sparse.overlap_steps == 1
+
+
+def test_a_sparse_sync_without_diloco_is_refused_in_plain_words():
+    with pytest.raises(UserError, match="sync.compression and sync.overlap_steps apply to diloco's outer sync"):
+        session_config(parse("--micro-batches", "4", "--replicas", "2", "--sparse-sync"))
 
 
 def test_a_replica_count_that_would_change_the_sum_is_refused_in_plain_words():

@@ -107,7 +107,7 @@ def test_wire_per_vnode_with_a_network_default_and_its_bytes():
     edge = {(e.src, e.dst): e for e in graph.edges}
     tokens = 2 * 8  # batch 2, context 8
     assert graph.edge_bytes_per_step(edge[("embed", "n")], 2) == 2 * tokens * 16 * 2  # both ways, bf16
-    assert graph.edge_bytes_per_step(edge[("n", "head")], 2) == round(2 * tokens * 16 * (1 + 4 / 128))
+    assert graph.edge_bytes_per_step(edge[("n", "head")], 2) == 2 * tokens * (16 + 4)  # int8 and a scale per token
     plain = Graph(load_network(HEADER + EMBED + "  - {id: n, op: rmsnorm, inputs: [embed]}\n" + HEAD % "n"))
     assert plain.spec.wire == "fp32" and plain.wire("n") == "fp32"
 

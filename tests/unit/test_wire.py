@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from computeall.protocol import wire
-from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
+from computeall.tensorcore.tensor_frames import tensor_frames, tensor_from_wire
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])

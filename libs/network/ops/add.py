@@ -18,6 +18,7 @@ OP = OpSpec(
     flops_per_token=lambda p, site: 4.0 * site.features,
     activation_elements=lambda p, site: site.features,  # its output (its backward reads nothing)
     module="computeall.tensorcore.ops.add:Add",
+    llama="residual",
     example={},
     backward_reads_inputs=False,  # d(a + b) is the output's gradient, whatever a and b were
     working_bytes=lambda p, site, tokens, element: 0,

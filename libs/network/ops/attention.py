@@ -51,6 +51,8 @@ OP = width_preserving(
     flops_per_token=flops_per_token,
     activation_elements=lambda p, site: 8 * site.features,  # q, k, v, the heads' output, its projection, ...
     module="computeall.tensorcore.ops.attention:Attention",
+    generation="kv_cache",
+    llama="attention",
     working_bytes=per_token_working(10),  # q, k, v and their gradients, the tiled kernel's blocks
     example={"dim": 8, "heads": 2, "kv_heads": 1},
 )

@@ -37,5 +37,6 @@ OP = OpSpec(
     flops_per_token=flops_per_token,
     activation_elements=lambda p, site: 6 * site.features,
     module="computeall.tensorcore.ops.attention_head:AttentionHead",
+    generation="kv_cache",
     example={"dim": 8, "head_dim": 4, "head": 0},
 )

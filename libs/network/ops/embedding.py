@@ -31,6 +31,7 @@ OP = OpSpec(
     flops_per_token=lambda p, site: 2.0 * p.dim,  # a lookup, not a matmul
     activation_elements=lambda p, site: site.features,  # its output
     module="computeall.tensorcore.ops.embedding:Embedding",
+    llama="embedding",
     example={"vocab_size": 16, "dim": 8},
     param_group="embedding",  # the tied LM head's weight is this one
     # backward makes its weight's gradient dense and adds it: one weight-sized gradient more

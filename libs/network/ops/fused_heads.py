@@ -14,6 +14,11 @@ class FusedAttentionHeadsParams(OpParams):
     rope_base: float = Field(10000.0, gt=0)
     head_ids: list[str] = Field(default_factory=list, description="the per-head VNodes, in head order")
 
+    @property
+    def kv(self) -> int:
+        """The key/value heads: one per query head, as the per-head VNodes it stands for (as `AttentionParams.kv`)."""
+        return self.heads
+
 
 def check(p: FusedAttentionHeadsParams, inputs: list[str]) -> list[Problem]:
     if p.head_dim % 2:
@@ -39,5 +44,7 @@ OP = width_preserving(
     flops_per_token=flops_per_token,
     activation_elements=lambda p, site: 6 * site.features,
     module="computeall.tensorcore.ops.fused_heads:FusedAttentionHeads",
+    generation="kv_cache",
+    llama="attention",
     example={"dim": 8, "heads": 2, "head_dim": 4},
 )

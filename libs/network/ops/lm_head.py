@@ -28,6 +28,8 @@ OP = OpSpec(
     flops_per_token=lambda p, site: 6.0 * p.vocab_size * p.dim,
     activation_elements=lambda p, site: 4 * p.dim,
     module="computeall.tensorcore.ops.tied_head:LMHeadCE",
+    generation="logits",
+    llama="head",
     example={"dim": 8, "vocab_size": 16},
     is_loss=True,
 )

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, no_shape_rules, weights_flops, width_preserving
+from .spec import LlamaPart, OpParams, OpSpec, no_shape_rules, weights_flops, width_preserving
 
 
 class NormParams(OpParams):
@@ -10,7 +10,7 @@ class NormParams(OpParams):
     eps: float = Field(1e-5, gt=0)
 
 
-def _norm(name: str, module: str, weights_per_feature: int) -> OpSpec:
+def _norm(name: str, module: str, weights_per_feature: int, llama: LlamaPart | None) -> OpSpec:
     def param_count(p: NormParams) -> int:
         return weights_per_feature * p.dim
 
@@ -26,10 +26,11 @@ def _norm(name: str, module: str, weights_per_feature: int) -> OpSpec:
         module=f"computeall.tensorcore.ops.norms:{module}",
         example={"dim": 8},
         param_group="norm",
+        llama=llama,
         # it normalises in fp32 whatever its precision: five fp32 widths per token
         working_bytes=lambda p, site, tokens, element: 5 * site.features * tokens * 4,
     )
 
 
-RMSNORM = _norm("rmsnorm", "RMSNorm", 1)  # a scale
-LAYERNORM = _norm("layernorm", "LayerNorm", 2)  # a scale and a bias
+RMSNORM = _norm("rmsnorm", "RMSNorm", 1, llama="norm")  # a scale
+LAYERNORM = _norm("layernorm", "LayerNorm", 2, llama=None)  # a scale and a bias

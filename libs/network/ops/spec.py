@@ -17,6 +17,16 @@ from computeall.protocol.config import DecayGroup
 # Inputs that come from the dataset rather than from a VNode: token ids (B, T).
 DATA_INPUTS = ("data.tokens", "data.targets")
 
+# How sampling (`computeall.tensorcore.generation`) runs an op, a few new positions at a time after
+# the cached ones: "position_wise", its training module as it is (it mixes no positions); "kv_cache",
+# its module's `forward_cached(*inputs, cache, vnode)`, which attends over the KV cache (it mixes
+# positions); "logits", a loss whose module's `logits(x)` stands for it.
+Generation = Literal["position_wise", "kv_cache", "logits"]
+# What a VNode of the op is in a Hugging Face Llama (`computeall.tensorcore.hf_export` maps each part's
+# parameters onto Llama's tensors): the token embedding, an RMSNorm, self-attention, the SwiGLU MLP,
+# a residual add, the LM head.
+LlamaPart = Literal["embedding", "norm", "attention", "mlp", "residual", "head"]
+
 
 class OpParams(BaseModel):
     """The base of every op's YAML parameters: unknown fields are errors, not silently ignored."""
@@ -93,6 +103,11 @@ class OpSpec:
     # elements per token it keeps in fp32 besides `activation_elements`, whatever its precision (a norm
     # normalises in fp32); (params, site, below fp32) -> elements, below fp32 its input's fp32 copy too
     fp32_activation_elements: Callable[[Params, Site, bool], int] = lambda p, site, upcast: 0
+    # how sampling runs it (`Generation`); None: sampling refuses a network with it.
+    # tests/unit/tensorcore/test_op_generation.py runs every op both ways and compares
+    generation: Generation | None = "position_wise"
+    # its part in a Hugging Face Llama (`LlamaPart`); None: no Llama has it, so a network with it does not export
+    llama: LlamaPart | None = None
 
     def decay_group(self, ndim: int) -> DecayGroup:
         """The weight-decay group of one of this op's parameters, from its number of dimensions."""

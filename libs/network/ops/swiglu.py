@@ -27,6 +27,7 @@ OP = width_preserving(
     flops_per_token=weights_flops(param_count),
     activation_elements=activation_elements,
     module="computeall.tensorcore.ops.swiglu:SwiGLU",
+    llama="mlp",
     # gate and up (one matmul's output), their product and gradients: four and a half hidden widths
     working_bytes=lambda p, site, tokens, element: int(4.5 * p.hidden * tokens * element),
     example={"dim": 8, "hidden": 12},

@@ -48,6 +48,8 @@ OP = OpSpec(
     flops_per_token=lambda p, site: (8.0 if p.sharded else 6.0) * p.vocab_size * p.dim,
     activation_elements=lambda p, site: p.dim,  # its input's gradient, made in forward (the weight's: `working_bytes`)
     module="computeall.tensorcore.ops.tied_head:TiedLMHeadCE",
+    generation="logits",
+    llama="head",
     example={"dim": 8, "vocab_size": 16},
     is_loss=True,
     tie=TiedWeight(op="embedding", same=("vocab_size", "dim", "shard_rows")),

@@ -112,6 +112,7 @@ LM_HEAD_SHARD = OpSpec(
     flops_per_token=lambda p, site: 8.0 * p.rows * p.dim,
     activation_elements=lambda p, site: p.dim + STATS,  # its input, to recompute the logits from, and its statistics
     module="computeall.tensorcore.ops.vocab_shards:LMHeadShard",
+    generation=None,  # it reads the targets, which sampling has not
     example={"vocab_size": 16, "dim": 8, "shard_rows": 6, "shard": 2},
     tie=TiedWeight(op="embedding_shard", same=("vocab_size", "dim", "shard_rows", "shard")),
     fp32_output=True,  # the statistics, and the coefficients that come back as their gradient
@@ -128,6 +129,7 @@ SHARDED_CE = OpSpec(
     flops_per_token=lambda p, site: 12.0 * p.shards,
     activation_elements=lambda p, site: STATS * p.shards,
     module="computeall.tensorcore.ops.vocab_shards:ShardedCE",
+    generation=None,  # no logits: a loss folded from the shards' statistics
     example={"vocab_size": 16, "dim": 8, "shard_rows": 6},
     is_loss=True,
 )

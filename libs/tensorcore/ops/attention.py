@@ -19,6 +19,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return rotated.flatten(-2).to(x.dtype)
 
 
+def forward_multi_head_cached(module: nn.Module, x: torch.Tensor, cache, vid: str) -> torch.Tensor:
+    """Sampling (`OpSpec.generation` "kv_cache") of an op with `split_heads` and `proj` (attention, fused
+    heads): the new positions x (B, t, dim) attend over every cached one of `cache`
+    (`computeall.tensorcore.generation.KVCache`, which keeps only the key/value heads)."""
+    B, t, _ = x.shape
+    q, k, v = module.split_heads(x)  # (B, H, t, hd), (B, KV, t, hd), (B, KV, t, hd)
+    y = cache.attend(vid, q, k, v, module.rope_base)
+    return module.proj(y.transpose(1, 2).reshape(B, t, module.heads * module.head_dim))
+
+
 class Attention(nn.Module):
     """Causal multi-head self-attention with RoPE, all heads in one VNode.
 
@@ -58,3 +68,5 @@ class Attention(nn.Module):
             k, v = (t.repeat_interleave(self.heads // self.kv_heads, dim=1) for t in (k, v))
         y = flash_attention(q, k, v, causal=True, impl=attention_impl(x.device, self.head_dim))  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    forward_cached = forward_multi_head_cached

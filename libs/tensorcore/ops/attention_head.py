@@ -40,3 +40,8 @@ class AttentionHead(nn.Module):
         cos, sin = rope_tables(T, self.head_dim, self.rope_base, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return flash_attention(q, k, v, causal=True, impl=attention_impl(x.device, self.head_dim)).squeeze(1)  # (B, T, hd)
+
+    def forward_cached(self, x: torch.Tensor, cache, vid: str) -> torch.Tensor:
+        """Sampling: the new positions x (B, t, dim) attend over every cached one; (B, t, hd) for its concat VNode."""
+        q, k, v = (z.unsqueeze(1) for z in self.qkv(x).split(self.head_dim, dim=-1))  # (B, 1, t, hd)
+        return cache.attend(vid, q, k, v, self.rope_base).squeeze(1)

@@ -14,7 +14,7 @@ from torch import nn
 
 from computeall.kernels import flash_attention
 
-from .attention import apply_rope, rope_tables
+from .attention import apply_rope, forward_multi_head_cached, rope_tables
 
 try:  # a fixed implementation per device and shape, so every PNode computes the same numbers
     from ..kernel_choice import attention_impl
@@ -80,3 +80,5 @@ class FusedAttentionHeads(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = flash_attention(q, k, v, causal=True, impl=attention_impl(x.device, self.head_dim))  # (B, H, T, hd): every head in one call
         return self.proj(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
+
+    forward_cached = forward_multi_head_cached

@@ -35,6 +35,10 @@ class TiedLMHeadCE(nn.Module):
     def reset_parameters(self, generator: torch.Generator) -> None:
         pass
 
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Sampling: the logits (B, t, vocab) its loss is the cross-entropy of."""
+        return x @ self.weight.T
+
     def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)  # head in its own precision
         if len(self.bounds) > 1:
@@ -52,6 +56,8 @@ class LMHeadCE(nn.Module):
     def reset_parameters(self, generator: torch.Generator) -> None:
         with torch.no_grad():
             self.weight.normal_(0.0, 0.02, generator=generator)
+
+    logits = TiedLMHeadCE.logits
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return linear_cross_entropy(x, self.weight, targets.long(), reduction="sum", impl=lce_impl(x.device))

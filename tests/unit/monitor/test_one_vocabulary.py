@@ -69,10 +69,12 @@ def test_graphql_step_types_and_status_enum_follow_the_protocol():
 
 
 def test_typescript_types_take_the_vocabulary_from_the_generated_module():
+    # types.ts is graphql-codegen's (web/codegen.yml maps the schema's SessionStatus onto ./protocol's)
     types = (WEB_API / "types.ts").read_text()
-    assert 'from "./protocol"' in types
+    assert "import type { SessionStatus } from './protocol'" in types
     for word in ("requested", "rejected", *(s.value for s in SessionStatus)):
-        assert f'"{word}"' not in types, f"types.ts spells the status {word!r}: take it from ./protocol (generated)"
+        assert f'"{word}"' not in types and f"'{word}'" not in types, \
+            f"types.ts spells the status {word!r}: take it from ./protocol (generated)"
 
 
 @pytest.mark.parametrize("name", sorted(HANDLERS))

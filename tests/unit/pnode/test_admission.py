@@ -14,7 +14,7 @@ import torch
 from computeall.cli.security.roles import permissions
 from computeall.pnode.admission import Admission, LateFrame
 from computeall.pnode.checks import CheckInbox, Part
-from computeall.pnode.inbound import Inbound
+from computeall.pnode.transport import Inbound
 from computeall.pnode.routing import CheckPartRoute, TensorRoute
 from computeall.protocol import wire
 from computeall.protocol.config import OptimizerConfig
@@ -118,7 +118,7 @@ def test_unexpected_keys_and_routes_are_refused():
         admission.admit("a", header(act(src="b0.attn")))
     with pytest.raises(wire.WireError, match="travels under key"):
         admission.admit("a", header(act(), key="s1/train/0/0/act/b0.res2/x"))
-    with pytest.raises(wire.WireError, match="kind 'weights' is none of act, grad, sum, check"):
+    with pytest.raises(wire.WireError, match="kind 'weights' is none of act, grad, sum, outer, check"):
         admission.admit("a", header(SimpleNamespace(wire_key="k", wire_meta=lambda: {"session": "s1", "kind": "weights"})))
     with pytest.raises(wire.WireError, match="incomplete routing metadata"):
         admission.admit("a", header(SimpleNamespace(wire_key="k", wire_meta=lambda: {"session": "s1", "kind": "act"})))

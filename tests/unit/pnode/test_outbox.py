@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from computeall.pnode.outbox import Link, Outbox
+from computeall.pnode.transport import Link, Outbox
 from computeall.pnode.routing import TensorRoute
 from computeall.protocol.wire import Reassembler
 from computeall.tensorcore.wire_formats import wire_format

@@ -18,7 +18,7 @@ from computeall.protocol.faults import FaultSpec
 from computeall.protocol.pnode_api import ApplyStep, Recompute, RunStep, SendCheckMaterial
 from computeall.protocol.verification import CheckItem, KeepMaterial
 from computeall.protocol.subjects import Subjects
-from computeall.tensorcore.wire import encoded_frames
+from computeall.tensorcore.tensor_frames import encoded_frames
 from computeall.tensorcore.wire_formats import wire_format
 
 from .test_prefetch_forgotten import SESSION, plan

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from computeall.pnode import batches
+from computeall.pnode.member import PassSuperseded
 from computeall.pnode.node import PNode
-from computeall.pnode.stage import StepAborted
 from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.credentials import Credential
 from computeall.protocol.pnode_api import ApplyStep, BatchSource, LoadPlan, RunStep
@@ -90,7 +90,7 @@ async def two_steps(bus: Bus, lose_a_frame: bool) -> tuple[list, dict[str, torch
             assert bus.held and not any(t.done() for t in first), "the step waits for the lost frame"
             again = asyncio.ensure_future(all_of(bus, run))
             for try_ in first:
-                with pytest.raises(StepAborted, match="superseded"):
+                with pytest.raises(PassSuperseded, match="superseded"):
                     await asyncio.wait_for(try_, 30)
             await bus.release()  # the abandoned try's frame arrives after all
             replies = await asyncio.wait_for(again, 30)

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from computeall.cli.main import build_parser
-from computeall.cli.commands.session import EFFECTS
 from computeall.protocol.commands import DeleteSession
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import EventEnvelope, SessionFailed, SessionPaused
+from computeall.protocol.session_commands import session_verbs
 from computeall.protocol.session_state import Rejected, RunningSlots, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 
@@ -73,5 +73,6 @@ def test_a_queued_session_leaves_the_queue():
 def test_session_delete_is_a_cli_verb_waiting_for_its_effect():
     args = build_parser().parse_args(["session", "delete", "s1"])
     assert (args.verb, args.session_id) == ("delete", "s1")
-    model, effects = EFFECTS["delete"]
+    spec = session_verbs()["delete"]
+    model, effects = spec.model, spec.effects
     assert model is DeleteSession and {e.__name__ for e in effects} == {"DeleteRequested", "SessionDeleted"}

@@ -6,7 +6,9 @@ import io
 
 import torch
 
-from computeall.network import Graph, load_network
+from computeall.network import Graph, VNodeSpec, load_network
+from computeall.network.ops import OPS
+from computeall.tensorcore.ops import build_vnode
 
 TINY = """
 name: t
@@ -52,3 +54,18 @@ def saved_object(runtime, optimizer, vid: str) -> bytes:
     out = io.BytesIO()
     write_vnode(out, runtime, optimizer, vid)
     return out.getvalue()
+
+
+def example_vnode(name: str) -> torch.nn.Module:
+    """A VNode of op `name` built from its registry entry's `example` (fp32, on the CPU); a tied op is
+    handed a VNode of the op it ties to, built from that op's example with the parameters they share."""
+    op = OPS[name]
+    params = op.params.model_validate(op.example).model_dump()
+    tied, tie = {}, None
+    if op.tie is not None:
+        target = OPS[op.tie.op]
+        tied_params = {**target.params.model_validate(target.example).model_dump(), **{f: params[f] for f in op.tie.same}}
+        tie = "w"
+        tied[tie] = build_vnode(VNodeSpec(id=tie, op=op.tie.op, inputs=[], precision="fp32", params=tied_params), 0, torch.device("cpu"))
+    spec = VNodeSpec(id="v", op=name, inputs=[], tie=tie, precision="fp32", params=params)
+    return build_vnode(spec, 0, torch.device("cpu"), tied)

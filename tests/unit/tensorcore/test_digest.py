@@ -6,7 +6,7 @@ import torch
 
 from computeall.protocol import wire
 from computeall.tensorcore.digest import received_digest, tensor_digest, tensors_digest
-from computeall.tensorcore.wire import encoded_frames, tensor_frames, tensor_from_wire
+from computeall.tensorcore.tensor_frames import encoded_frames, tensor_frames, tensor_from_wire
 from computeall.tensorcore.wire_formats import wire_format
 
 

@@ -5,9 +5,10 @@ import inspect
 import pytest
 import torch
 
-from computeall.network import VNodeSpec
 from computeall.network.ops import OPS
-from computeall.tensorcore.ops import build_vnode, module_class, resolve_module
+from computeall.tensorcore.ops import module_class, resolve_module
+
+from .helpers import example_vnode
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -28,19 +29,10 @@ def test_module_path_resolves_to_a_module_taking_the_params(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_build_vnode_builds_every_op_from_its_example(name: str) -> None:
     op = OPS[name]
-    params = op.params.model_validate(op.example).model_dump()
-    tied = {}
-    tie = None
-    if op.tie is not None:
-        target = OPS[op.tie.op]
-        tied_params = {**target.params.model_validate(target.example).model_dump(), **{f: params[f] for f in op.tie.same}}
-        tie = "w"
-        tied[tie] = build_vnode(VNodeSpec(id=tie, op=op.tie.op, inputs=[], precision="fp32", params=tied_params), 0, torch.device("cpu"))
-    spec = VNodeSpec(id="v", op=name, inputs=[], tie=tie, precision="fp32", params=params)
-    module = build_vnode(spec, 0, torch.device("cpu"), tied)
+    module = example_vnode(name)
     assert isinstance(module, module_class(name))
     own = sum(p.numel() for p in module.parameters())
-    assert own == op.param_count(op.params.model_validate(params)), "the registry's param count disagrees with the module"
+    assert own == op.param_count(op.params.model_validate(op.example)), "the registry's param count disagrees with the module"
 
 
 def test_a_bad_module_path_is_a_clear_error() -> None:

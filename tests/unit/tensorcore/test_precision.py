@@ -8,7 +8,7 @@ from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.precision import DTYPES
 from computeall.tensorcore.reference_model import ReferenceModel
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
-from computeall.tensorcore.wire import tensor_frames, tensor_from_wire
+from computeall.tensorcore.tensor_frames import tensor_frames, tensor_from_wire
 from computeall.protocol import wire
 
 from .helpers import batch, tiny_graph

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from computeall.protocol import wire
-from computeall.tensorcore.wire import encoded_frames, encoded_from_wire
+from computeall.tensorcore.tensor_frames import encoded_frames, encoded_from_wire
 from computeall.tensorcore.wire_formats import WIRE_FORMATS, wire_format
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

@@ -27,3 +27,19 @@ export type Step = {
 };
 /** Columns: index i of every list is one step (what uPlot takes as is). */
 export type StepSeries = { [F in StepField]: Step[F][] };
+/** Every step metric, of one step (the `steps` subscription) and as columns (`Session.steps`). */
+export const STEP_FRAGMENT = /* GraphQL */ `fragment StepFields on Step { step ts loss tokens stepTimeS lr lossScale computeS waitS wireBytes reduceBytes gradNorm clipped }`;
+export const STEP_SERIES_FRAGMENT = /* GraphQL */ `fragment StepSeriesFields on StepSeries { step ts loss tokens stepTimeS lr lossScale computeS waitS wireBytes reduceBytes gradNorm clipped }`;
+
+/** The commands on a session that exists (the session aggregate's verbs); `Session.commands` says which it takes now. */
+export const SESSION_COMMANDS = ["start", "pause", "resume", "stop", "validate", "delete"] as const;
+export type SessionCommand = (typeof SESSION_COMMANDS)[number];
+/** Each command's mutation: `id`, and the command's own fields as optional variables. */
+export const SESSION_COMMAND_MUTATIONS: Record<SessionCommand, string> = {
+  start: /* GraphQL */ `mutation StartSession($id: ID!) { startSession(id: $id) { sessionId commandId } }`,
+  pause: /* GraphQL */ `mutation PauseSession($id: ID!) { pauseSession(id: $id) { sessionId commandId } }`,
+  resume: /* GraphQL */ `mutation ResumeSession($id: ID!, $fuseHeads: Boolean) { resumeSession(id: $id, fuseHeads: $fuseHeads) { sessionId commandId } }`,
+  stop: /* GraphQL */ `mutation StopSession($id: ID!) { stopSession(id: $id) { sessionId commandId } }`,
+  validate: /* GraphQL */ `mutation ValidateSession($id: ID!) { validateSession(id: $id) { sessionId commandId } }`,
+  delete: /* GraphQL */ `mutation DeleteSession($id: ID!) { deleteSession(id: $id) { sessionId commandId } }`,
+};

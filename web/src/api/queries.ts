@@ -1,82 +1,115 @@
-// Every GraphQL document the dashboard sends, in one place, so that they can be checked against
-// services/monitor/schema.graphql at a glance.
+// Every GraphQL document the dashboard sends, as template literals marked with a GraphQL comment. tests/unit/monitor/test_graphql_contract.py
+// validates each against services/monitor/schema.graphql, and graphql-codegen (`npm run codegen`) writes the type
+// of each result into ./types.ts, a fragment's under the fragment's name: the shapes the views use are these
+// fragments. A document names the fragments it spreads after itself (`${...}`), so the string sent is whole.
 
-import { STEP_FIELDS } from "./protocol";
+import { STEP_FRAGMENT, STEP_SERIES_FRAGMENT } from "./protocol";
 
-const SESSION_SUMMARY = "id status step plannedSteps verifies lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason";
-const STEP_COLUMNS = STEP_FIELDS.join(" ");
-const PNODE_SUMMARY =
-  "id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests hostedVNodes " +
-  "vnodeMemory { sessionId vnode params weights master optimizer gradients activations } " +
-  "throughput { flopsPerS bandwidthBytesPerS rttS } quarantinedAt quarantineReason checks { passed failed abandoned }";
+const SESSION_SUMMARY = /* GraphQL */ `fragment SessionSummary on Session {
+  id status commands step plannedSteps verifies lastLoss tokensPerS lossScale pnodes createdAt startedAt endedAt reason
+}`;
+
+const VALUE_COUNT = /* GraphQL */ `fragment ValueCount on ValueCount { value vnodes }`;
+
+const SESSION_OVERVIEW = /* GraphQL */ `fragment SessionOverview on SessionOverview {
+  network { name vnodes parameters vocabSize context precision { ...ValueCount } wire { ...ValueCount } }
+  networkProblem data split validationSplit steps batchSize microBatches microBatchSize tokensPerStep seed lrPeak
+  lrWarmupSteps lrMin betas weightDecay noDecay gradClip replicas sync syncInnerSteps schedule lossScaling verifyRate initFrom
+} ${VALUE_COUNT}`;
+
+const STEP_MARKER = /* GraphQL */ `fragment StepMarker on StepMarker { kind step ts type text }`;
+
+const SESSION_DETAIL = /* GraphQL */ `fragment SessionDetail on Session {
+  ...SessionSummary tokens bytesAcrossPerStep replicas overview { ...SessionOverview } markers { ...StepMarker }
+} ${SESSION_SUMMARY} ${SESSION_OVERVIEW} ${STEP_MARKER}`;
+
+const HOSTED_VNODE_MEMORY = /* GraphQL */ `fragment HostedVNodeMemory on VNodeMemory {
+  sessionId vnode params weights master optimizer gradients activations
+}`;
+
+const PNODE_SUMMARY = /* GraphQL */ `fragment PNodeSummary on PNode {
+  id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests
+  hostedVNodes vnodeMemory { ...HostedVNodeMemory }
+  throughput { flopsPerS bandwidthBytesPerS rttS } quarantinedAt quarantineReason checks { passed failed abandoned }
+} ${HOSTED_VNODE_MEMORY}`;
+
+const TIME_SHARE = /* GraphQL */ `fragment TimeShare on TimeShare { steps stepS compute send wait sentBytesPerStep }`;
+
+const PNODE_ROLE = /* GraphQL */ `fragment PNodeRole on PNodeRole { sessionId kind replica stage stages replicas vnodes why }`;
+
 // reads per PNode: asked for by the polled queries, not by the live subscription's snapshot every second
-const TIME_SHARE = "timeShare { steps stepS compute send wait sentBytesPerStep } roles { sessionId kind replica stage stages replicas vnodes why }";
-const OVERVIEW =
-  "overview { network { name vnodes parameters vocabSize context precision { value vnodes } wire { value vnodes } } " +
-  "networkProblem data split validationSplit steps batchSize microBatches microBatchSize tokensPerStep seed lrPeak " +
-  "lrWarmupSteps lrMin betas weightDecay noDecay gradClip replicas sync syncInnerSteps schedule lossScaling verifyRate initFrom }";
-const MARKERS = "markers { kind step ts type text }";
+const PNODE_WITH_TIME = /* GraphQL */ `fragment PNodeWithTime on PNode {
+  ...PNodeSummary timeShare { ...TimeShare } roles { ...PNodeRole }
+} ${PNODE_SUMMARY} ${TIME_SHARE} ${PNODE_ROLE}`;
 
-export const ME = "query Me { me { name } }";
+const MEMORY_POINT = /* GraphQL */ `fragment MemoryPoint on MemoryPoint { ts rssBytes gpuAllocatedBytes gpuReservedBytes pendingRequests }`;
 
-export const SESSIONS = `query Sessions { sessions { ${SESSION_SUMMARY} } }`;
+const REQUEST_STATUS = /* GraphQL */ `fragment RequestStatus on RequestStatus { sessionId request step state ts durationS }`;
 
-export const SESSION = `query Session($id: ID!) {
-  session(id: $id) { ${SESSION_SUMMARY} tokens bytesAcrossPerStep replicas ${OVERVIEW} ${MARKERS} }
-}`;
+const PNODE_DETAIL = /* GraphQL */ `fragment PNodeDetail on PNode {
+  ...PNodeWithTime memory(since: $since) { ...MemoryPoint } requests(limit: 8) { ...RequestStatus }
+} ${PNODE_WITH_TIME} ${MEMORY_POINT} ${REQUEST_STATUS}`;
 
-export const STEPS = `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: Int) {
-  session(id: $id) { steps(from: $from, to: $to, maxPoints: $maxPoints) { ${STEP_COLUMNS} } }
-}`;
+const SESSION_EVENT = /* GraphQL */ `fragment SessionEvent on Event { seq id type ts actor payload }`;
 
-export const DIAGNOSTICS = `query Diagnostics($id: ID!) {
-  session(id: $id) { pnodeThroughput { name step value } pnodeBusy { name step value } updateRatios { name step value } }
-}`;
+const NAMED_SERIES = /* GraphQL */ `fragment NamedSeries on NamedSeries { name step value }`;
 
-export const VALIDATIONS = `query Validations($id: ID!) { session(id: $id) { validations { step ts loss } } }`;
+const VALIDATION = /* GraphQL */ `fragment Validation on Validation { step ts loss }`;
 
-export const SAMPLES = `query Samples($id: ID!) {
-  session(id: $id) { samples(limit: 20) { step ts texts { prompt text tokens } } }
-}`;
+const STEP_SAMPLES = /* GraphQL */ `fragment StepSamples on StepSamples { step ts texts { prompt text tokens } }`;
+
+const VNODE = /* GraphQL */ `fragment VNode on VNode { id op params precision pnode replica }`;
+
+const EDGE = /* GraphQL */ `fragment Edge on Edge { src dst bytesPerStep crosses linkBandwidthBytesPerS }`;
+
+const LINK = /* GraphQL */ `fragment Link on Link { src dst bytesPerStep bandwidthBytesPerS latencyS }`;
+
+const TOPOLOGY = /* GraphQL */ `fragment Topology on Topology {
+  sessionId bytesAcrossPerStep replica replicas { index pnodes }
+  vnodes { ...VNode } edges { ...Edge } links { ...Link } pnodes { ...PNodeWithTime }
+} ${VNODE} ${EDGE} ${LINK} ${PNODE_WITH_TIME}`;
+
+export const ME = /* GraphQL */ `query Me { me { name } }`;
+
+export const SESSIONS = /* GraphQL */ `query Sessions { sessions { ...SessionSummary } } ${SESSION_SUMMARY}`;
+
+export const SESSION = /* GraphQL */ `query Session($id: ID!) { session(id: $id) { ...SessionDetail } } ${SESSION_DETAIL}`;
+
+export const STEPS = /* GraphQL */ `query Steps($id: ID!, $from: Int, $to: Int, $maxPoints: Int) {
+  session(id: $id) { steps(from: $from, to: $to, maxPoints: $maxPoints) { ...StepSeriesFields } }
+} ${STEP_SERIES_FRAGMENT}`;
+
+export const DIAGNOSTICS = /* GraphQL */ `query Diagnostics($id: ID!) {
+  session(id: $id) { pnodeThroughput { ...NamedSeries } pnodeBusy { ...NamedSeries } updateRatios { ...NamedSeries } }
+} ${NAMED_SERIES}`;
+
+export const VALIDATIONS = /* GraphQL */ `query Validations($id: ID!) { session(id: $id) { validations { ...Validation } } }
+${VALIDATION}`;
+
+export const SAMPLES = /* GraphQL */ `query Samples($id: ID!) { session(id: $id) { samples(limit: 20) { ...StepSamples } } }
+${STEP_SAMPLES}`;
 
 // StepCompleted is in the step charts already, and ChecksCompleted in the PNodes' check counts; hundreds of
 // thousands of them would drown the timeline (a failed check and a quarantine are events of their own)
 export const TIMELINE_HIDDEN = ["StepCompleted", "ChecksCompleted"];
-export const TIMELINE = `query Timeline($id: ID!) {
-  session(id: $id) { events(limit: 500, excludeTypes: ${JSON.stringify(TIMELINE_HIDDEN)}) { seq id type ts actor payload } }
-}`;
+export const TIMELINE = /* GraphQL */ `query Timeline($id: ID!, $hidden: [String!]) {
+  session(id: $id) { events(limit: 500, excludeTypes: $hidden) { ...SessionEvent } }
+} ${SESSION_EVENT}`;
 
-export const STEPS_LIVE = `subscription StepsLive($id: ID!) { steps(sessionId: $id) { ${STEP_COLUMNS} } }`;
+export const STEPS_LIVE = /* GraphQL */ `subscription StepsLive($id: ID!) { steps(sessionId: $id) { ...StepFields } }
+${STEP_FRAGMENT}`;
 
-export const EVENTS_LIVE = `subscription EventsLive($id: ID!) {
-  sessionEvents(sessionId: $id) { seq id type ts actor payload }
-}`;
+export const EVENTS_LIVE = /* GraphQL */ `subscription EventsLive($id: ID!) { sessionEvents(sessionId: $id) { ...SessionEvent } }
+${SESSION_EVENT}`;
 
-export const TOPOLOGY = `query Topology($id: ID!, $replica: Int) {
-  topology(sessionId: $id, replica: $replica) {
-    sessionId bytesAcrossPerStep replica replicas { index pnodes }
-    vnodes { id op params precision pnode replica }
-    edges { src dst bytesPerStep crosses linkBandwidthBytesPerS }
-    links { src dst bytesPerStep bandwidthBytesPerS latencyS }
-    pnodes { ${PNODE_SUMMARY} ${TIME_SHARE} }
-  }
-}`;
+export const TOPOLOGY_PAGE = /* GraphQL */ `query TopologyPage($id: ID!, $replica: Int) {
+  topology(sessionId: $id, replica: $replica) { ...Topology }
+} ${TOPOLOGY}`;
 
-export const PNODES = `query PNodes($since: Float, $ids: [ID!]) {
-  pnodes(ids: $ids) { ${PNODE_SUMMARY} ${TIME_SHARE} memory(since: $since) { ts rssBytes gpuAllocatedBytes gpuReservedBytes pendingRequests }
-    requests(limit: 8) { sessionId request step state ts durationS } }
-}`;
+export const PNODES = /* GraphQL */ `query PNodes($since: Float, $ids: [ID!]) { pnodes(ids: $ids) { ...PNodeDetail } }
+${PNODE_DETAIL}`;
 
 // every PNode, as the live subscription has them: the PNodes page's first load (its overview)
-export const PNODE_LIST = `query PNodeList { pnodes { ${PNODE_SUMMARY} } }`;
+export const PNODE_LIST = /* GraphQL */ `query PNodeList { pnodes { ...PNodeSummary } } ${PNODE_SUMMARY}`;
 
-export const PNODES_LIVE = `subscription PNodesLive { pnodes { ${PNODE_SUMMARY} } }`;
-
-export const SESSION_COMMAND = {
-  pause: "mutation Pause($id: ID!) { pauseSession(id: $id) { sessionId commandId } }",
-  resume: "mutation Resume($id: ID!) { resumeSession(id: $id) { sessionId commandId } }",
-  stop: "mutation Stop($id: ID!) { stopSession(id: $id) { sessionId commandId } }",
-  delete: "mutation Delete($id: ID!) { deleteSession(id: $id) { sessionId commandId } }",
-} as const;
-
-export type SessionCommand = keyof typeof SESSION_COMMAND;
+export const PNODES_LIVE = /* GraphQL */ `subscription PNodesLive { pnodes { ...PNodeSummary } } ${PNODE_SUMMARY}`;

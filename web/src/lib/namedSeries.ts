@@ -1,5 +1,6 @@
 import type uPlot from "uplot";
-import type { NamedSeries, StepSeries } from "../api/types";
+import type { StepSeries } from "../api/protocol";
+import type { NamedSeries } from "../api/types";
 
 /**
  * Lines with a name each (one per PNode, one per VNode group) as uPlot's aligned columns: the
@@ -7,11 +8,12 @@ import type { NamedSeries, StepSeries } from "../api/types";
  * PNode that joined later, a group measured at other steps).
  */
 export function alignNamed(lines: NamedSeries[]): uPlot.AlignedData {
-  const steps = [...new Set(lines.flatMap((l) => l.step))].sort((a, b) => a - b);
+  // a line's steps are never null (a NumberList may hold nulls only among the values)
+  const steps = [...new Set(lines.flatMap((l) => l.step))].filter((s) => s !== null).sort((a, b) => a - b);
   const index = new Map(steps.map((s, i) => [s, i]));
   const columns = lines.map((l) => {
     const column: (number | null)[] = new Array(steps.length).fill(null);
-    l.step.forEach((s, i) => (column[index.get(s)!] = l.value[i]));
+    l.step.forEach((s, i) => s !== null && (column[index.get(s)!] = l.value[i]));
     return column;
   });
   return [steps, ...columns];

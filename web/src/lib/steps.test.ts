@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { STEP_FIELDS } from "../api/protocol";
-import type { Step } from "../api/types";
+import { STEP_FIELDS, type Step } from "../api/protocol";
 import { appendSteps, emptySeries, tokensPerSecond } from "./steps";
 
 // every metric 0 (new StepCompleted fields included), then the ones these tests look at

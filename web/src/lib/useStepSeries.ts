@@ -2,7 +2,7 @@ import { onBeforeUnmount, ref, shallowRef } from "vue";
 import { gql } from "../api/client";
 import { STEPS, STEPS_LIVE } from "../api/queries";
 import { onReconnect, subscribe } from "../api/subscriptions";
-import type { Step, StepSeries } from "../api/types";
+import type { Step, StepSeries } from "../api/protocol";
 import { appendSteps, emptySeries } from "./steps";
 
 /** Points asked of the server: about one per pixel of a wide chart. */

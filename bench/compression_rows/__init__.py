@@ -1,0 +1,1 @@
+"""The rows of bench/compression.py, one module per direction."""
