@@ -60,7 +60,7 @@ const STEP_SAMPLES = /* GraphQL */ `fragment StepSamples on StepSamples { step t
 
 const VNODE = /* GraphQL */ `fragment VNode on VNode { id op params precision pnode replica }`;
 
-const EDGE = /* GraphQL */ `fragment Edge on Edge { src dst bytesPerStep crosses linkBandwidthBytesPerS }`;
+const EDGE = /* GraphQL */ `fragment Edge on Edge { src dst bytesPerStep fp32BytesPerStep compression crosses linkBandwidthBytesPerS }`;
 
 const LINK = /* GraphQL */ `fragment Link on Link { src dst bytesPerStep bandwidthBytesPerS latencyS }`;
 
