@@ -24,10 +24,10 @@ from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.eventlog import EventLog, ensure_streams
 from computeall.protocol.events import EventEnvelope, StepCompleted
 from computeall.protocol.membership_api import SessionHosts
-from computeall.protocol.object_store import checkpoint_bucket, open_bucket
+from computeall.protocol.object_store import checkpoint_bucket, open_bucket, put_file
 from computeall.protocol.session_log import SessionLog
 from computeall.protocol.subjects import Subjects
-from computeall.tensorcore.checkpoint import save_vnode
+from computeall.tensorcore.checkpoint import write_vnode
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
@@ -80,9 +80,12 @@ async def checkpoint(js) -> dict:
     store = await open_bucket(js, checkpoint_bucket(Subjects("ca"), SESSION))  # granted to the orchestrators below
     t0 = time.perf_counter()
     objects = {}
-    for vid in runtime.order:
-        objects[vid] = save_vnode(runtime, optimizer, vid)
-        await store.put(f"bench/{vid}.safetensors", objects[vid])
+    for vid in runtime.order:  # as a PNode saves: streamed through a file
+        with tempfile.TemporaryFile() as spool:
+            write_vnode(spool, runtime, optimizer, vid)
+            await put_file(store, f"bench/{vid}.safetensors", spool)
+            spool.seek(0)
+            objects[vid] = spool.read()
     seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     for vid, data in objects.items():

@@ -78,7 +78,8 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
                         "N spreads the network over N PNodes. Either way the same seed gives the same bits")
     p.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="each PNode's order of work (default 1f1b)")
     p.add_argument("--in-flight", type=int, default=None,
-                   help="1f1b: micro-batches a PNode holds at once (default: twice the pipeline's segments)")
+                   help="1f1b: micro-batches a PNode holds at once (default: decided at allocation, enough to cover "
+                        "the links' measured round trips and at least twice the pipeline's segments)")
     p.add_argument("--no-fuse-heads", dest="fuse_heads", action="store_false",
                    help="keep per-head attention VNodes apart (default: fuse each block's heads into one VNode)")
     p.add_argument("--replicas", type=_replicas, default=1, metavar="N|auto",

@@ -52,10 +52,11 @@ class _Moment:
 
     @classmethod
     def zeros(cls, n: int, signed: bool, device: torch.device) -> "_Moment":
-        codes = torch.empty(n, dtype=torch.uint8, device=device)
-        scale = torch.empty(blocks_of(n), dtype=torch.float32, device=device)
-        quantize(torch.zeros(n, device=device), signed, codes, scale)
-        return cls(codes, scale, signed)
+        """Zero moments: every block's codes and scale are those `quantize` gives a block of zeros, so one
+        element is quantized and its code and scale repeated (quantizing n zeros took fp32 temporaries
+        of n elements each, a large parameter's state several times over, at the start of a session)."""
+        code, scale = quantize(torch.zeros(1, device=device), signed)
+        return cls(code.expand(n).clone(), scale.expand(blocks_of(n)).clone(), signed)
 
     def read(self, start: int, stop: int) -> torch.Tensor:
         blocks = slice(start // BLOCK, blocks_of(stop))
@@ -205,11 +206,16 @@ class AdamW8bit:
             if f"{name}.step" in flat:
                 self.step_count.copy_(flat[f"{name}.step"])
 
+    def parameter_state_bytes(self) -> dict[str, dict[str, int]]:
+        """Each parameter's bytes held between updates: "master" (a low half, an fp16 weight's master),
+        "optimizer" (moments and their scales)."""
+        return {name: {"master": sum(t.numel() * t.element_size() for t in (s.low, s.master) if t is not None),
+                       "optimizer": s.exp_avg.nbytes() + s.exp_avg_sq.nbytes()} for name, s in self.states.items()}
+
     def state_bytes(self) -> dict[str, int]:
-        """Bytes held between updates: "master" (low halves, fp16's masters), "optimizer" (moments, scales, step)."""
-        master = sum(t.numel() * t.element_size() for s in self.states.values() for t in (s.low, s.master) if t is not None)
-        moments = sum(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes() for s in self.states.values())
-        return {"master": master, "optimizer": moments + 4}
+        """Bytes held between updates: every parameter's, and the step count's word ("optimizer")."""
+        held = self.parameter_state_bytes().values()
+        return {"master": sum(h["master"] for h in held), "optimizer": sum(h["optimizer"] for h in held) + 4}
 
 
 def fp32_state(flat: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -106,6 +106,13 @@ class Graph:
         on_wire = WIRE_TOKEN_BYTES.get(self.wire(edge.src), lambda features, computed: computed)
         return 2 * tokens * on_wire(edge.features, as_computed)
 
+    def edge_fp32_bytes_per_step(self, edge: Edge, batch_size: int) -> int:
+        """What the edge would carry per step as fp32 on an fp32 wire (`features` x 4 bytes a token each
+        way): the uncompressed figure the dashboard sets `edge_bytes_per_step` against."""
+        if edge.features is None:
+            return batch_size * self.spec.context * TOKEN_BYTES  # token ids are not compressed
+        return 2 * batch_size * self.spec.context * edge.features * BYTES_PER_ELEMENT["fp32"]
+
     def site(self, vid: str) -> Site:
         """Where `vid` sits, as the op's cost models see it (the sequence length, its output width)."""
         return Site(context=self.spec.context, features=self.out_features[vid] or 1)

@@ -111,7 +111,8 @@ class PipelineConfig(BaseModel):
         "gpipe: every forward, then every backward",
     )
     in_flight: int | None = Field(
-        None, ge=1, description="1f1b: micro-batches a PNode holds at once (default: twice the pipeline's segments)"
+        None, ge=1, description="1f1b: micro-batches a PNode holds at once (default: the allocator's, from the "
+        "links' measured round trips, at least twice the pipeline's segments)"
     )
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import IO
 
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, DigestMismatchError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 from pydantic import BaseModel
 
 from .bus_failover import through_failover
 from .subjects import Subjects, check_token
+from .wire import digester
 
 
 class CheckpointObject(BaseModel):
@@ -61,3 +63,55 @@ async def existing_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
     up is a JetStream call like any other: it rides out a failover of the bus (a checkpoint save
     that began while one server of three died once failed its session on this lookup's timeout)."""
     return await through_failover(lambda: js.object_store(bucket), f"opening bucket {bucket}")
+
+
+class ObjectDamaged(ValueError):
+    """A stored object is missing, or its bytes are not the ones the log recorded; the message says which."""
+
+
+class _Digesting:
+    """Where `ObjectStore.get` writes an object's chunks: they are hashed, and kept in `file` when one is given."""
+
+    def __init__(self, file: IO[bytes] | None) -> None:
+        self.file = file
+        self.hash = digester()
+
+    def write(self, chunk: bytes) -> None:
+        self.hash.update(chunk)
+        if self.file is not None:
+            self.file.write(chunk)
+
+
+async def read_checked(store: ObjectStore, bucket: str, entry: CheckpointObject, file: IO[bytes] | None) -> None:
+    """Stream `entry`'s object into `file` (or only hash it, with None), a chunk at a time: the object is
+    never whole in memory. `ObjectDamaged` when it is missing or its digest is not the log's. Rides out a
+    failover of the bus, the file rewritten from its start on each try."""
+    start = file.tell() if file is not None else 0
+
+    async def attempt() -> _Digesting:
+        if file is not None:
+            file.seek(start)
+            file.truncate()
+        sink = _Digesting(file)
+        await store.get(entry.object, writeinto=sink)
+        return sink
+
+    try:
+        sink = await through_failover(attempt, f"reading {entry.object}")
+    except ObjectNotFoundError:
+        raise ObjectDamaged(f"object {entry.object} is missing from {bucket}") from None
+    except DigestMismatchError:
+        raise ObjectDamaged(f"object {entry.object} in {bucket} is corrupted (its chunks do not add up)") from None
+    if sink.hash.hexdigest() != entry.digest:
+        raise ObjectDamaged(f"object {entry.object} in {bucket} is corrupted (digest mismatch with the log)")
+
+
+async def put_file(store: ObjectStore, name: str, file: IO[bytes]) -> None:
+    """Put `file`, from its start, as object `name`, streamed in the store's chunks; rides out a failover
+    of the bus (rewriting an object is harmless)."""
+
+    async def attempt() -> None:
+        file.seek(0)
+        await store.put(name, file)
+
+    await through_failover(attempt, f"writing {name}")

@@ -58,6 +58,24 @@ class RequestStatus(BaseModel):
     duration_s: float | None = None
 
 
+VNODE_MEMORY_KINDS = ("weights", "master", "optimizer", "gradients", "activations")
+
+
+class VNodeMemory(BaseModel):
+    """What one hosted VNode holds on its PNode, in bytes by kind (a tied weight counts under its owner)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    vnode: str
+    params: int = Field(..., ge=0, description="its parameters: any kind over this is bytes per parameter")
+    weights: int = Field(..., ge=0, description="the parameters in the VNode's precision")
+    master: int = Field(..., ge=0, description="fp32 masters of low-precision parameters (or a bf16 weight's low half)")
+    optimizer: int = Field(..., ge=0, description="Adam moments (fp32, or 8-bit codes with their scales)")
+    gradients: int = Field(..., ge=0, description="the parameters' gradients, while a step holds them")
+    activations: int = Field(..., ge=0, description="what is kept for backward: outputs, or a recomputing VNode's inputs")
+
+
 class MemorySample(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -67,9 +85,11 @@ class MemorySample(BaseModel):
     rss_bytes: int
     gpu_allocated_bytes: int | None = None
     gpu_reserved_bytes: int | None = None
-    bytes_by_category: dict[str, int] = Field(default_factory=dict)  # weights, master, optimizer, activations
+    # the sums of `vnodes` by kind, "params", and "checks" (what spot checks keep until settled)
+    bytes_by_category: dict[str, int] = Field(default_factory=dict)
     pending_requests: int = 0
     hosted_vnodes: list[str] = Field(default_factory=list)
+    vnodes: list[VNodeMemory] = Field(default_factory=list, description="each hosted VNode's bytes by kind")
 
 
 class StepTiming(BaseModel):

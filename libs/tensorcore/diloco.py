@@ -22,6 +22,8 @@ with the same anchor, and a fixed replica count always gives the same bits.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from computeall.protocol.replica_sync import ReplicaSync
@@ -97,16 +99,17 @@ class OuterOptimizer:
 
     # -- persistence (beside the VNode's weights and inner optimizer state) -----------------
     def state_dict(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """Views of the state, for a caller that serializes them before the next outer step (a checkpoint)."""
         out = {}
         for n in names:
-            out[f"{OUTER}{n}.anchor"] = self.anchor[n].clone()
+            out[f"{OUTER}{n}.anchor"] = self.anchor[n].detach()
             for kind, state in (("momentum", self.momentum), ("error", self.error), ("landing", self.landing)):
                 if n in state:
-                    out[f"{OUTER}{n}.{kind}"] = state[n].clone()
+                    out[f"{OUTER}{n}.{kind}"] = state[n].detach()
         return out
 
     @torch.no_grad()
-    def load_state_dict(self, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
+    def load_state_dict(self, names: list[str], tensors: Mapping[str, torch.Tensor]) -> None:
         """From a checkpoint; one without outer state (written without diloco) anchors at the loaded
         parameters with no momentum, no error and no step to land."""
         for n in names:

@@ -19,6 +19,7 @@ across the heads and is carried as it is. The mapping only moves rows: round tri
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 import torch
 
@@ -164,7 +165,7 @@ def group_by_vnode(state: dict[str, torch.Tensor], spec: NetworkSpec) -> dict[st
     return dict(out)
 
 
-def vnode_state(objects: dict[str, dict[str, torch.Tensor]], spec: NetworkSpec, vid: str) -> dict[str, torch.Tensor]:
+def vnode_state(objects: Mapping[str, Mapping[str, torch.Tensor]], spec: NetworkSpec, vid: str) -> dict[str, torch.Tensor]:
     """VNode `vid` of `spec`, from checkpoint objects (VNode id -> its tensors) of either topology.
 
     `objects` should hold the objects of `source_vnodes(spec, vid)` that the checkpoint has. The result

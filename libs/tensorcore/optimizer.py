@@ -165,16 +165,24 @@ class VNodeOptimizer:
                     b.step.copy_(flat[f"{name}.step"])
 
     # -- memory ------------------------------------------------------------------------
-    def state_bytes(self) -> dict[str, int]:
-        """Bytes the optimizer holds between updates, by category: masters of low-precision parameters
-        (fp32 ones, or a bf16 weight's low half; fp32 parameters are their own master: 0), Adam
-        moments (with their blocks' scales) and step counters."""
-        master = optimizer = 0
+    def parameter_state_bytes(self) -> dict[str, dict[str, int]]:
+        """Each parameter's bytes held between updates, by category: "master" (the fp32 copy of a
+        low-precision parameter, or a bf16 weight's low half; an fp32 parameter is its own: 0) and
+        "optimizer" (Adam moments, with their blocks' scales). The step counters, a word per bucket,
+        are nobody's: `state_bytes` adds them."""
+        out: dict[str, dict[str, int]] = {}
         for opt8 in self._int8:
-            held = opt8.state_bytes()
-            master, optimizer = master + held["master"], optimizer + held["optimizer"]
+            out.update(opt8.parameter_state_bytes())
         for b in self._buckets():
-            if b.master is not b.flat_param:
-                master += b.master.numel() * b.master.element_size()
-            optimizer += sum(t.numel() * t.element_size() for t in (b.exp_avg, b.exp_avg_sq, b.step))
-        return {"master": master, "optimizer": optimizer}
+            word = b.master.element_size()
+            for name, p in zip(b.names, b.params):
+                master = p.numel() * word if b.master is not b.flat_param else 0
+                out[name] = {"master": master, "optimizer": p.numel() * (b.exp_avg.element_size() + b.exp_avg_sq.element_size())}
+        return out
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes the optimizer holds between updates, by category: every parameter's
+        (`parameter_state_bytes`), and the step counters ("optimizer")."""
+        held = self.parameter_state_bytes().values()
+        steps = sum(b.step.numel() * b.step.element_size() for b in self._buckets()) + 4 * len(self._int8)
+        return {"master": sum(h["master"] for h in held), "optimizer": sum(h["optimizer"] for h in held) + steps}

@@ -174,15 +174,25 @@ class VNodeRuntime:
         norms = vnode_grad_sq_norms(self.vnode_parameters(), loss_scale)
         return norms if all(math.isfinite(v) for v in norms.values()) else None
 
-    def activation_bytes(self) -> int:
-        """Bytes kept for backward: the outputs of VNodes that keep their graph, the inputs of those that
-        recompute (in each VNode's precision; a tensor kept by several counts once)."""
-        kept = {}
-        for s in list(self._saved.values()):  # telemetry reads this while the compute thread works
+    def activation_bytes_by_vnode(self) -> dict[str, int]:
+        """Bytes kept for backward, by hosted VNode: the outputs of VNodes that keep their graph, the inputs
+        of those that recompute (in each VNode's precision). A tensor kept by several counts once, for the
+        VNode that keeps it for the earliest micro-batch, the first in graph order."""
+        kept: dict[int, tuple[str, int]] = {}
+        saved = list(self._saved.items())  # telemetry reads this while the compute thread works
+        position = {vid: i for i, vid in enumerate(self.order)}
+        for (_, vid), s in sorted(saved, key=lambda item: (item[0][0], position[item[0][1]])):
             for t in [s.output] if s.output is not None else s.args:
                 storage = t.untyped_storage()  # a leaf shares its producer's; a stand-in has one element
-                kept[storage.data_ptr()] = storage.nbytes()
-        return sum(kept.values())
+                kept.setdefault(storage.data_ptr(), (vid, storage.nbytes()))
+        out = dict.fromkeys(self.order, 0)
+        for vid, nbytes in kept.values():
+            out[vid] += nbytes
+        return out
+
+    def activation_bytes(self) -> int:
+        """All the bytes kept for backward (`activation_bytes_by_vnode`)."""
+        return sum(self.activation_bytes_by_vnode().values())
 
 
 def _stand_in(leaf: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ SESSION_SQL = (
 PNODE_FIELDS = (
     "id", "host", "os_pid", "device", "memory_bytes", "state", "joined_at", "left_at", "last_heartbeat", "rss_bytes",
     "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests", "hosted_v_nodes",
-    "throughput", "quarantined_at", "quarantine_reason",
+    "throughput", "quarantined_at", "quarantine_reason", "vnode_memory",
 )
 CHECK_COUNTS = ("passed", "failed", "abandoned")
 
@@ -166,11 +166,14 @@ def pnodes(cur: duckdb.DuckDBPyConnection, heartbeat_timeout_s: float, owner: st
         cur, PNODE_FIELDS,
         "SELECT id, host, os_pid, device, memory_bytes, state, joined_ts, left_ts, last_heartbeat, rss_bytes, "
         "gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, pending_requests, hosted_vnodes, throughput, "
-        "quarantined_ts, quarantine_reason FROM pnodes ORDER BY id",
+        "quarantined_ts, quarantine_reason, vnode_memory FROM pnodes ORDER BY id",
         [],
     )
+    own = {sid for (sid,) in cur.execute("SELECT id FROM sessions WHERE owner = ?", [owner]).fetchall()}
     now = time.time()
     for r in rows:
+        # another user's sessions are not the caller's to see, their VNodes' memory included
+        r["vnode_memory"] = [m for m in json.loads(r["vnode_memory"] or "[]") if m["session_id"] in own]
         r["bytes_by_category"] = json.loads(r["bytes_by_category"]) if r["bytes_by_category"] else None
         r["hosted_v_nodes"] = json.loads(r["hosted_v_nodes"]) if r["hosted_v_nodes"] else []
         r["throughput"] = json.loads(r["throughput"]) if r["throughput"] else None

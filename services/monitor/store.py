@@ -45,15 +45,16 @@ def apply(db: Database, con: duckdb.DuckDBPyConnection, batch: Batch, heartbeats
     if latest:
         con.execute(
             "INSERT INTO pnodes (id, state, rss_bytes, gpu_allocated_bytes, gpu_reserved_bytes, bytes_by_category, "
-            "pending_requests, hosted_vnodes, sample_ts) VALUES "
-            + ", ".join(["(?, 'live', ?, ?, ?, ?, ?, ?, ?)"] * len(latest))
+            "pending_requests, hosted_vnodes, vnode_memory, sample_ts) VALUES "
+            + ", ".join(["(?, 'live', ?, ?, ?, ?, ?, ?, ?, ?)"] * len(latest))
             + " ON CONFLICT (id) DO UPDATE SET rss_bytes = excluded.rss_bytes, "
             "gpu_allocated_bytes = excluded.gpu_allocated_bytes, gpu_reserved_bytes = excluded.gpu_reserved_bytes, "
             "bytes_by_category = excluded.bytes_by_category, pending_requests = excluded.pending_requests, "
-            "hosted_vnodes = excluded.hosted_vnodes, sample_ts = excluded.sample_ts "
+            "hosted_vnodes = excluded.hosted_vnodes, vnode_memory = excluded.vnode_memory, sample_ts = excluded.sample_ts "
             "WHERE pnodes.sample_ts IS NULL OR pnodes.sample_ts <= excluded.sample_ts",
             [v for s in latest for v in (s.pnode, s.rss_bytes, s.gpu_allocated_bytes, s.gpu_reserved_bytes,
-                                         json.dumps(s.bytes_by_category), s.pending_requests, json.dumps(s.hosted_vnodes), s.ts)],
+                                         json.dumps(s.bytes_by_category), s.pending_requests, json.dumps(s.hosted_vnodes),
+                                         json.dumps([m.model_dump() for m in s.vnodes]), s.ts)],
         )
     if heartbeats:  # one statement for all of them: hundreds of PNodes beat every second
         # not their memory: a heartbeat's is the PNode's claim; PNodeJoined's is what it may be given

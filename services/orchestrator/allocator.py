@@ -35,6 +35,7 @@ import numpy as np
 from computeall.network import Graph
 from computeall.protocol.config import OptimizerState, Stages
 
+from .in_flight import decide_in_flight
 from .step_time import PNodeCapacity, StageCosts, band_stage_time, stage_time, step_time_s
 
 __all__ = ["Allocation", "AllocationError", "PNodeCapacity", "Stage", "allocate", "bytes_across"]
@@ -70,6 +71,7 @@ class Allocation:
     bytes_across_per_step: int
     step_time_s: float = 0.0  # the estimate the allocation minimised
     standbys: tuple[str, ...] = ()  # the PNodes offered that got no stage
+    in_flight: int | None = None  # micro-batches each of its PNodes holds at once (1f1b, `in_flight.py`)
 
 
 def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_batch_size: int,
@@ -106,7 +108,9 @@ def allocate(graph: Graph, pnodes: list[PNodeCapacity], batch_size: int, micro_b
                             stage_time(costs, speed, start, end, micro_batches).busy_s))
         start = end
     standbys = tuple(p.pnode for p in order[len(cuts):])
-    return Allocation(assignment, tuple(placed), bytes_across(graph, assignment, batch_size), estimate, standbys)
+    in_flight = decide_in_flight(graph, assignment, placed, {p.pnode: p for p in pnodes}, micro_batches, micro_batch_size)
+    return Allocation(assignment, tuple(placed), bytes_across(graph, assignment, batch_size), estimate, standbys,
+                      in_flight)
 
 
 def _stage_counts(most: int) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from computeall.network import Graph
-from computeall.protocol.config import SessionConfig
+from computeall.protocol.config import PipelineConfig, SessionConfig
 from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNodePlacement
 from computeall.protocol.pnode_api import BatchSource, LoadPlan, ReplicaPlan
 
@@ -133,7 +133,7 @@ class Placement:
                 batches=batches,
                 micro_batches=config.micro_batches,
                 optimizer=config.optimizer,
-                pipeline=config.pipeline,
+                pipeline=self._pipeline(allocation, r),
                 verify=config.verify.on and config.replay_of is None,
                 replicas=ReplicaPlan(index=r, assignments=allocation.assignments, sync=config.sync)
                 if allocation.count > 1 or config.sync.mode == "diloco" else None,
@@ -160,6 +160,13 @@ class Placement:
             self.config.micro_batches, self.config.pipeline.stages, self.config.optimizer.state,
         )
 
+    def _pipeline(self, allocation: ReplicatedAllocation, replica: int) -> PipelineConfig:
+        """The session's pipeline, with the micro-batches in flight the allocation decided for this
+        replica's links (`in_flight.py`) unless the session fixed them."""
+        if self.config.pipeline.in_flight is not None:
+            return self.config.pipeline
+        return self.config.pipeline.model_copy(update={"in_flight": allocation.replicas[replica].in_flight})
+
     def _event_fields(self, allocation: ReplicatedAllocation) -> dict:
         graph, batch = self.graph, self.config.batch_size // allocation.count
         placements, edges = [], []
@@ -179,6 +186,7 @@ class Placement:
             placements=placements, edges=edges, pnodes=allocation.pnodes,
             bytes_across_per_step=allocation.bytes_across_per_step, replicas=allocation.count,
             estimated_step_s=allocation.step_time_s, standbys=allocation.standbys,
+            in_flight=[self._pipeline(allocation, r).in_flight for r in range(allocation.count)],
         )
 
 

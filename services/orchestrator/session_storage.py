@@ -18,18 +18,25 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Iterable
-from typing import IO, Literal
+from typing import Literal
 
 import nats.errors
 from nats.aio.client import Client as NATS
-from nats.js.errors import DigestMismatchError, NotFoundError, ObjectNotFoundError
+from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from computeall.protocol import bus
 from computeall.protocol.membership_api import MembershipError, host_session
-from computeall.protocol.object_store import CheckpointObject, checkpoint_bucket, existing_bucket, open_bucket
+from computeall.protocol.object_store import (
+    CheckpointObject,
+    ObjectDamaged,
+    checkpoint_bucket,
+    existing_bucket,
+    open_bucket,
+    put_file,
+    read_checked,
+)
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.wire import digester
 
 from .errors import SessionError
 
@@ -37,23 +44,6 @@ log = logging.getLogger("computeall.orchestrator.session_storage")
 
 Grants = Literal["authority", "every"]
 GRANTS: tuple[Grants, ...] = ("authority", "every")
-
-
-class ObjectDamaged(ValueError):
-    """A stored object is missing, or its bytes are not the ones the log recorded; the message says which."""
-
-
-class _Digesting:
-    """Where `ObjectStore.get` writes an object's chunks: they are hashed, and kept in `file` when one is given."""
-
-    def __init__(self, file: IO[bytes] | None) -> None:
-        self.file = file
-        self.hash = digester()
-
-    def write(self, chunk: bytes) -> None:
-        self.hash.update(chunk)
-        if self.file is not None:
-            self.file.write(chunk)
 
 
 class SessionStorage:
@@ -105,9 +95,8 @@ class SessionStorage:
         for entry in objects:
             name = f"imported/{bucket}/{entry.object}"
             with tempfile.TemporaryFile() as spool:
-                await _read(source, bucket, entry, spool)
-                spool.seek(0)
-                await ours.put(name, spool)
+                await read_checked(source, bucket, entry, spool)
+                await put_file(ours, name, spool)
             copies.append(entry.model_copy(update={"object": name}))
         return copies
 
@@ -117,7 +106,7 @@ class SessionStorage:
         store = await self.store()
         for entry in objects:
             try:
-                await _read(store, self.bucket, entry, None)
+                await read_checked(store, self.bucket, entry, None)
             except ObjectDamaged as exc:
                 return str(exc)
         return None
@@ -139,18 +128,6 @@ class SessionStorage:
         for info in present:
             if info.name not in keep:
                 await _delete(store, info.name)
-
-
-async def _read(store: ObjectStore, bucket: str, entry: CheckpointObject, file: IO[bytes] | None) -> None:
-    sink = _Digesting(file)
-    try:
-        await store.get(entry.object, writeinto=sink)
-    except ObjectNotFoundError:
-        raise ObjectDamaged(f"object {entry.object} is missing from {bucket}") from None
-    except DigestMismatchError:
-        raise ObjectDamaged(f"object {entry.object} in {bucket} is corrupted (its chunks do not add up)") from None
-    if sink.hash.hexdigest() != entry.digest:
-        raise ObjectDamaged(f"object {entry.object} in {bucket} is corrupted (digest mismatch with the log)")
 
 
 async def _delete(store: ObjectStore, name: str) -> None:

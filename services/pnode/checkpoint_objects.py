@@ -1,14 +1,14 @@
-"""Checkpoint objects in the Object Store, as bytes: their names and a digest-checked read. No torch,
-so the real PNode and the simulated one read checkpoints the same way."""
+"""Checkpoint objects in the Object Store: their names and digest-checked reads, streamed through a file
+or into bytes. No torch, so the real PNode and the simulated one read checkpoints the same way."""
 
 from __future__ import annotations
 
-from nats.js.errors import ObjectNotFoundError
+import io
+from typing import IO
+
 from nats.js.object_store import ObjectStore
 
-from computeall.protocol.bus_failover import through_failover
-from computeall.protocol.object_store import CheckpointObject
-from computeall.protocol.wire import digest
+from computeall.protocol.object_store import CheckpointObject, ObjectDamaged, read_checked
 
 
 class CheckpointObjectError(ValueError):
@@ -21,12 +21,18 @@ def object_name(session_id: str, step: int, vnode: str, replica: int = 0, suffix
     return f"{folder}/{vnode}.{suffix}"
 
 
-async def fetch(store: ObjectStore, bucket: str, entry: CheckpointObject) -> bytes:
-    """One object's bytes; `CheckpointObjectError` when it is missing or its digest does not match the log."""
+async def fetch_into(store: ObjectStore, bucket: str, entry: CheckpointObject, file: IO[bytes]) -> None:
+    """One object's bytes into `file`, a chunk at a time; `CheckpointObjectError` when it is missing or its
+    digest does not match the log."""
     try:
-        data = (await through_failover(lambda: store.get(entry.object), f"reading {entry.object}")).data
-    except ObjectNotFoundError:
-        raise CheckpointObjectError(f"checkpoint object {entry.object} is missing from {bucket}") from None
-    if digest(data) != entry.digest:
-        raise CheckpointObjectError(f"checkpoint object {entry.object} is corrupted (digest mismatch)")
-    return data
+        await read_checked(store, bucket, entry, file)
+    except ObjectDamaged as exc:
+        raise CheckpointObjectError(f"checkpoint {exc}") from None
+    file.seek(0)
+
+
+async def fetch(store: ObjectStore, bucket: str, entry: CheckpointObject) -> bytes:
+    """One (small) object's bytes, as `fetch_into`."""
+    buffer = io.BytesIO()
+    await fetch_into(store, bucket, entry, buffer)
+    return buffer.getvalue()

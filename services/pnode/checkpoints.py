@@ -1,24 +1,32 @@
 """Checkpoints of a session stage: one safetensors object per hosted VNode, digests checked on load.
 
+A VNode's object is written tensor by tensor into a temporary file, hashed on the way, and the file
+streamed into the Object Store; a load streams the object into a file and reads it back a parameter at
+a time (`tensorcore.checkpoint`). So a save or a load holds a chunk and a tensor at a time, never a
+VNode's state a second time.
+
 Replicas that sum gradients hold the same state, and only the first writes it; diloco's replicas
 differ between outer steps, so each writes its own objects (`replica`), and loads its own, or the
 first replica's when the checkpoint has none for it (the replica count grew)."""
 
 from __future__ import annotations
 
-from nats.js import JetStreamContext
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
+import tempfile
+from collections.abc import Mapping
+from contextlib import ExitStack
+from typing import IO
 
-from computeall.protocol.bus_failover import through_failover
+import torch
+from nats.js import JetStreamContext
+
 from computeall.protocol.events import CheckpointObject
-from computeall.protocol.object_store import existing_bucket
+from computeall.protocol.object_store import existing_bucket, put_file
 from computeall.protocol.pnode_api import LoadCheckpoint, SaveCheckpoint
-from computeall.protocol.wire import digest
-from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, save_vnode
+from computeall.protocol.wire import digester
+from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, read_vnode, write_vnode
 from computeall.tensorcore.head_state_mapping import StateMappingError, source_vnodes, vnode_state
 
-from .checkpoint_objects import fetch, object_name
+from .checkpoint_objects import fetch_into, object_name
 from .stage import SessionStage
 
 
@@ -26,15 +34,29 @@ def _replica(stage: SessionStage) -> int:
     return stage.plan.replicas.index if stage.plan.replicas else 0
 
 
+class _Hashing:
+    """A file that hashes what is written to it: the object's digest, as it is written."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.hash = digester()
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.hash.update(data)
+        return self.file.write(data)
+
+
 async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint) -> list[CheckpointObject]:
     store = await existing_bucket(js, request.bucket)
     objects, replica = [], _replica(stage)
     await stage.replica_sum.settled()  # diloco: an outer step still to land is saved whole
     for vid in stage.local:
-        data = await stage._compute(save_vnode, stage.runtime, stage.optimizer, vid, stage.replica_sum.outer)
         name = object_name(request.session_id, request.step, vid, replica)
-        await through_failover(lambda: store.put(name, data), f"writing {name}")  # rewriting it is harmless
-        objects.append(CheckpointObject(vnode=vid, object=name, digest=digest(data), bytes=len(data), replica=replica))
+        with tempfile.TemporaryFile() as spool:
+            out = _Hashing(spool)
+            size = await stage._compute(write_vnode, out, stage.runtime, stage.optimizer, vid, stage.replica_sum.outer)
+            await put_file(store, name, spool)
+        objects.append(CheckpointObject(vnode=vid, object=name, digest=out.hash.hexdigest(), bytes=size, replica=replica))
     return objects
 
 
@@ -53,15 +75,21 @@ async def load(js: JetStreamContext, stage: SessionStage, request: LoadCheckpoin
         sources = [s for s in source_vnodes(spec, vid) if s in by_vnode]
         if not sources:
             raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
-        if same_topology or source_vnodes(spec, vid) == [vid]:
-            if vid not in by_vnode:
-                raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
-            data = await fetch(store, request.bucket, by_vnode[vid])
-        else:  # the checkpoint may come from the other topology (heads fused or not): map it
-            objects = {s: load_tensors(await fetch(store, request.bucket, by_vnode[s])) for s in sources}
-            try:
-                data = save_tensors(await stage._compute(vnode_state, objects, spec, vid))
-            except StateMappingError as exc:
-                raise CheckpointError(f"checkpoint at step {request.step} cannot be mapped onto {vid}: {exc}") from None
-        await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, data, request.weights_only,
-                             stage.replica_sum.outer)
+        with ExitStack() as spools:
+            async def read(source: str) -> Mapping[str, torch.Tensor]:
+                spool = spools.enter_context(tempfile.TemporaryFile())
+                await fetch_into(store, request.bucket, by_vnode[source], spool)
+                return read_vnode(source, spool)
+
+            if same_topology or source_vnodes(spec, vid) == [vid]:
+                if vid not in by_vnode:
+                    raise CheckpointError(f"checkpoint at step {request.step} has no object for {vid}")
+                tensors = await read(vid)
+            else:  # the checkpoint may come from the other topology (heads fused or not): map it
+                objects = {s: await read(s) for s in sources}
+                try:
+                    tensors = await stage._compute(vnode_state, objects, spec, vid)
+                except StateMappingError as exc:
+                    raise CheckpointError(f"checkpoint at step {request.step} cannot be mapped onto {vid}: {exc}") from None
+            await stage._compute(load_vnode, stage.runtime, stage.optimizer, vid, tensors, request.weights_only,
+                                 stage.replica_sum.outer)

@@ -19,7 +19,7 @@ from computeall.protocol.pnode_api import (
     GenerateSamples, LoadCheckpoint, LoadPlan, PNodeReply, Recompute, SaveCheckpoint, SendCheckMaterial,
 )
 from computeall.protocol.subjects import Subjects
-from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, VNodeMemory
 from computeall.protocol.wire import WireError
 from computeall.tensorcore.backend import device_memory, map_large_allocations
 from computeall.tensorcore.checkpoint import CheckpointError
@@ -32,7 +32,7 @@ from .batches import BatchFeed
 from .faults import Faults
 from .lean_memory import wants_lean_memory
 from .member import BusMember
-from .memory import bytes_by_category
+from .memory import bytes_by_category, vnode_memory
 from .transport import Link
 from .routing import CheckPartRoute, TensorRoute
 from .stage import SessionStage
@@ -191,16 +191,15 @@ class PNode(BusMember):
     async def memory_sample(self) -> MemorySample:
         allocated, reserved = device_memory(self.device)
         # on the compute thread, between steps: reading a gradient while backward writes it segfaulted
-        categories = await asyncio.get_running_loop().run_in_executor(self.executor, self._bytes_by_category)
+        vnodes, checks = await asyncio.get_running_loop().run_in_executor(self.executor, self._held)
         return MemorySample(
             pnode=self.name, ts=time.time(), rss_bytes=self.process.memory_info().rss,
-            gpu_allocated_bytes=allocated, gpu_reserved_bytes=reserved, bytes_by_category=categories,
-            pending_requests=self.pending, hosted_vnodes=[v for s in self.stages.values() for v in s.local],
+            gpu_allocated_bytes=allocated, gpu_reserved_bytes=reserved, bytes_by_category=bytes_by_category(vnodes, checks),
+            pending_requests=self.pending, hosted_vnodes=[v for s in self.stages.values() for v in s.local], vnodes=vnodes,
         )
 
-    def _bytes_by_category(self) -> dict[str, int]:
-        categories: dict[str, int] = {}
-        for stage in self.stages.values():
-            for k, v in bytes_by_category(stage).items():
-                categories[k] = categories.get(k, 0) + v
-        return categories
+    def _held(self) -> tuple[list[VNodeMemory], int]:
+        """Each hosted VNode's bytes by kind, and what the stages' spot checks keep."""
+        stages = list(self.stages.items())
+        return ([v for sid, stage in stages for v in vnode_memory(sid, stage)],
+                sum(stage.audit.nbytes() for _, stage in stages if stage.audit))

@@ -20,7 +20,8 @@ Schedules differ in when a forward may start:
 - "1f1b": at most `in_flight` micro-batches are in flight on a PNode (forward started, backward not
   finished). After the warm-up every finished backward lets one more forward start, and activation
   memory is bounded by `in_flight`, not by the number of micro-batches. The default is twice the
-  pipeline's segments (`default_in_flight`): enough to keep every PNode busy while tensors travel.
+  pipeline's segments (`computeall.network.in_flight`), or what the orchestrator decided from the
+  measured round trips: enough to keep every PNode busy while tensors travel.
 - "gpipe": every forward first, then the backwards (activations of all micro-batches held at once).
 """
 
@@ -118,18 +119,6 @@ class OneFOneB(PassSchedule):
 class GPipe(PassSchedule):
     def may_backward(self) -> bool:
         return self._forwards_left == 0
-
-
-def default_in_flight(order: list[str], assignment: dict[str, str]) -> int:
-    """Twice the segments of the pipeline: runs of VNodes on one PNode along the topological order
-    (2 PNodes holding embedding + first blocks, last blocks, LM head make 3 segments: a micro-batch
-    visits the first PNode twice). In simulation (tests/unit/pnode/pipeline_sim.py) once the segments
-    cost a step 5-10% against an unbounded schedule, segments + 1 up to 17% with 3 PNodes; twice the
-    segments cost nothing measurable and still hold a third to a quarter of the activations gpipe
-    does with 16 micro-batches. Less in flight saves memory (about 40 MiB of peak RSS per micro-batch
-    for tiny-gpt at 4 sequences a micro-batch): `--in-flight` trades it against speed."""
-    segments = 1 + sum(1 for a, b in zip(order, order[1:]) if assignment[a] != assignment[b])
-    return 2 * segments
 
 
 SCHEDULES: dict[str, type[PassSchedule]] = {"1f1b": OneFOneB, "gpipe": GPipe}

@@ -37,6 +37,7 @@ from typing import Callable
 import torch
 
 from computeall.network import Graph, NetworkSpec
+from computeall.network.in_flight import default_in_flight
 from computeall.network.ops import DATA_INPUTS, OPS
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
@@ -54,7 +55,7 @@ from .member import InputsNeverCame, PassSuperseded
 from .transport import Link, Outbox
 from .replica_sum import ReplicaSum
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
-from .schedule import PassSchedule, WorkItem, default_in_flight, pass_schedule
+from .schedule import PassSchedule, WorkItem, pass_schedule
 
 log = logging.getLogger("computeall.pnode.stage")
 

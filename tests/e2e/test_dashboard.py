@@ -188,6 +188,9 @@ async def run_user_path(page, url: str, key: str, sid: str, replicated: str) -> 
         """() => document.querySelector('[data-topology-graph]')._cyreg.cy.edges('[?cross]').map(e => e.data('label'))"""
     )
     assert labels and all("/step · " in label and "bit/s" in label for label in labels), labels
+    # the crossing edges' bytes before and after compression
+    columns = await page.locator('[data-table="edges"] thead').inner_text()
+    assert "fp32 bytes per step" in columns and "compression" in columns, columns
     await page.screenshot(path=str(ARTIFACTS / "topology.png"), full_page=True)
 
     # the replicated session: the bytes replicas send each other per step, and each replica is a

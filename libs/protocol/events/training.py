@@ -39,6 +39,11 @@ class Allocated(DomainEvent):
         default_factory=list, description="PNodes offered to the session that host nothing (another stage would not "
         "have shortened the step, `pipeline.stages`); on a loss one with room takes a lost PNode's VNodes as they were",
     )
+    in_flight: list[int | None] = Field(
+        default_factory=list, description="per replica: the micro-batches each of its PNodes holds at once (1f1b), "
+        "the session's `pipeline.in_flight` or what the allocator decided from the measured round trips; "
+        "None: the PNode's default",
+    )
 
 
 @recorded_as("session")

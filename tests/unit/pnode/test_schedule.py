@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from computeall.network import Graph, load_network_file
+from computeall.network.in_flight import default_in_flight
 from computeall.orchestrator.allocator import PNodeCapacity, allocate
-from computeall.pnode.schedule import SCHEDULES, WorkItem, default_in_flight, pass_schedule
+from computeall.pnode.schedule import SCHEDULES, WorkItem, pass_schedule
 
 from .pipeline_sim import simulate
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import torch
 
 from computeall.network import Graph, VNodeSpec, load_network
@@ -43,6 +45,15 @@ def batch(graph: Graph, n: int = 4, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, graph.spec.vocab_size, (n, graph.spec.context + 1), generator=g)
 
+
+
+def saved_object(runtime, optimizer, vid: str) -> bytes:
+    """VNode `vid`'s checkpoint object, as a PNode streams it into the Object Store."""
+    from computeall.tensorcore.checkpoint import write_vnode
+
+    out = io.BytesIO()
+    write_vnode(out, runtime, optimizer, vid)
+    return out.getvalue()
 
 
 def example_vnode(name: str) -> torch.nn.Module:

@@ -1,18 +1,25 @@
 """Per-VNode checkpoint objects: safetensors keep dtypes, a bf16 run resumes exactly, bad bytes are refused."""
 
+import io
+
 import pytest
 import torch
 from safetensors.torch import load as load_tensors
 
 from computeall.protocol.config import OptimizerConfig
-from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, save_vnode
+from computeall.tensorcore.checkpoint import CheckpointError, load_vnode, read_vnode
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
 
+from .helpers import saved_object as save_vnode
 from .helpers import tiny_graph
 from .test_optimizer import _train
 
 CPU = torch.device("cpu")
+
+
+def _load(runtime, optimizer, vid, blob, **kw):
+    load_vnode(runtime, optimizer, vid, read_vnode(vid, io.BytesIO(blob)), **kw)
 
 
 def _setup(graph, seed):
@@ -33,7 +40,7 @@ def test_objects_keep_dtypes_and_a_bf16_run_resumes_exactly():
 
     runtime2, optimizer2 = _setup(graph, 1)
     for v, blob in blobs.items():
-        load_vnode(runtime2, optimizer2, v, blob)
+        _load(runtime2, optimizer2, v, blob)
     assert _train(graph, runtime2, optimizer2, 2, first=2) == expected
 
 
@@ -47,9 +54,9 @@ def test_unreadable_or_mismatched_objects_are_refused():
     graph = tiny_graph("fp32")
     runtime, optimizer = _setup(graph, 0)
     with pytest.raises(CheckpointError, match="not readable"):
-        load_vnode(runtime, optimizer, "b0.mlp", b"not safetensors")
+        _load(runtime, optimizer, "b0.mlp", b"not safetensors")
     with pytest.raises(CheckpointError, match="lacks"):
-        load_vnode(runtime, optimizer, "b0.mlp", save_vnode(runtime, optimizer, "embed"))
+        _load(runtime, optimizer, "b0.mlp", save_vnode(runtime, optimizer, "embed"))
 
 
 def test_weights_only_takes_the_weights_and_their_masters_and_leaves_the_optimizer_fresh():
@@ -63,7 +70,7 @@ def test_weights_only_takes_the_weights_and_their_masters_and_leaves_the_optimiz
     runtime2, optimizer2 = _setup(graph, 1)
     fresh = optimizer2.state_dict()
     for v, blob in blobs.items():
-        load_vnode(runtime2, optimizer2, v, blob, weights_only=True)
+        _load(runtime2, optimizer2, v, blob, weights_only=True)
     loaded = optimizer2.state_dict()
     for name, p in runtime.parameters().items():
         assert torch.equal(runtime2.parameters()[name], p)

@@ -15,9 +15,10 @@ from computeall.network.head_fusion import fuse_heads
 from computeall.network.vocab_split import split_vocab
 from computeall.network.ops import OPS
 from computeall.protocol.config import OptimizerConfig
-from computeall.tensorcore.checkpoint import save_vnode
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.vnode_runtime import VNodeRuntime
+
+from .helpers import saved_object
 
 NETWORKS = Path(__file__).resolve().parents[3] / "examples" / "networks"
 CPU = torch.device("cpu")
@@ -39,7 +40,7 @@ def checkpoint(yaml: str, fused: bool = False, seed: int = 5, split: bool = Fals
         for p in runtime.parameters().values():
             p.add_(torch.randn(p.shape, generator=noise) * 0.05)
     optimizer = VNodeOptimizer(runtime.parameters(), OptimizerConfig(), runtime.decay_groups())
-    return runtime, {vid: save_vnode(runtime, optimizer, vid) for vid in graph.order}
+    return runtime, {vid: saved_object(runtime, optimizer, vid) for vid in graph.order}
 
 
 def reference_logits(runtime: VNodeRuntime, tokens: torch.Tensor) -> torch.Tensor:

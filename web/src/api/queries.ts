@@ -23,10 +23,15 @@ const SESSION_DETAIL = /* GraphQL */ `fragment SessionDetail on Session {
   ...SessionSummary tokens bytesAcrossPerStep replicas overview { ...SessionOverview } markers { ...StepMarker }
 } ${SESSION_SUMMARY} ${SESSION_OVERVIEW} ${STEP_MARKER}`;
 
+const HOSTED_VNODE_MEMORY = /* GraphQL */ `fragment HostedVNodeMemory on VNodeMemory {
+  sessionId vnode params weights master optimizer gradients activations
+}`;
+
 const PNODE_SUMMARY = /* GraphQL */ `fragment PNodeSummary on PNode {
   id host device memoryBytes state heartbeatAgeS rssBytes gpuAllocatedBytes gpuReservedBytes bytesByCategory pendingRequests
-  hostedVNodes throughput { flopsPerS bandwidthBytesPerS rttS } quarantinedAt quarantineReason checks { passed failed abandoned }
-}`;
+  hostedVNodes vnodeMemory { ...HostedVNodeMemory }
+  throughput { flopsPerS bandwidthBytesPerS rttS } quarantinedAt quarantineReason checks { passed failed abandoned }
+} ${HOSTED_VNODE_MEMORY}`;
 
 const TIME_SHARE = /* GraphQL */ `fragment TimeShare on TimeShare { steps stepS compute send wait sentBytesPerStep }`;
 
@@ -55,7 +60,7 @@ const STEP_SAMPLES = /* GraphQL */ `fragment StepSamples on StepSamples { step t
 
 const VNODE = /* GraphQL */ `fragment VNode on VNode { id op params precision pnode replica }`;
 
-const EDGE = /* GraphQL */ `fragment Edge on Edge { src dst bytesPerStep crosses linkBandwidthBytesPerS }`;
+const EDGE = /* GraphQL */ `fragment Edge on Edge { src dst bytesPerStep fp32BytesPerStep compression crosses linkBandwidthBytesPerS }`;
 
 const LINK = /* GraphQL */ `fragment Link on Link { src dst bytesPerStep bandwidthBytesPerS latencyS }`;
 

@@ -91,3 +91,9 @@ export function formatTime(ts: number | null | undefined): string {
   const p = (n: number) => String(n).padStart(2, "0");
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
+
+/** How many times smaller: 51.2 -> "51x", 3.2 -> "3.2x", 1 -> "1x" (two significant figures). */
+export function formatRatio(v: number | null | undefined): string {
+  if (missing(v)) return DASH;
+  return `${Number(v.toPrecision(2))}x`;
+}
