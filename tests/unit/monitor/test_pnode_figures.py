@@ -4,7 +4,6 @@ share is its compute time over the step's wall time."""
 
 from __future__ import annotations
 
-
 from computeall.monitor import reads
 from computeall.monitor.db import Database
 from computeall.monitor.named_series import PNODE_BUSY, PNODE_THROUGHPUT, named_series
