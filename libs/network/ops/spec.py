@@ -169,7 +169,8 @@ def weights_flops(param_count: Callable[[Params], int]) -> Callable[[Params, Sit
     return lambda p, site: 6.0 * param_count(p)
 
 
-def attention_flops(param_count: Callable[[Params], int], attended: Callable[[Params], int]) -> Callable[[Params, Site], float]:
+def attention_flops(param_count: Callable[[Params], int],
+                    attended: Callable[[Params], int]) -> Callable[[Params, Site], float]:
     """The FLOPs model of attention: its weights' (`weights_flops`), plus q.k and p.v over the context
     for each of the `attended` query features (its heads' widths): causal halves it, backward doubles it."""
     weights = weights_flops(param_count)
