@@ -75,6 +75,22 @@ def free_subnet() -> str:
     raise RuntimeError(f"no free /24 in {SUBNETS}.0.0/16: run `python -m bench.wanlab cleanup`")
 
 
+def stop_process_groups(procs: list[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM each process's group at once, then wait for each; a group still there after `grace_s` is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 class WanLab:
     def __init__(self, link: LinkProfile | str, nodes: int = 1, *, peers: bool = False,
                  cores: list[list[int]] | None = None) -> None:
@@ -114,18 +130,7 @@ class WanLab:
 
     def close(self) -> None:
         """Stop the node processes, the proxies, then remove the veths (and their qdiscs) and namespaces."""
-        for proc in self._procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_groups(self._procs, grace_s=3)
         if not self._closed:
             self._closed = True
             if self._thread.is_alive():

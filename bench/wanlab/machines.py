@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import lifetime
-from .lab import free_subnet, subnet_lock
+from .lab import free_subnet, stop_process_groups, subnet_lock
 from .netns import NS_IFNAME, check_available, fresh_names, remove_link, remove_namespace, sh
 
 ROOT_HOST = 254  # the root namespace's address on the bridge
@@ -109,18 +109,7 @@ class Machines:
 
     def close(self) -> None:
         """Stop what runs on the machines (SIGTERM, then SIGKILL), remove their namespaces, links and the bridge."""
-        for proc in self._procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_groups(self._procs, grace_s=20)
         for ns in self._namespaces:
             remove_namespace(ns)  # kills whatever is left inside
         for link in reversed(self._links):
