@@ -34,7 +34,7 @@ from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire_formats import Encoded, wire_format
 
 from . import butterfly
-from .butterfly import Compute, SumAborted
+from .butterfly import Compute, SumAborted, all_summed, next_arrival
 from .transport import Link, Outbox
 from .routing import PartialSumKey, TensorRoute
 
@@ -130,21 +130,11 @@ class OuterSync:
         return sum(traffic.sent_bytes.values())
 
     async def _arrival(self) -> None:
-        for outcome in await asyncio.gather(*self.tasks.values(), return_exceptions=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise SumAborted(f"the outer sync of step {self.started} was abandoned")
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await all_summed(self.tasks.values(), f"the outer sync of step {self.started} was abandoned")
 
     async def _take(self, key: PartialSumKey) -> torch.Tensor:
         while key not in self.inbox:
-            left = self.give_up - time.monotonic()
-            if left <= 0:
+            if not await next_arrival(self.arrived, self.give_up):
                 raise SumAborted(f"step {key.step}: the outer sync of {key.src} over micro-batches "
                                  f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
-            self.arrived.clear()
-            try:
-                await asyncio.wait_for(self.arrived.wait(), timeout=min(left, 1.0))
-            except asyncio.TimeoutError:
-                pass
         return self.inbox.pop(key)

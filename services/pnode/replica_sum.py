@@ -27,7 +27,7 @@ from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire_formats import Encoded
 
 from . import butterfly
-from .butterfly import Compute, SumAborted
+from .butterfly import Compute, SumAborted, all_summed, next_arrival
 from .member import InputsNeverCame
 from .outer_sync import OuterSync
 from .transport import Link, Outbox
@@ -110,11 +110,7 @@ class ReplicaSum:
         """Every VNode's gradient summed over the replicas; the bytes this PNode sent for it."""
         for vid in self.runtime.order:  # those whose gradient completed only at the pass's end
             self.start(self.step, vid)
-        for outcome in await asyncio.gather(*self.tasks.values(), return_exceptions=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise SumAborted(f"step {self.step}: the sum over the replicas was abandoned")
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await all_summed(self.tasks.values(), f"step {self.step}: the sum over the replicas was abandoned")
         traffic = await self.outbox.flush()
         return sum(traffic.sent_bytes.values())
 
@@ -169,13 +165,7 @@ class ReplicaSum:
         while key not in self.inbox:
             if self.step != key.step:
                 raise SumAborted(f"step {key.step}: the sum of {key.src} was abandoned")
-            left = self.give_up - time.monotonic()
-            if left <= 0:
+            if not await next_arrival(self.arrived, self.give_up):
                 raise InputsNeverCame(f"step {key.step}: the sum of {key.src} over micro-batches "
                                       f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
-            self.arrived.clear()
-            try:
-                await asyncio.wait_for(self.arrived.wait(), timeout=min(left, 1.0))
-            except asyncio.TimeoutError:
-                pass
         return self.inbox.pop(key)
