@@ -10,9 +10,7 @@ How a part travels and arrives is the caller's: `send` puts it in an outbox, `ta
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable
 
 import torch
 
@@ -27,29 +25,6 @@ Take = Callable[[Exchange], Awaitable[torch.Tensor]]
 
 class SumAborted(RuntimeError):
     pass
-
-
-async def next_arrival(arrived: asyncio.Event, give_up: float) -> bool:
-    """A `take`'s wait: until `arrived` is set again or a second passes (then its caller looks again);
-    False, at once, when the `give_up` time (`time.monotonic`) has passed."""
-    left = give_up - time.monotonic()
-    if left <= 0:
-        return False
-    arrived.clear()
-    try:
-        await asyncio.wait_for(arrived.wait(), timeout=min(left, 1.0))
-    except asyncio.TimeoutError:
-        pass
-    return True
-
-
-async def all_summed(tasks: Iterable[asyncio.Task], abandoned: str) -> None:
-    """Waits for every sum in `tasks`: `SumAborted(abandoned)` where one was cancelled, else the first failure."""
-    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
-        if isinstance(outcome, asyncio.CancelledError):
-            raise SumAborted(abandoned)
-        if isinstance(outcome, BaseException):
-            raise outcome
 
 
 def _in_fp32(mine: Encoded, theirs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
