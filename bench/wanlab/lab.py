@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import lifetime
-from .netns import NS_IFNAME, check_available, fresh_names, listener_in, remove_link, remove_namespace, sh, socket_in
+from .netns import NS_IFNAME, fresh_names, listener_in, remove_link, remove_namespace, sh, socket_in
 from .profiles import LinkProfile, profile as named_profile
 from .proxy import Delay, DelayProxy
 from .shaping import shape, userspace_delay
@@ -75,7 +75,23 @@ def free_subnet() -> str:
     raise RuntimeError(f"no free /24 in {SUBNETS}.0.0/16: run `python -m bench.wanlab cleanup`")
 
 
-class WanLab:
+def stop_process_groups(procs: list[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM each process's group at once, then wait for each; a group still there after `grace_s` is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+class WanLab(lifetime.Lab):
     def __init__(self, link: LinkProfile | str, nodes: int = 1, *, peers: bool = False,
                  cores: list[list[int]] | None = None) -> None:
         self.profile = named_profile(link) if isinstance(link, str) else link
@@ -93,39 +109,18 @@ class WanLab:
         self._closed = False
 
     # -- life cycle ------------------------------------------------------------------------
-    def __enter__(self) -> WanLab:
-        check_available()
-        lifetime.opened(self)
-        try:
-            self._thread.start()
-            with subnet_lock():  # two labs must not pick the same subnet
-                prefix = free_subnet()
-                for i in range(self.size):
-                    self.nodes.append(self._make_node(i, prefix))
-            if self.peers:
-                self._connect_peers()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _build(self) -> None:
+        self._thread.start()
+        with subnet_lock():  # two labs must not pick the same subnet
+            prefix = free_subnet()
+            for i in range(self.size):
+                self.nodes.append(self._make_node(i, prefix))
+        if self.peers:
+            self._connect_peers()
 
     def close(self) -> None:
         """Stop the node processes, the proxies, then remove the veths (and their qdiscs) and namespaces."""
-        for proc in self._procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_groups(self._procs, grace_s=3)
         if not self._closed:
             self._closed = True
             if self._thread.is_alive():

@@ -10,13 +10,40 @@ import atexit
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import Self
 
-if TYPE_CHECKING:
-    from .lab import WanLab
+from .netns import check_available
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_open: list[WanLab] = []
+
+
+class Lab:
+    """A lab (`WanLab`, `Machines`) lives for a `with` block: entering checks that the kernel has what a
+    lab needs, registers it here (so a signal or the interpreter's exit still removes it) and builds it
+    (`_build`); leaving, or a failure half-way through the build, closes it (`close`)."""
+
+    def __enter__(self) -> Self:
+        check_available()
+        opened(self)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Remove whatever the lab made so far (it is called again after a signal's close: a second call does nothing)."""
+        raise NotImplementedError
+
+
+_open: list[Lab] = []
 _previous: dict[int, object] = {}
 
 
@@ -41,14 +68,14 @@ def _restore() -> None:
     _previous.clear()
 
 
-def opened(lab: WanLab) -> None:
+def opened(lab: Lab) -> None:
     if not _open and threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             _previous[signum] = signal.signal(signum, _on_signal)
     _open.append(lab)
 
 
-def closed(lab: WanLab) -> None:
+def closed(lab: Lab) -> None:
     if lab in _open:
         _open.remove(lab)
     if not _open and threading.current_thread() is threading.main_thread():

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import lifetime
-from .lab import free_subnet, subnet_lock
-from .netns import NS_IFNAME, check_available, fresh_names, remove_link, remove_namespace, sh
+from .lab import free_subnet, stop_process_groups, subnet_lock
+from .netns import NS_IFNAME, fresh_names, remove_link, remove_namespace, sh
 
 ROOT_HOST = 254  # the root namespace's address on the bridge
 
@@ -39,7 +39,7 @@ class Machine:
         return ["ip", "netns", "exec", self.netns, *argv]
 
 
-class Machines:
+class Machines(lifetime.Lab):
     def __init__(self, count: int) -> None:
         self.count = count
         self.machines: list[Machine] = []
@@ -49,28 +49,18 @@ class Machines:
         self._namespaces: list[str] = []
         self._procs: list[subprocess.Popen] = []
 
-    def __enter__(self) -> "Machines":
-        check_available()
-        lifetime.opened(self)
-        try:
-            with subnet_lock():
-                prefix = free_subnet()
-                _, self._bridge = fresh_names()
-                self._links.append(self._bridge)  # recorded before it exists: a signal mid-way still removes it
-                sh("ip", "link", "add", self._bridge, "type", "bridge")
-                sh("ip", "link", "set", self._bridge, "type", "bridge", "nf_call_iptables", "0", check=False)
-                self.root_ip = f"{prefix}.{ROOT_HOST}"
-                sh("ip", "addr", "add", f"{self.root_ip}/24", "dev", self._bridge)
-                sh("ip", "link", "set", self._bridge, "up")
-                for i in range(self.count):
-                    self.machines.append(self._machine(i, prefix))
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _build(self) -> None:
+        with subnet_lock():
+            prefix = free_subnet()
+            _, self._bridge = fresh_names()
+            self._links.append(self._bridge)  # recorded before it exists: a signal mid-way still removes it
+            sh("ip", "link", "add", self._bridge, "type", "bridge")
+            sh("ip", "link", "set", self._bridge, "type", "bridge", "nf_call_iptables", "0", check=False)
+            self.root_ip = f"{prefix}.{ROOT_HOST}"
+            sh("ip", "addr", "add", f"{self.root_ip}/24", "dev", self._bridge)
+            sh("ip", "link", "set", self._bridge, "up")
+            for i in range(self.count):
+                self.machines.append(self._machine(i, prefix))
 
     def _machine(self, i: int, prefix: str) -> Machine:
         ns, link = fresh_names()
@@ -109,18 +99,7 @@ class Machines:
 
     def close(self) -> None:
         """Stop what runs on the machines (SIGTERM, then SIGKILL), remove their namespaces, links and the bridge."""
-        for proc in self._procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_groups(self._procs, grace_s=20)
         for ns in self._namespaces:
             remove_namespace(ns)  # kills whatever is left inside
         for link in reversed(self._links):

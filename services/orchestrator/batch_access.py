@@ -7,6 +7,8 @@ the plans go out (placement, at every allocation) and removed when the driver le
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 
@@ -16,13 +18,13 @@ from computeall.protocol.bus_failover import through_failover
 from computeall.protocol.subjects import Subjects
 
 
+@dataclass(eq=False)
 class BatchAccess:
-    def __init__(self, nc: NATS, subjects: Subjects, session_id: str) -> None:
-        self.nc = nc
-        self.subjects = subjects
-        self.session_id = session_id
-        self._grants: KeyValue | None = None
-        self._revision: int | None = None  # of the grant this driver gave last
+    nc: NATS
+    subjects: Subjects
+    session_id: str
+    _grants: KeyValue | None = field(default=None, init=False)
+    _revision: int | None = field(default=None, init=False)  # of the grant this driver gave last
 
     async def give(self, dataset: str, pnodes: list[str]) -> None:
         """`pnodes` (and no others) may read `dataset`'s batches for this session from now on."""

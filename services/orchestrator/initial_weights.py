@@ -11,6 +11,8 @@ resume and replay never need the source again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from computeall.network import NetworkError, load_network
 from computeall.protocol.config import InitFrom
 from computeall.protocol.dataset_api import session_dataset
@@ -46,12 +48,12 @@ async def check_source(eventlog: EventLog, init: InitFrom | None, owner: str) ->
         raise Rejected(f"--init-from: {exc}") from None
 
 
+@dataclass(eq=False)
 class InitialWeights:
-    def __init__(self, recorder: SessionRecorder, pnodes: SessionPNodes, prepared: Prepared, storage: SessionStorage) -> None:
-        self.recorder = recorder
-        self.pnodes = pnodes
-        self.prepared = prepared
-        self.storage = storage
+    recorder: SessionRecorder
+    pnodes: SessionPNodes
+    prepared: Prepared
+    storage: SessionStorage
 
     async def load(self) -> None:
         """Every PNode loads its VNodes' weights from the source; `InitializedFrom` is recorded."""

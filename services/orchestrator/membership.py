@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 import nats.errors
@@ -46,14 +47,15 @@ def ask_authority(nc: NATS, subjects: Subjects) -> MemoryCap:
     return cap
 
 
+@dataclass(eq=False)
 class MembershipRecorder:
-    def __init__(self, eventlog: EventLog, actor: str, registry: PNodeRegistry, memory_cap: MemoryCap) -> None:
-        self.eventlog = eventlog
-        self.actor = actor
-        self.registry = registry
-        self.memory_cap = memory_cap
-        self._joined: set[tuple[str, str]] = set()  # (pnode, incarnation) recorded by this orchestrator
-        self._pending: set[asyncio.Task] = set()
+    eventlog: EventLog
+    actor: str
+    registry: PNodeRegistry
+    memory_cap: MemoryCap
+    # (pnode, incarnation) recorded by this orchestrator
+    _joined: set[tuple[str, str]] = field(default_factory=set, init=False)
+    _pending: set[asyncio.Task] = field(default_factory=set, init=False)
 
     def beat(self, beat: Heartbeat) -> None:
         """Called for every heartbeat; records in the background, never delaying the caller."""

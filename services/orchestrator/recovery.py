@@ -9,6 +9,7 @@ A request stalled on messages lost with a nats-server (`StepStalled`) comes here
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from computeall.protocol.events import PNodeLost, RolledBack, StepAborted
 
@@ -21,13 +22,12 @@ from .recorder import SessionRecorder
 log = logging.getLogger("computeall.orchestrator.recovery")
 
 
+@dataclass(eq=False)
 class Recovery:
-    def __init__(self, recorder: SessionRecorder, registry: PNodeRegistry, placement: Placement,
-                 checkpoints: Checkpoints) -> None:
-        self.recorder = recorder
-        self.registry = registry
-        self.placement = placement
-        self.checkpoints = checkpoints
+    recorder: SessionRecorder
+    registry: PNodeRegistry
+    placement: Placement
+    checkpoints: Checkpoints
 
     async def start(self) -> int:
         """Place the network and load the newest intact checkpoint; the step to go on from."""

@@ -158,23 +158,27 @@ class Admission:
     def _sum(self, header: TensorHeader) -> tuple[Route, Expected]:
         route = TensorRoute.from_wire(header.key, header.meta)
         what = f"the sum of {route.src}'s gradients over micro-batches [{route.micro}, {route.micro_end}) of step {route.step}"
-        partner = self._partners.get((route.src, route.micro, route.micro_end)) if route.phase == "train" else None
-        if partner is None:
-            raise WireError(f"{what} is not expected here: no replica sends this PNode that sum")
+        partner = self._partner(route, what, "sum", exchanged=route.phase == "train")
         return route, Expected(what, (partner,), self._weight_bytes[route.src])
 
     def _outer(self, header: TensorHeader) -> tuple[Route, Expected]:
         route = TensorRoute.from_wire(header.key, header.meta)
         what = (f"the outer sync of {route.src} from the replicas of micro-batches [{route.micro}, {route.micro_end}) "
                 f"after step {route.step}")
-        partner = self._partners.get((route.src, route.micro, route.micro_end)) if self._sync.mode == "diloco" else None
-        if partner is None:
-            raise WireError(f"{what} is not expected here: no replica sends this PNode that sync")
+        partner = self._partner(route, what, "sync", exchanged=self._sync.mode == "diloco")
         max_bytes = self._weight_bytes[route.src]
         if self._sync.compression is not None:  # the messages of as many replicas as the node covers
             replicas = (route.micro_end - route.micro) // self._block
             max_bytes = replicas * self._sync.compression.layout(max_bytes // MAX_ELEMENT_BYTES).message_bytes
         return route, Expected(what, (partner,), max_bytes)
+
+    def _partner(self, route: TensorRoute, what: str, exchange: str, exchanged: bool) -> str:
+        """The PNode of the partner replica that sends this PNode `route`'s partial sum, where this
+        kind of `exchange` runs at all (`exchanged`)."""
+        partner = self._partners.get((route.src, route.micro, route.micro_end)) if exchanged else None
+        if partner is None:
+            raise WireError(f"{what} is not expected here: no replica sends this PNode that {exchange}")
+        return partner
 
     def _check_part(self, header: TensorHeader) -> tuple[Route, Expected]:
         route = CheckPartRoute.from_wire(header.key, header.meta)

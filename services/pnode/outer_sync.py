@@ -35,11 +35,12 @@ from computeall.tensorcore.wire_formats import Encoded, wire_format
 
 from . import butterfly
 from .butterfly import Compute, SumAborted
-from .transport import Link, Outbox
+from .sums_in_flight import SumsInFlight
+from .transport import Link
 from .routing import PartialSumKey, TensorRoute
 
 
-class OuterSync:
+class OuterSync(SumsInFlight):
     def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, optimizer: VNodeOptimizer, link: Link,
                  compute: Compute) -> None:
         self.session = plan.session_id
@@ -48,17 +49,11 @@ class OuterSync:
         self.exchanges: list[Exchange] = plan.exchanges
         self.owned = {vid: runtime.gradients.owned[vid] for vid in runtime.order if runtime.gradients.owned.get(vid)}
         self.outer = OuterOptimizer(optimizer, self.sync)
-        self.outbox = Outbox(link)
-        self.compute = compute
-        self.inbox: dict[PartialSumKey, torch.Tensor] = {}
-        self.arrived = asyncio.Event()
-        self.tasks: dict[str, asyncio.Future] = {}  # the sync in flight, per VNode
+        super().__init__(link, compute, give_up=math.inf)  # until the step lands, the sync may take its time
         self.started = -1  # the step whose sync is in flight (or landed last)
-        self.give_up = math.inf  # until the step lands, the sync may take its time
 
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
-        self.inbox[route.inbox_key] = tensor
-        self.arrived.set()
+        self._arrive(route.inbox_key, tensor)
 
     async def after_update(self, step: int, deadline_s: float) -> int:
         """After `step`'s inner update: start a sync when it ends a round, land the outer step due
@@ -75,12 +70,8 @@ class OuterSync:
 
     def close(self) -> None:
         """Abandon the sync in flight (a new plan, or a checkpoint loaded over this state)."""
-        for task in self.tasks.values():
-            task.cancel()
-        self.tasks = {}
-        self.outbox.clear()
+        self._abandon()
         self.inbox.clear()
-        self.arrived.set()
 
     # -- one sync ----------------------------------------------------------------------------
     async def _start(self, step: int) -> None:
@@ -130,21 +121,11 @@ class OuterSync:
         return sum(traffic.sent_bytes.values())
 
     async def _arrival(self) -> None:
-        for outcome in await asyncio.gather(*self.tasks.values(), return_exceptions=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise SumAborted(f"the outer sync of step {self.started} was abandoned")
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await self._all_summed(f"the outer sync of step {self.started} was abandoned")
 
     async def _take(self, key: PartialSumKey) -> torch.Tensor:
         while key not in self.inbox:
-            left = self.give_up - time.monotonic()
-            if left <= 0:
+            if not await self._next_arrival():
                 raise SumAborted(f"step {key.step}: the outer sync of {key.src} over micro-batches "
                                  f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
-            self.arrived.clear()
-            try:
-                await asyncio.wait_for(self.arrived.wait(), timeout=min(left, 1.0))
-            except asyncio.TimeoutError:
-                pass
         return self.inbox.pop(key)

@@ -28,9 +28,10 @@ from computeall.tensorcore.wire_formats import Encoded
 
 from . import butterfly
 from .butterfly import Compute, SumAborted
+from .sums_in_flight import SumsInFlight
 from .member import InputsNeverCame
 from .outer_sync import OuterSync
-from .transport import Link, Outbox
+from .transport import Link
 from .routing import PartialSumKey, TensorRoute
 
 def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -40,25 +41,20 @@ def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads])
 
 
-class ReplicaSum:
+class ReplicaSum(SumsInFlight):
     def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, optimizer: VNodeOptimizer, link: Link,
                  compute: Compute) -> None:
         self.session = plan.session_id
         self.runtime = runtime
-        self.outbox = Outbox(link)
-        self.compute = compute
+        super().__init__(link, compute, give_up=0.0)
         replicas = plan.replicas
         self.assignments = replicas.assignments if replicas else [plan.assignment]
         self.exchanges: list[Exchange] = plan.exchanges
         self.sync = replicas.sync if replicas else None
         diloco = self.sync is not None and self.sync.mode == "diloco"
         self.outer_sync = OuterSync(plan, runtime, optimizer, link, compute) if diloco else None
-        self.inbox: dict[PartialSumKey, torch.Tensor] = {}
-        self.arrived = asyncio.Event()
-        self.tasks: dict[str, asyncio.Future] = {}
         self.step = -1
         self.deadline_s = 0.0
-        self.give_up = 0.0
 
     @property
     def sums_gradients(self) -> bool:
@@ -77,8 +73,7 @@ class ReplicaSum:
             return
         if route.step < self.step:
             return  # of a step already summed or abandoned
-        self.inbox[route.inbox_key] = tensor
-        self.arrived.set()
+        self._arrive(route.inbox_key, tensor)
 
     def begin(self, step: int, deadline_s: float) -> None:
         self.abort()
@@ -110,20 +105,12 @@ class ReplicaSum:
         """Every VNode's gradient summed over the replicas; the bytes this PNode sent for it."""
         for vid in self.runtime.order:  # those whose gradient completed only at the pass's end
             self.start(self.step, vid)
-        for outcome in await asyncio.gather(*self.tasks.values(), return_exceptions=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise SumAborted(f"step {self.step}: the sum over the replicas was abandoned")
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await self._all_summed(f"step {self.step}: the sum over the replicas was abandoned")
         traffic = await self.outbox.flush()
         return sum(traffic.sent_bytes.values())
 
     def abort(self) -> None:
-        for task in self.tasks.values():
-            task.cancel()
-        self.tasks = {}
-        self.outbox.clear()
-        self.arrived.set()
+        self._abandon()
 
     def close(self) -> None:
         """The stage is let go or its state replaced: nothing in flight goes on, diloco's sync included."""
@@ -169,13 +156,7 @@ class ReplicaSum:
         while key not in self.inbox:
             if self.step != key.step:
                 raise SumAborted(f"step {key.step}: the sum of {key.src} was abandoned")
-            left = self.give_up - time.monotonic()
-            if left <= 0:
+            if not await self._next_arrival():
                 raise InputsNeverCame(f"step {key.step}: the sum of {key.src} over micro-batches "
                                       f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
-            self.arrived.clear()
-            try:
-                await asyncio.wait_for(self.arrived.wait(), timeout=min(left, 1.0))
-            except asyncio.TimeoutError:
-                pass
         return self.inbox.pop(key)

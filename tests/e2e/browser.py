@@ -40,6 +40,16 @@ def ensure_dashboard_built() -> None:
     subprocess.run(["npm", "run", "build"], cwd=WEB, check=True, capture_output=True)
 
 
+async def logged_in_page(browser, url: str, key: str):
+    """A new page of `browser` (a Playwright Browser) on the dashboard at `url`, logged in with `key`."""
+    page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    await page.goto(url)
+    await page.fill('input[name="apiKey"]', key)
+    await page.click('button[type="submit"]')
+    return page
+
+
 def default_key(supervisor: Supervisor) -> str:
     """The local user's key, as `computeall up` prints it: from its file in the data dir."""
     return supervisor.credentials.local_api_key_file().read_text().strip()

@@ -11,7 +11,7 @@ from computeall.cli.swarm import swarm_names, swarm_services
 
 import declared
 from integration.cluster import running_cluster, wait_for_pnodes
-from .browser import ARTIFACTS, CHROMIUM_ARGS, UI_TIMEOUT_MS, chromium_path, default_key, ensure_dashboard_built
+from .browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path, default_key, ensure_dashboard_built, logged_in_page
 from .test_dashboard import wait_for_monitor
 
 playwright_api = declared.module("playwright.async_api")
@@ -32,12 +32,8 @@ async def test_pnodes_page_with_256_pnodes(tmp_path):
         key = default_key(supervisor)
         async with playwright_api.async_playwright() as p:
             browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-            page = await browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(UI_TIMEOUT_MS)
             try:
-                await page.goto(url)
-                await page.fill('input[name="apiKey"]', key)
-                await page.click('button[type="submit"]')
+                page = await logged_in_page(browser, url, key)
                 await page.click('[data-nav="pnodes"]')
                 await page.wait_for_selector(f'[data-pnodes="{PNODES}"]')
                 await page.wait_for_selector(f'[data-count="live"]:text("{PNODES} live")')

@@ -13,7 +13,7 @@ from computeall.protocol.config import DataConfig, OptimizerConfig, SessionConfi
 
 import declared
 from integration.cluster import running_cluster, stdlib_corpus, wait_for_pnodes
-from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, UI_TIMEOUT_MS, chromium_path, default_key, ensure_dashboard_built
+from .browser import ARTIFACTS, CHROMIUM_ARGS, REPO, chromium_path, default_key, ensure_dashboard_built, logged_in_page
 from .test_dashboard import wait_for_monitor
 
 playwright_api = declared.module("playwright.async_api")
@@ -37,12 +37,8 @@ async def test_each_hosted_vnode_shows_its_bytes_by_kind(tmp_path):
         await start_session(client, config)
         async with playwright_api.async_playwright() as p:
             browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-            page = await browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(UI_TIMEOUT_MS)
             try:
-                await page.goto(url)
-                await page.fill('input[name="apiKey"]', key)
-                await page.click('button[type="submit"]')
+                page = await logged_in_page(browser, url, key)
                 await page.click('[data-nav="pnodes"]')
                 table = page.locator('[data-pnode="pnode-0"] [data-table="hosted-memory"]')
                 await table.locator('tr[data-vnode="b0.mlp"]').wait_for(timeout=120_000)

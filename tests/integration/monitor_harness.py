@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,19 @@ class MonitorProcess:
 
     def log(self) -> str:
         return (self.data_dir / "monitor.log").read_text()
+
+
+@contextmanager
+def monitor_running(root: Path, *extra: str) -> Iterator[MonitorProcess]:
+    """A monitor on a nats-server of its own under `root`; it must exit cleanly at the end. Its --web-dir
+    is empty: the tests see the placeholder page whether or not web/dist is built."""
+    with EmbeddedNats(root / "nats") as server:
+        monitor = MonitorProcess(server, root / "data", "--web-dir", str(root / "no-dashboard"), *extra).start()
+        try:
+            yield monitor
+        finally:
+            if monitor.process:
+                assert monitor.stop() == 0, monitor.log()
 
 
 def gql(url: str, key: str | None, query: str, variables: dict | None = None) -> httpx.Response:

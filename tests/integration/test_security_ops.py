@@ -30,7 +30,7 @@ from computeall.protocol.subjects import Subjects
 
 from .identities import connect_as
 from .monitor.api import create_user
-from .monitor_harness import MonitorProcess
+from .monitor_harness import MonitorProcess, monitor_running
 from .waiting import wait_until
 
 COMPUTEALL = str(Path(sys.executable).parent / "computeall")
@@ -40,14 +40,8 @@ ME = "{ me { name } }"
 
 @pytest.fixture(scope="module")
 def monitor(tmp_path_factory):
-    root = tmp_path_factory.mktemp("logins")
-    with EmbeddedNats(root / "nats") as server:
-        monitor = MonitorProcess(server, root / "data", "--web-dir", str(root / "no-dashboard")).start()
-        try:
-            yield monitor
-        finally:
-            if monitor.process:
-                assert monitor.stop() == 0, monitor.log()
+    with monitor_running(tmp_path_factory.mktemp("logins")) as monitor:
+        yield monitor
 
 
 @pytest.fixture(scope="module")
@@ -222,16 +216,11 @@ async def test_a_site_started_from_the_environment_passes_no_secret_to_its_proce
 def test_the_monitor_serves_https_with_the_deployments_certificate(tmp_path):
     tls = DeploymentTls(tmp_path / "tls")
     files = tls.ensure()
-    with EmbeddedNats(tmp_path / "nats") as server:
-        monitor = MonitorProcess(server, tmp_path / "data", "--web-dir", str(tmp_path / "no-dashboard"),
-                                 "--tls-cert", files.cert_file, "--tls-key", files.key_file).start()
-        try:
-            assert monitor.url.startswith("https://127.0.0.1:")
-            trusted = httpx.post(f"{monitor.url}/graphql", json={"query": ME}, timeout=10,
-                                 verify=ssl.create_default_context(cafile=str(tls.ca_file)),
-                                 headers={"Authorization": f"Bearer {monitor.local_key}"})
-            assert trusted.status_code == 200 and trusted.json()["data"] == {"me": {"name": "local"}}
-            with pytest.raises(httpx.HTTPError):  # plain HTTP gets no answer
-                httpx.post(monitor.url.replace("https://", "http://") + "/graphql", json={"query": ME}, timeout=5)
-        finally:
-            assert monitor.stop() == 0, monitor.log()
+    with monitor_running(tmp_path, "--tls-cert", files.cert_file, "--tls-key", files.key_file) as monitor:
+        assert monitor.url.startswith("https://127.0.0.1:")
+        trusted = httpx.post(f"{monitor.url}/graphql", json={"query": ME}, timeout=10,
+                             verify=ssl.create_default_context(cafile=str(tls.ca_file)),
+                             headers={"Authorization": f"Bearer {monitor.local_key}"})
+        assert trusted.status_code == 200 and trusted.json()["data"] == {"me": {"name": "local"}}
+        with pytest.raises(httpx.HTTPError):  # plain HTTP gets no answer
+            httpx.post(monitor.url.replace("https://", "http://") + "/graphql", json={"query": ME}, timeout=5)

@@ -3,7 +3,7 @@ attention when `kv_heads` < `heads` (each key/value head serves `heads / kv_head
 
 from pydantic import Field
 
-from .spec import OpParams, Problem, Site, per_token_working, width_preserving
+from .spec import OpParams, Problem, attention_flops, per_token_working, width_preserving
 
 
 class AttentionParams(OpParams):
@@ -38,17 +38,12 @@ def param_count(p: AttentionParams) -> int:
     return 2 * p.dim * p.dim + 2 * p.dim * p.kv * p.head_dim
 
 
-def flops_per_token(p: AttentionParams, site: Site) -> float:
-    # the weights, plus q.k and p.v over the context for every query head: causal halves it, backward doubles it
-    return 6.0 * param_count(p) + 6.0 * site.context * p.dim
-
-
 OP = width_preserving(
     name="attention",
     params=AttentionParams,
     param_count=param_count,
     check=check,
-    flops_per_token=flops_per_token,
+    flops_per_token=attention_flops(param_count, lambda p: p.dim),  # every query head
     activation_elements=lambda p, site: 8 * site.features,  # q, k, v, the heads' output, its projection, ...
     module="computeall.tensorcore.ops.attention:Attention",
     generation="kv_cache",

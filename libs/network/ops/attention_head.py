@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, Problem, Site
+from .spec import OpParams, Problem, attention_flops, reads_dim
 
 
 class AttentionHeadParams(OpParams):
@@ -22,19 +22,13 @@ def param_count(p: AttentionHeadParams) -> int:
     return 3 * p.dim * p.head_dim  # its q, k and v slices; the projection is the concat's
 
 
-def flops_per_token(p: AttentionHeadParams, site: Site) -> float:
-    return 6.0 * param_count(p) + 6.0 * site.context * p.head_dim  # as attention, for one head
-
-
-OP = OpSpec(
+OP = reads_dim(
     name="attention_head",
     params=AttentionHeadParams,
-    n_inputs=1,
     out_features=lambda p: p.head_dim,
-    in_features=lambda p: p.dim,
     param_count=param_count,
     check=check,
-    flops_per_token=flops_per_token,
+    flops_per_token=attention_flops(param_count, lambda p: p.head_dim),  # as attention, for one head
     activation_elements=lambda p, site: 6 * site.features,
     module="computeall.tensorcore.ops.attention_head:AttentionHead",
     generation="kv_cache",

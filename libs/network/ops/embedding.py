@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, Problem, Site
+from .spec import OpParams, Problem, width_preserving
 
 
 # Rows of the vocabulary per shard: a larger embedding and its tied LM head run as shards of this
@@ -20,12 +20,9 @@ def check(p: EmbeddingParams, inputs: list[str]) -> list[Problem]:
     return [] if inputs == ["data.tokens"] else [Problem("inputs", "an embedding reads data.tokens")]
 
 
-OP = OpSpec(
+OP = width_preserving(
     name="embedding",
     params=EmbeddingParams,
-    n_inputs=1,
-    out_features=lambda p: p.dim,
-    in_features=lambda p: p.dim,
     param_count=lambda p: p.vocab_size * p.dim,
     check=check,
     flops_per_token=lambda p, site: 2.0 * p.dim,  # a lookup, not a matmul

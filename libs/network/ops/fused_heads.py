@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, Problem, Site, width_preserving
+from .spec import OpParams, Problem, attention_flops, width_preserving
 
 
 class FusedAttentionHeadsParams(OpParams):
@@ -32,16 +32,12 @@ def param_count(p: FusedAttentionHeadsParams) -> int:
     return 4 * p.heads * p.head_dim * p.dim  # every head's q, k, v and the output projection
 
 
-def flops_per_token(p: FusedAttentionHeadsParams, site: Site) -> float:
-    return 6.0 * param_count(p) + 6.0 * site.context * p.heads * p.head_dim  # as attention, over all heads
-
-
 OP = width_preserving(
     name="fused_attention_heads",
     params=FusedAttentionHeadsParams,
     param_count=param_count,
     check=check,
-    flops_per_token=flops_per_token,
+    flops_per_token=attention_flops(param_count, lambda p: p.heads * p.head_dim),  # as attention, over all heads
     activation_elements=lambda p, site: 6 * site.features,
     module="computeall.tensorcore.ops.fused_heads:FusedAttentionHeads",
     generation="kv_cache",

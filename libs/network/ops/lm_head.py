@@ -3,7 +3,7 @@
 
 from pydantic import Field
 
-from .spec import OpParams, OpSpec, Problem
+from .spec import OpParams, loss_head, targets_second
 
 
 class LMHeadParams(OpParams):
@@ -11,25 +11,13 @@ class LMHeadParams(OpParams):
     vocab_size: int = Field(..., ge=2)
 
 
-def check(p: LMHeadParams, inputs: list[str]) -> list[Problem]:
-    if inputs[1:] != ["data.targets"]:
-        return [Problem("inputs", "the second input of lm_head_ce is data.targets")]
-    return []
-
-
-OP = OpSpec(
+OP = loss_head(
     name="lm_head_ce",
     params=LMHeadParams,
-    n_inputs=2,
-    out_features=lambda p: 1,  # the loss
-    in_features=lambda p: p.dim,
     param_count=lambda p: p.vocab_size * p.dim,
-    check=check,
+    check=targets_second("lm_head_ce"),
     flops_per_token=lambda p, site: 6.0 * p.vocab_size * p.dim,
     activation_elements=lambda p, site: 4 * p.dim,
     module="computeall.tensorcore.ops.tied_head:LMHeadCE",
-    generation="logits",
-    llama="head",
     example={"dim": 8, "vocab_size": 16},
-    is_loss=True,
 )

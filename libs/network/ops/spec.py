@@ -126,9 +126,31 @@ def _dim(params: Params) -> int:
     return params.dim
 
 
+def reads_dim(**fields: Any) -> OpSpec:
+    """An op that reads one input of width `dim` (a data input, such as the tokens, has no width to check)."""
+    return OpSpec(n_inputs=1, in_features=_dim, **fields)
+
+
 def width_preserving(**fields: Any) -> OpSpec:
-    """An op that reads one input of width `dim` and writes the same width (attention, MLPs, norms)."""
-    return OpSpec(n_inputs=1, in_features=_dim, out_features=_dim, **fields)
+    """An op that reads one input of width `dim` and writes the same width (attention, MLPs, norms, embeddings)."""
+    return reads_dim(out_features=_dim, **fields)
+
+
+def loss_head(**fields: Any) -> OpSpec:
+    """A loss over the logits x @ W.T of an LM head: it reads x (width `dim`) and then the targets,
+    writes the loss, and sampling stands its logits for it (`targets_second` is its shape check)."""
+    return OpSpec(n_inputs=2, in_features=_dim, out_features=lambda p: 1, is_loss=True, generation="logits",
+                  llama="head", **fields)
+
+
+def targets_second(op: str) -> ShapeCheck:
+    """The shape check of a loss head: its second input is the targets."""
+    def check(params: Params, inputs: list[str]) -> list[Problem]:
+        if inputs[1:] != ["data.targets"]:
+            return [Problem("inputs", f"the second input of {op} is data.targets")]
+        return []
+
+    return check
 
 
 def n_inputs(op: OpSpec, params: Params) -> int:
@@ -145,6 +167,14 @@ def weights_flops(param_count: Callable[[Params], int]) -> Callable[[Params, Sit
     """The FLOPs model of an op that is matmuls over its weights: 6 per weight element per token
     (2 forward, 4 backward)."""
     return lambda p, site: 6.0 * param_count(p)
+
+
+def attention_flops(param_count: Callable[[Params], int],
+                    attended: Callable[[Params], int]) -> Callable[[Params, Site], float]:
+    """The FLOPs model of attention: its weights' (`weights_flops`), plus q.k and p.v over the context
+    for each of the `attended` query features (its heads' widths): causal halves it, backward doubles it."""
+    weights = weights_flops(param_count)
+    return lambda p, site: weights(p, site) + 6.0 * site.context * attended(p)
 
 
 def catalogue(*ops: OpSpec) -> dict[str, OpSpec]:

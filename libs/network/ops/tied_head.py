@@ -3,7 +3,7 @@
 from pydantic import Field
 
 from .embedding import SHARD_ROWS
-from .spec import OpParams, OpSpec, Problem, Site, TiedWeight
+from .spec import OpParams, Site, TiedWeight, loss_head, targets_second
 
 LOGITS_CHUNK_ELEMENTS = 8 * 1024 * 1024  # computeall.kernels.lce_chunked.CHUNK_ELEMENTS: one fp32 chunk of logits
 
@@ -18,12 +18,6 @@ class TiedHeadParams(OpParams):
         return self.vocab_size > self.shard_rows
 
 
-def check(p: TiedHeadParams, inputs: list[str]) -> list[Problem]:
-    if inputs[1:] != ["data.targets"]:
-        return [Problem("inputs", "the second input of tied_lm_head_ce is data.targets")]
-    return []
-
-
 def working_bytes(p: TiedHeadParams, site: Site, tokens: int, element: int) -> int:
     """The fused head's forward (it computes the gradients there): fp32 logits a chunk of rows at a
     time (the next chunk's made before the last is freed), the weight's gradient accumulated in fp32,
@@ -36,22 +30,16 @@ def working_bytes(p: TiedHeadParams, site: Site, tokens: int, element: int) -> i
     return chunks * rows * p.vocab_size * 4 + p.vocab_size * p.dim * 4 + widened + kept
 
 
-OP = OpSpec(
+OP = loss_head(
     name="tied_lm_head_ce",
     params=TiedHeadParams,
-    n_inputs=2,
-    out_features=lambda p: 1,  # the loss
-    in_features=lambda p: p.dim,
     param_count=lambda p: 0,  # its weight is the embedding's
-    check=check,
+    check=targets_second("tied_lm_head_ce"),
     # a sharded head computes its logits twice: in forward for the statistics, in backward for the gradients
     flops_per_token=lambda p, site: (8.0 if p.sharded else 6.0) * p.vocab_size * p.dim,
     activation_elements=lambda p, site: p.dim,  # its input's gradient, made in forward (the weight's: `working_bytes`)
     module="computeall.tensorcore.ops.tied_head:TiedLMHeadCE",
-    generation="logits",
-    llama="head",
     example={"dim": 8, "vocab_size": 16},
-    is_loss=True,
     tie=TiedWeight(op="embedding", same=("vocab_size", "dim", "shard_rows")),
     working_bytes=working_bytes,
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from .embedding import SHARD_ROWS
-from .spec import OpParams, OpSpec, Problem, TiedWeight
+from .spec import OpParams, OpSpec, Problem, TiedWeight, width_preserving
 
 STATS = 3  # per token: the shard's largest logit, its sum of exp(logit - largest), the target's logit
 _GATHER, _CE = "embedding_gather", "sharded_ce"
@@ -69,12 +69,9 @@ def _check_ce(p: VocabParams, inputs: list[str]) -> list[Problem]:
         return [Problem("inputs", f"the last input is {_DATA[_CE]}")]
     return []
 
-EMBEDDING_SHARD = OpSpec(
+EMBEDDING_SHARD = width_preserving(
     name="embedding_shard",
     params=ShardParams,
-    n_inputs=1,
-    out_features=lambda p: p.dim,
-    in_features=lambda p: p.dim,
     param_count=lambda p: p.rows * p.dim,
     check=lambda p, inputs: _check_shard(p, inputs) + (
         [] if inputs == ["data.tokens"] else [Problem("inputs", "an embedding shard reads data.tokens")]),

@@ -14,31 +14,33 @@ def identity_path(dim: int, rank: int) -> torch.Tensor:
     return path
 
 
-class BottleneckDown(nn.Module):
-    """The residual stream (B, T, dim) -> (B, T, rank): what crosses a cut."""
+class _BottleneckHalf(nn.Module):
+    """One half of a bottleneck: a projection without bias between the residual stream's `dim` features
+    and `rank`, which starts as the identity path (`identity_path`, transposed for the up half)."""
+
+    up: bool  # (B, T, rank) -> (B, T, dim), else (B, T, dim) -> (B, T, rank)
 
     def __init__(self, dim: int, rank: int) -> None:
         super().__init__()
-        self.proj = nn.Linear(dim, rank, bias=False)
+        self.dim, self.rank = dim, rank
+        self.proj = nn.Linear(rank, dim, bias=False) if self.up else nn.Linear(dim, rank, bias=False)
 
     def reset_parameters(self, generator: torch.Generator) -> None:
+        path = identity_path(self.dim, self.rank)
         with torch.no_grad():
-            self.proj.weight.copy_(identity_path(self.proj.in_features, self.proj.out_features))
+            self.proj.weight.copy_(path.T if self.up else path)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x)
 
 
-class BottleneckUp(nn.Module):
+class BottleneckDown(_BottleneckHalf):
+    """The residual stream (B, T, dim) -> (B, T, rank): what crosses a cut."""
+
+    up = False
+
+
+class BottleneckUp(_BottleneckHalf):
     """(B, T, rank) -> (B, T, dim): the residual stream again, on the far side of a cut."""
 
-    def __init__(self, dim: int, rank: int) -> None:
-        super().__init__()
-        self.proj = nn.Linear(rank, dim, bias=False)
-
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        with torch.no_grad():
-            self.proj.weight.copy_(identity_path(self.proj.out_features, self.proj.in_features).T)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.proj(z)
+    up = True

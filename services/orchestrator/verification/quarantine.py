@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -42,14 +43,13 @@ async def revoke_credential(nc: NATS, subjects: Subjects, pnode: str, reason: st
     return bool(reply.revoked)
 
 
+@dataclass(eq=False)
 class QuarantineRecovery:
-    def __init__(self, recorder: SessionRecorder, registry: PNodeRegistry, placement: Placement,
-                 checkpoints: Checkpoints, checks: SessionChecks) -> None:
-        self.recorder = recorder
-        self.registry = registry
-        self.placement = placement
-        self.checkpoints = checkpoints
-        self.checks = checks
+    recorder: SessionRecorder
+    registry: PNodeRegistry
+    placement: Placement
+    checkpoints: Checkpoints
+    checks: SessionChecks
 
     async def recover(self, verdict: Quarantine, step: int) -> int:
         """Quarantine, discard what their results may have reached, place without them, roll back;

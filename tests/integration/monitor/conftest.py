@@ -6,24 +6,15 @@ import asyncio
 
 import pytest
 
-from computeall.cli.nats_server import EmbeddedNats
-
-from ..monitor_harness import MonitorProcess, event_items, publish, session_events
+from ..monitor_harness import event_items, monitor_running, publish, session_events
 from ..waiting import wait_until
 from .api import caught_up, create_user
 
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory):
-    root = tmp_path_factory.mktemp("monitor-api")
-    with EmbeddedNats(root / "nats") as server:
-        # an empty --web-dir: these tests see the placeholder page whether or not web/dist is built
-        monitor = MonitorProcess(server, root / "data", "--web-dir", str(root / "no-dashboard")).start()
-        try:
-            yield monitor
-        finally:
-            if monitor.process:
-                assert monitor.stop() == 0, monitor.log()
+    with monitor_running(tmp_path_factory.mktemp("monitor-api")) as monitor:
+        yield monitor
 
 
 @pytest.fixture(scope="module")

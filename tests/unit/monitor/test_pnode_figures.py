@@ -4,34 +4,17 @@ share is its compute time over the step's wall time."""
 
 from __future__ import annotations
 
-import pytest
-
-from computeall.monitor import reads, store
+from computeall.monitor import reads
 from computeall.monitor.db import Database
 from computeall.monitor.named_series import PNODE_BUSY, PNODE_THROUGHPUT, named_series
-from computeall.monitor.projector import Message, project
 from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.events import (
-    Allocated, EventEnvelope, ResultsDiscarded, SessionCreated, StepCompleted, VNodePlacement,
+    Allocated, ResultsDiscarded, SessionCreated, StepCompleted, VNodePlacement,
 )
 
+from .projected import apply
+
 CONFIG = SessionConfig(network_yaml="name: t\n", data=DataConfig(files=["a"]), steps=10, micro_batches=2)
-
-
-@pytest.fixture
-def db(tmp_path):
-    database = Database(tmp_path / "m.duckdb", readers=1)
-    yield database
-    database.close()
-
-
-def apply(db: Database, payloads: list) -> None:
-    messages = []
-    for seq, payload in enumerate(payloads, 1):
-        env = EventEnvelope(session_id="s", payload=payload)
-        messages.append(Message("CA_LOG", seq, f"ca.evt.session.s.{env.type}", env.model_dump_json().encode()))
-    batch = project(messages)
-    db.transaction(lambda con: store.apply(db, con, batch, []))
 
 
 def allocated(replicas: dict[str, int]) -> Allocated:

@@ -4,27 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from computeall.monitor import downsample, store
-from computeall.monitor.db import Database
+from computeall.monitor import downsample
 from computeall.monitor.named_series import PNODE_THROUGHPUT, UPDATE_RATIOS, named_series
-from computeall.monitor.projector import Message, project
-from computeall.protocol.events import EventEnvelope, StepCompleted, UpdateRatios
+from computeall.protocol.events import StepCompleted, UpdateRatios
 
-
-@pytest.fixture
-def db(tmp_path):
-    database = Database(tmp_path / "m.duckdb", readers=1)
-    yield database
-    database.close()
-
-
-def apply(db: Database, payloads: list) -> None:
-    messages = []
-    for seq, payload in enumerate(payloads, 1):
-        env = EventEnvelope(session_id="s", payload=payload)
-        messages.append(Message("CA_LOG", seq, f"ca.evt.session.s.{env.type}", env.model_dump_json().encode()))
-    batch = project(messages)
-    db.transaction(lambda con: store.apply(db, con, batch, []))
+from .projected import apply
 
 
 def step(i: int, grad_norm: float | None, clipped: bool, compute: dict[str, float]) -> StepCompleted:

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from computeall.network import Graph, NetworkError, load_network
-from computeall.network.ops import OPS, OpParams, OpSpec, Problem, Site, n_inputs
+from computeall.network.ops import OPS, OpParams, Problem, Site, n_inputs
+from computeall.network.ops.spec import width_preserving
 from computeall.network.memory_model import StepShape, VNodeMemory, vnode_memory
 from computeall.orchestrator.step_time import vnode_flops_per_token
 
@@ -62,12 +63,9 @@ def _scale_check(p: ScaleParams, inputs: list[str]) -> list[Problem]:
     return [Problem("dim", "must be even")] if p.dim % 2 else []
 
 
-SCALE = OpSpec(
+SCALE = width_preserving(
     name="scale",
     params=ScaleParams,
-    n_inputs=1,
-    out_features=lambda p: p.dim,
-    in_features=lambda p: p.dim,
     param_count=lambda p: p.dim,
     check=_scale_check,
     flops_per_token=lambda p, site: 123.0,

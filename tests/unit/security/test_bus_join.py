@@ -16,7 +16,6 @@ from computeall.cli.security.bus_join import ServerJoin, joining_server
 from computeall.protocol.credentials import inbox_owner
 from computeall.protocol.responder import Refused
 from computeall.cli.security.bus_state import BusServer
-from computeall.cli.security.deployment import Security
 from computeall.cli.security.invitations import invite
 from computeall.cli.security.roles import permissions
 from computeall.cli.security.server_config import ClusterSettings, ServerSettings, server_config
@@ -27,16 +26,6 @@ from computeall.protocol.subjects import Subjects
 
 S = Subjects()
 ROUTES = ["nats-route://10.0.0.1:6222"]
-
-
-@pytest.fixture
-def security(tmp_path) -> Security:
-    return Security(tmp_path / "security")
-
-
-@pytest.fixture
-def tls(security) -> DeploymentTls:
-    return DeploymentTls(security.directory / "tls")
 
 
 def test_a_server_invite_names_the_routes_and_only_it_does(security, tls):

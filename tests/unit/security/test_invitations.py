@@ -6,23 +6,11 @@ import time
 
 import pytest
 
-from computeall.cli.security.deployment import Security
 from computeall.cli.security.invitations import InvitationError, invitations, invite, revoke, state
-from computeall.cli.security.tls import DeploymentTls
 from computeall.protocol.credentials import nkey_public
 from computeall.protocol.invites import Invite, InviteError
 
 SERVERS = ["tls://10.0.0.1:4222"]
-
-
-@pytest.fixture
-def security(tmp_path) -> Security:
-    return Security(tmp_path / "security")
-
-
-@pytest.fixture
-def trust(security):
-    return DeploymentTls(security.directory / "tls").trust()
 
 
 def test_the_token_carries_a_pnode_credential_the_server_knows(security, trust):

@@ -11,29 +11,17 @@ from cryptography import x509
 
 from computeall.cli.main import main
 from computeall.cli.nats_server import nats_binary
-from computeall.cli.security.deployment import Security
 from computeall.cli.security.invitations import InvitationError, invite, revoke
 from computeall.cli.security.leafnodes import HUB_DOMAIN, HubJetStream, LeafListen, LeafRemote
 from computeall.cli.security.roles import leaf, on_site, permissions
 from computeall.cli.security.server_config import ServerSettings, member_users, server_config
 from computeall.cli.security.session_grants import SessionGrant, SessionGrants
-from computeall.cli.security.tls import DeploymentTls
 from computeall.protocol.credentials import nkey_public
 from computeall.protocol.invites import Invite, InviteError
 from computeall.protocol.subjects import Subjects
 
 S = Subjects()
 LEAF_URLS = ["tls://10.0.0.1:7422"]
-
-
-@pytest.fixture
-def security(tmp_path) -> Security:
-    return Security(tmp_path / "security")
-
-
-@pytest.fixture
-def tls(security) -> DeploymentTls:
-    return DeploymentTls(security.directory / "tls")
 
 
 def accepted(text: str, tmp_path) -> subprocess.CompletedProcess:

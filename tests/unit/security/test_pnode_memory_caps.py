@@ -10,24 +10,12 @@ import pytest
 
 from computeall.cli import supervisor as supervisor_module
 from computeall.cli.security.authority import Authority
-from computeall.cli.security.deployment import Security
 from computeall.cli.security.invitations import InvitationError, invite
-from computeall.cli.security.tls import DeploymentTls
 from computeall.cli.supervisor import ServiceSpec, Supervisor
 from computeall.pnode.options import share_of_ram
 from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY, PNodeMemory
 
 SERVERS = ["tls://10.0.0.1:4222"]
-
-
-@pytest.fixture
-def security(tmp_path) -> Security:
-    return Security(tmp_path / "security")
-
-
-@pytest.fixture
-def trust(security):
-    return DeploymentTls(security.directory / "tls").trust()
 
 
 def test_an_invites_memory_is_the_pnodes_cap_and_the_default_applies_without_one(security, trust):

@@ -1,77 +1,91 @@
 import { describe, expect, it } from "vitest";
-import { formatAgo, formatBitRate, formatBytes, formatCount, formatDuration, formatNumber, formatShare } from "./format";
+import {
+  formatAgo,
+  formatBitRate,
+  formatBytes,
+  formatCount,
+  formatDuration,
+  formatNumber,
+  formatRatio,
+  formatShare,
+  formatTime,
+} from "./format";
 
-describe("formatBytes", () => {
-  it("uses binary units", () => {
-    expect(formatBytes(0)).toBe("0 B");
-    expect(formatBytes(1023)).toBe("1023 B");
-    expect(formatBytes(1536)).toBe("1.50 KiB");
-    expect(formatBytes(50 * 1024 * 1024)).toBe("50.0 MiB");
-    expect(formatBytes(3 * 1024 ** 3)).toBe("3.00 GiB");
-    expect(formatBytes(700 * 1024 ** 3)).toBe("700 GiB");
-  });
-  it("prints a dash for missing values", () => {
-    expect(formatBytes(null)).toBe("—");
-    expect(formatBytes(undefined)).toBe("—");
-    expect(formatBytes(Number.NaN)).toBe("—");
+type Format = (v: number | null | undefined) => string;
+
+// Each formatter with the values it is given and what it prints for them.
+const CASES: [string, Format, [number, string][]][] = [
+  ["formatBytes", formatBytes, [
+    [0, "0 B"],
+    [1023, "1023 B"],
+    [1536, "1.50 KiB"],
+    [50 * 1024 * 1024, "50.0 MiB"],
+    [3 * 1024 ** 3, "3.00 GiB"],
+    [700 * 1024 ** 3, "700 GiB"],
+  ]],
+  ["formatBitRate (bits, decimal units)", formatBitRate, [
+    [12.5e6, "100 Mbit/s"],
+    [2.5e6, "20.0 Mbit/s"],
+    [125e6, "1.00 Gbit/s"],
+    [100, "800 bit/s"],
+  ]],
+  ["formatShare (a whole percentage)", formatShare, [
+    [0.456, "46%"],
+    [0, "0%"],
+  ]],
+  ["formatCount", formatCount, [
+    [999, "999"],
+    [12345, "12.3k"],
+    [2_500_000, "2.50M"],
+    [1.5, "1.50"],
+  ]],
+  ["formatNumber (4 significant digits)", formatNumber, [
+    [3.14159, "3.142"],
+    [0, "0"],
+    [0.0003, "3.000e-4"],
+    [65536, "65540"],
+    [2e7, "2.000e+7"],
+  ]],
+  ["formatDuration", formatDuration, [
+    [0.25, "250 ms"],
+    [3.21, "3.2 s"],
+    [245, "4 min 05 s"],
+    [7380, "2 h 03 min"],
+    [-1, "0 ms"],
+  ]],
+  ["formatRatio (two significant figures and an x)", formatRatio, [
+    [51.2, "51x"],
+    [3.2, "3.2x"],
+    [1, "1x"],
+    [0.5, "0.5x"],
+  ]],
+];
+
+describe.each(CASES)("%s", (_name, format, cases) => {
+  it.each(cases)("%s -> %s", (value, printed) => {
+    expect(format(value)).toBe(printed);
   });
 });
 
-describe("formatBitRate", () => {
-  it("counts bits in decimal units", () => {
-    expect(formatBitRate(12.5e6)).toBe("100 Mbit/s");
-    expect(formatBitRate(2.5e6)).toBe("20.0 Mbit/s");
-    expect(formatBitRate(125e6)).toBe("1.00 Gbit/s");
-    expect(formatBitRate(100)).toBe("800 bit/s");
-    expect(formatBitRate(null)).toBe("—");
-  });
-});
+const FORMATS: [string, Format][] = [
+  ...CASES.map(([name, format]): [string, Format] => [name, format]),
+  ["formatAgo", (v) => formatAgo(v)],
+  ["formatTime", formatTime],
+];
 
-describe("formatShare", () => {
-  it("rounds to a whole percentage", () => {
-    expect(formatShare(0.456)).toBe("46%");
-    expect(formatShare(0)).toBe("0%");
-    expect(formatShare(undefined)).toBe("—");
-  });
-});
-
-describe("formatCount", () => {
-  it("abbreviates", () => {
-    expect(formatCount(999)).toBe("999");
-    expect(formatCount(12345)).toBe("12.3k");
-    expect(formatCount(2_500_000)).toBe("2.50M");
-    expect(formatCount(1.5)).toBe("1.50");
-    expect(formatCount(null)).toBe("—");
-  });
-});
-
-describe("formatNumber", () => {
-  it("keeps 4 significant digits", () => {
-    expect(formatNumber(3.14159)).toBe("3.142");
-    expect(formatNumber(0)).toBe("0");
-    expect(formatNumber(0.0003)).toBe("3.000e-4");
-    expect(formatNumber(65536)).toBe("65540");
-    expect(formatNumber(2e7)).toBe("2.000e+7");
-    expect(formatNumber(Number.POSITIVE_INFINITY)).toBe("—");
-  });
-});
-
-describe("formatDuration", () => {
-  it("picks a unit", () => {
-    expect(formatDuration(0.25)).toBe("250 ms");
-    expect(formatDuration(3.21)).toBe("3.2 s");
-    expect(formatDuration(245)).toBe("4 min 05 s");
-    expect(formatDuration(7380)).toBe("2 h 03 min");
-    expect(formatDuration(-1)).toBe("0 ms");
+describe.each(FORMATS)("%s of a missing value", (_name, format) => {
+  it.each([null, undefined, Number.NaN, Number.POSITIVE_INFINITY])("%s is a dash", (value) => {
+    expect(format(value)).toBe("—");
   });
 });
 
 describe("formatAgo", () => {
-  it("is relative to now", () => {
-    expect(formatAgo(100, 112)).toBe("12 s ago");
-    expect(formatAgo(100, 100 + 180)).toBe("3 min ago");
-    expect(formatAgo(100, 100 + 7200)).toBe("2 h ago");
-    expect(formatAgo(200, 100)).toBe("just now");
-    expect(formatAgo(null)).toBe("—");
+  it.each([
+    [100, 112, "12 s ago"],
+    [100, 100 + 180, "3 min ago"],
+    [100, 100 + 7200, "2 h ago"],
+    [200, 100, "just now"],
+  ])("%s at %s -> %s", (ts, now, printed) => {
+    expect(formatAgo(ts, now)).toBe(printed);
   });
 });

@@ -7,31 +7,35 @@ function missing(v: number | null | undefined): v is null | undefined {
   return v === null || v === undefined || !Number.isFinite(v);
 }
 
+/** |v| in the largest of `units` (each `base` times the one before) that keeps it at least 1, and that unit. */
+function inUnits(v: number, base: number, units: string[]): [number, string] {
+  let x = Math.abs(v);
+  let i = 0;
+  while (x >= base && i < units.length - 1) {
+    x /= base;
+    i++;
+  }
+  return [x, units[i]];
+}
+
+/** A scaled value to three significant figures or so: 2.50, 20.0, 700. */
+function threeFigures(x: number): string {
+  return x.toFixed(x < 10 ? 2 : x < 100 ? 1 : 0);
+}
+
 /** 1536 -> "1.5 KiB"; binary units, as memory is counted. */
 export function formatBytes(v: number | null | undefined): string {
   if (missing(v)) return DASH;
-  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-  let x = Math.abs(v);
-  let i = 0;
-  while (x >= 1024 && i < units.length - 1) {
-    x /= 1024;
-    i++;
-  }
+  const [x, unit] = inUnits(v, 1024, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]);
   const sign = v < 0 ? "-" : "";
-  return `${sign}${i === 0 ? x.toFixed(0) : x.toFixed(x < 10 ? 2 : x < 100 ? 1 : 0)} ${units[i]}`;
+  return `${sign}${unit === "B" ? x.toFixed(0) : threeFigures(x)} ${unit}`;
 }
 
 /** Bytes per second as a line rate in bits: 12.5e6 -> "100 Mbit/s"; decimal units, as links are sold. */
 export function formatBitRate(bytesPerS: number | null | undefined): string {
   if (missing(bytesPerS)) return DASH;
-  const units = ["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"];
-  let x = Math.abs(bytesPerS) * 8;
-  let i = 0;
-  while (x >= 1000 && i < units.length - 1) {
-    x /= 1000;
-    i++;
-  }
-  return `${x.toFixed(x < 10 ? 2 : x < 100 ? 1 : 0)} ${units[i]}`;
+  const [x, unit] = inUnits(bytesPerS * 8, 1000, ["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"]);
+  return `${threeFigures(x)} ${unit}`;
 }
 
 /** A share in [0, 1] as a whole percentage: 0.456 -> "46%". */
@@ -42,16 +46,10 @@ export function formatShare(v: number | null | undefined): string {
 /** 12345 -> "12.3k", 2.5e6 -> "2.50M"; counts such as parameters and tokens/s. */
 export function formatCount(v: number | null | undefined): string {
   if (missing(v)) return DASH;
-  const units = ["", "k", "M", "G", "T"];
-  let x = Math.abs(v);
-  let i = 0;
-  while (x >= 1000 && i < units.length - 1) {
-    x /= 1000;
-    i++;
-  }
+  const [x, unit] = inUnits(v, 1000, ["", "k", "M", "G", "T"]);
   const sign = v < 0 ? "-" : "";
-  if (i === 0) return `${sign}${Number.isInteger(x) ? x : x.toFixed(x < 10 ? 2 : 1)}`;
-  return `${sign}${x.toFixed(x < 10 ? 2 : x < 100 ? 1 : 0)}${units[i]}`;
+  if (unit === "") return `${sign}${Number.isInteger(x) ? x : x.toFixed(x < 10 ? 2 : 1)}`;
+  return `${sign}${threeFigures(x)}${unit}`;
 }
 
 /** A loss or lr: 4 significant digits, exponent notation for very small or large values. */
