@@ -83,9 +83,13 @@ class MachineBus:
 
     def user(self, up: list[int] | None = None) -> Credential:
         """The first machine's local user, dialling every server (or those of `up`)."""
+        return self.local("user", "local", up)
+
+    def local(self, role: str, name: str, up: list[int] | None = None) -> Credential:
+        """A local identity of the first machine (its `up` issued it), dialling every server (or those of `up`)."""
         from computeall.cli.identity import deployment_security
 
-        local = deployment_security(str(self.data_dir(0))).local("user", "local")
+        local = deployment_security(str(self.data_dir(0))).local(role, name)
         return local.at([self.url(i) for i in (up if up is not None else range(len(self.names)))])
 
     def kill(self, i: int) -> float:
