@@ -29,6 +29,7 @@ from .recorder import SessionRecorder
 log = logging.getLogger("computeall.orchestrator.samples")
 
 SAMPLE_TIMEOUT_S = 600.0
+SAMPLE_TRIES = 3  # a writer lost mid-sample is replaced: its checkpoint is still there, another PNode reads it
 DRAIN_TIMEOUT_S = 120.0  # how long the end of a session (or a pause) waits for samples still being written
 
 
@@ -42,6 +43,8 @@ class Sampler:
         self.sampling: SamplingConfig | None = None
         self.pending: dict[int, asyncio.Task[PNodeReply]] = {}
         self.asked: dict[int, float] = {}  # step -> when the samples were asked for
+        self.tries: dict[int, int] = {}  # step -> writers asked so far, while its samples are not recorded
+        self.lost: set[int] = set()  # steps whose writer failed: asked again at the next boundary
 
     @property
     def enabled(self) -> bool:
@@ -75,6 +78,21 @@ class Sampler:
     async def request(self, step: int) -> None:
         """Ask one PNode for the samples of the checkpoint after `step` steps; the reply is recorded later."""
         await self.checkpoints.save(step)
+        self._ask(step)
+
+    def ask_again(self) -> None:
+        """Ask another writer for the samples a lost one was writing, while their checkpoint is kept (a
+        rollback before it discards it, and the re-run samples that step afresh)."""
+        state = self.recorder.state
+        for step in sorted(self.lost):
+            self.lost.discard(step)
+            kept = any(c.step == step for c in state.checkpoints)
+            if kept and step not in self.pending and step > state.last_sampled_step and self.tries[step] < SAMPLE_TRIES:
+                self._ask(step)
+            else:
+                self.checkpoints.pinned.discard(step)
+
+    def _ask(self, step: int) -> None:
         state = self.recorder.state
         checkpoint = next(c for c in state.checkpoints if c.step == step)
         self.checkpoints.pinned.add(step)  # not pruned while the PNode reads it
@@ -83,20 +101,27 @@ class Sampler:
             objects=checkpoint.model_objects, prompts=self.prompts, sampling=self.sampling,
         )
         self.asked[step] = time.monotonic()
+        self.tries[step] = self.tries.get(step, 0) + 1
         self.pending[step] = asyncio.create_task(self.calls.one(self._writer(), request, timeout=SAMPLE_TIMEOUT_S))
 
     async def record_ready(self) -> None:
         """Record the samples that have come back, in step order."""
         for step in sorted(s for s, task in self.pending.items() if task.done()):
             task, asked = self.pending.pop(step), self.asked.pop(step)
-            self.checkpoints.pinned.discard(step)
             try:
                 reply = task.result()
                 texts = await dataset_call(lambda: decode_tokens(self.calls.nc, self.calls.subjects, self.recorder.state.owner,
                                                                  self.placement.dataset, reply.samples, timeout=30.0))
-            except (PNodeFailure, SessionError) as exc:  # training goes on; a re-run of this step samples again
-                log.warning("session %s: no samples for step %d: %s", self.recorder.state.id, step, exc)
+            except PNodeFailure as exc:  # training goes on; another writer is asked at the next boundary
+                log.warning("session %s: the samples of step %d are asked again: %s", self.recorder.state.id, step, exc)
+                self.lost.add(step)  # its checkpoint stays pinned
                 continue
+            except SessionError as exc:  # training goes on; a re-run of this step samples again
+                log.warning("session %s: no samples for step %d: %s", self.recorder.state.id, step, exc)
+                self.checkpoints.pinned.discard(step)
+                continue
+            self.checkpoints.pinned.discard(step)
+            self.tries.pop(step, None)
             samples = [Sample(prompt=prompt, text=text, tokens=len(ids))
                        for prompt, text, ids in zip(self.recorder.state.config.sample_prompts, texts, reply.samples)]
             await self.recorder.record(SamplesGenerated(step=step, samples=samples, pnode=reply.pnode,
@@ -104,9 +129,12 @@ class Sampler:
 
     async def drain(self) -> None:
         """Wait (a while) for the samples still being written and record them; give up on the rest."""
-        if self.pending:
-            await asyncio.wait(self.pending.values(), timeout=DRAIN_TIMEOUT_S)
-        await self.record_ready()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        self.ask_again()
+        while self.pending and time.monotonic() < deadline:
+            await asyncio.wait(self.pending.values(), timeout=deadline - time.monotonic())
+            await self.record_ready()
+            self.ask_again()
         for step in self.pending:
             log.warning("session %s: gave up waiting for the samples of step %d", self.recorder.state.id, step)
         self.abandon()
@@ -115,9 +143,11 @@ class Sampler:
         """The driver stops: nobody will record what is still being written."""
         for step, task in self.pending.items():
             task.cancel()
-            self.checkpoints.pinned.discard(step)
+        self.checkpoints.pinned.difference_update(self.pending.keys() | self.lost)
         self.pending.clear()
         self.asked.clear()
+        self.lost.clear()
+        self.tries.clear()
 
     def _writer(self) -> str:
         """The session's PNode with the most memory: it holds the whole model while it samples."""

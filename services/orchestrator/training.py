@@ -83,6 +83,7 @@ class Trainer:
         if state.claimed_by != self.recorder.orchestrator_id:
             raise LostClaim(f"session {state.id} is driven by {state.claimed_by}")
         await self.sampler.record_ready()
+        self.sampler.ask_again()
         if self.shutdown.is_set():  # the orchestrator stops (Ctrl-C on `computeall up`): keep every step done
             await self.checks.settle(step, wait_all=True)
             await self.checkpoints.save(step)

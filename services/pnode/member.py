@@ -100,7 +100,7 @@ def pass_deadline(request: PassRequest, step_deadline_s: float) -> float:
 
 class BusMember:
     # what a failed request raises: answered with ok=False and the reason, never a crash
-    failures: tuple[type[BaseException], ...] = (KeyError, ValueError, RuntimeError, nats.errors.Error, PassSuperseded)
+    failures: tuple[type[BaseException], ...] = (KeyError, ValueError, RuntimeError, nats.errors.Error)
 
     def __init__(self, credential: Credential, memory_bytes: int, device: str, subjects: Subjects,
                  heartbeat_s: float = HEARTBEAT_INTERVAL_S, telemetry_s: float = 2.0,
@@ -268,6 +268,8 @@ class BusMember:
             log.warning("fault injection: %s of step %s accepted, never to be answered", request.type, step)
             return
         started = time.time()
+        session = getattr(request, "session_id", None)
+        hosted = self.stages.get(session)
         self.pending += 1
         await self._status(request, "running", step, started)
         try:
@@ -275,6 +277,12 @@ class BusMember:
         except InputsNeverCame as exc:
             log.warning("%s gave up: %s", request.type, exc)
             reply = PNodeReply(ok=False, starved=True, pnode=self.name, step=step, error=str(exc))
+        except PassSuperseded as exc:
+            # dropped (a reset: the orchestrator had declared this PNode lost) or replaced while it ran: what the
+            # pass was part of is gone here, as after a restart; the orchestrator recovers as from a lost PNode
+            dropped = self.stages.get(session) is not hosted
+            log.warning("%s gave up: %s%s", request.type, exc, " (its plan was dropped)" if dropped else "")
+            reply = PNodeReply(ok=False, state_lost=dropped, pnode=self.name, step=step, error=f"PassSuperseded: {exc}")
         except self.failures as exc:
             log.warning("%s failed: %s", request.type, exc)
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")

@@ -29,11 +29,11 @@ def up(data_dir: Path, log: Path) -> subprocess.Popen:
 
 
 def wait_for_cluster(data_dir: Path, previous: str | None = None, timeout: float = 60) -> str:
-    def written() -> str | None:
+    def written() -> str | None:  # the bus first, the dashboard's address once the monitor listens
         info = read(data_dir)
-        return info.nats if info and info.nats != previous else None
+        return info.nats if info and info.nats != previous and info.monitor else None
 
-    return wait_until(written, timeout, "computeall up writing cluster.json", interval=0.2)
+    return wait_until(written, timeout, "computeall up writing cluster.json with its dashboard", interval=0.2)
 
 
 def local_user(data_dir: Path) -> Credential:

@@ -147,13 +147,17 @@ def test_nothing_remains_after_exit_or_an_exception() -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_removes_the_lab(signum: int) -> None:
-    proc = subprocess.Popen([PY, "-c", HOLD_A_LAB], stdout=subprocess.PIPE, text=True)
+def test_a_signal_removes_the_lab(signum: int, tmp_path) -> None:
+    said = tmp_path / "stderr"
+    proc = subprocess.Popen([PY, "-c", HOLD_A_LAB], stdout=subprocess.PIPE, stderr=said.open("w"), text=True)
     try:
         assert readline(proc, deadline_s=60) == "ready"
         assert names_of(proc.pid)
         proc.send_signal(signum)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the lab's process outlived the signal by 60 s; it said:\n{said.read_text()}") from None
     finally:
         proc.kill()
     assert proc.returncode != 0  # the signal still ended it

@@ -1,10 +1,14 @@
 """When a session samples: every `sample_every` steps and at the end, once per step, never in a replay."""
 
+import asyncio
 from types import SimpleNamespace
 
+from computeall.orchestrator import samples
+from computeall.orchestrator.errors import PNodeFailure
 from computeall.orchestrator.samples import Sampler
 from computeall.protocol.config import DataConfig, ReplayOf, SessionConfig
-from computeall.protocol.events import EventEnvelope, Sample, SamplesGenerated
+from computeall.protocol.events import CheckpointCommitted, EventEnvelope, Sample, SamplesGenerated
+from computeall.protocol.pnode_api import PNodeReply
 from computeall.protocol.session_state import SessionState
 
 
@@ -34,3 +38,54 @@ def test_a_step_is_sampled_once_even_when_it_runs_again():
 def test_a_replay_does_not_sample():
     replay = sampler(sample_every=2, replay_of=ReplayOf(session_id="o", from_step=0, to_step=4))
     assert not any(replay.due(step, end=4) for step in range(1, 5))
+
+
+class Writers:
+    """The session's PNodes as the sampler calls them: the first asked is lost mid-sample."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.nc = self.subjects = None
+
+    async def one(self, pnode: str, request, timeout: float) -> PNodeReply:
+        self.asked.append(pnode)
+        if len(self.asked) == 1:
+            raise PNodeFailure([pnode], f"{pnode} went silent")
+        return PNodeReply(ok=True, pnode=pnode, samples=[[1, 2]])
+
+
+def test_samples_whose_writer_is_lost_are_written_by_another_from_the_same_checkpoint(monkeypatch):
+    async def decoded(nc, subjects, owner, dataset, tokens, timeout):
+        return ["text"] * len(tokens)
+
+    monkeypatch.setattr(samples, "decode_tokens", decoded)
+    writers, recorded = Writers(), []
+    state = SessionState(id="s", config=SessionConfig(network_yaml="name: t\n", data=DataConfig(files=["a"]), steps=30,
+                                                      sample_every=10, sample_prompts=["def "]))
+    state.apply(EventEnvelope(session_id="s", payload=CheckpointCommitted(step=10, bucket="b", objects=[], seconds=0.1)),
+                seq=1)
+
+    async def record(event):
+        recorded.append(event)
+
+    live = {"pnode-2": 8, "pnode-0": 4}  # the writer is the PNode with the most memory; pnode-2 dies
+    placement = SimpleNamespace(session_pnodes=SimpleNamespace(calls=writers), pnodes=["pnode-0", "pnode-2"],
+                                dataset="d", registry=SimpleNamespace(
+                                    live=lambda: [SimpleNamespace(pnode=p) for p in live],
+                                    memory_bytes=lambda hb: live[hb.pnode]))
+    sampler = Sampler(SimpleNamespace(state=state, record=record), placement, SimpleNamespace(pinned=set()))
+    sampler.prompts, sampler.sampling = [[5]], None
+
+    async def story():
+        sampler._ask(10)
+        await asyncio.wait(sampler.pending.values())
+        await sampler.record_ready()  # the writer's failure: nothing recorded, the checkpoint kept for another
+        assert recorded == [] and sampler.lost == {10} and sampler.checkpoints.pinned == {10}
+        del live["pnode-2"]  # declared lost
+        await sampler.drain()  # the session's end asks again and waits
+
+    monkeypatch.setattr(samples, "GenerateSamples", lambda **fields: SimpleNamespace(**fields))
+    asyncio.run(story())
+    assert writers.asked == ["pnode-2", "pnode-0"]
+    assert [(e.step, e.pnode, [x.text for x in e.samples]) for e in recorded] == [(10, "pnode-0", ["text"])]
+    assert sampler.checkpoints.pinned == set()

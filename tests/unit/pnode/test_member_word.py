@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import asyncio
+
 import pytest
 
-from computeall.pnode.member import BusMember, InputsNeverCame, pass_deadline
+from computeall.pnode.member import BusMember, InputsNeverCame, PassSuperseded, pass_deadline
 from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
-from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
+from computeall.protocol.pnode_api import ApplyStep, PNodeReply, Reset, RunStep
 from computeall.protocol.subjects import Subjects
 
 
@@ -54,6 +56,54 @@ async def test_a_muted_pnode_takes_the_request_and_never_answers():
     assert await ask(m, ApplyStep(session_id="s", step=3, lr=0.1)) is None
     assert m.pending == 0 and m.nc.published == []
     assert (await ask(m, RunStep(session_id="s", step=3))).starved, "other kinds are answered"
+
+
+class Stage:
+    """A pass that runs until something takes its place."""
+
+    def __init__(self) -> None:
+        self.aborted = asyncio.Event()
+
+    def abort(self) -> None:
+        self.aborted.set()
+
+    async def run_step(self, request, deadline_s: float) -> PNodeReply:
+        await self.aborted.wait()
+        raise PassSuperseded(f"train step {request.step} was superseded")
+
+
+class Hosting(BusMember):
+    async def run_step(self, stage, request) -> PNodeReply:
+        return await stage.run_step(request, 600.0)
+
+
+def hosting() -> Hosting:
+    m = Hosting(Credential(role="pnode", name="p1", servers=["nats://h:1"]), 1 << 30, "cpu", Subjects("ca"))
+    m.nc = Bus()
+    return m
+
+
+async def test_a_pass_dropped_by_a_reset_answers_that_its_state_is_lost():
+    # the orchestrator had declared the PNode lost and reset it as it came back, while its driver still
+    # waited for this pass: a lost PNode to recover from, not a failure of the session
+    m = hosting()
+    m.host("s", Stage())
+    running = asyncio.ensure_future(ask(m, RunStep(session_id="s", step=0)))
+    await asyncio.sleep(0.05)
+    await m.reset(Reset())
+    reply = await running
+    assert (reply.ok, reply.state_lost, reply.step) == (False, True, 0)
+    assert "superseded" in reply.error
+
+
+async def test_a_pass_superseded_by_another_of_its_stage_is_no_lost_state():
+    m, stage = hosting(), Stage()
+    m.host("s", stage)
+    running = asyncio.ensure_future(ask(m, RunStep(session_id="s", step=0)))
+    await asyncio.sleep(0.05)
+    stage.abort()  # as a RunStep asked again does: the stage stays
+    reply = await running
+    assert (reply.ok, reply.state_lost) == (False, False)
 
 
 def test_a_pass_gives_up_when_the_orchestrator_says_or_at_the_pnodes_own_limit():
