@@ -49,7 +49,7 @@ up: setup web
 # for it; a machine that cannot run an engine (not root) is told why, and that test skips there
 test: setup web browser
 	$(PY) tools/docker_engine.py --optional --in-background
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=15
 
 # every benchmark, one table, docs/benchmarks.md; `make bench BENCH_ARGS=--quick` for a short run
 bench: setup web browser

@@ -22,8 +22,12 @@ SHAKESPEARE = next((p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `last` run after every other: the compose test waits for the image `make test` builds
-    in the background meanwhile (tools/docker_engine.py)."""
+    in the background meanwhile (tools/docker_engine.py). Tests marked `machines` share one xdist group:
+    their namespaces' addresses and the docker engine are the host's, so they run one at a time."""
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+    for item in items:
+        if item.get_closest_marker("machines") is not None:
+            item.add_marker(pytest.mark.xdist_group("machines"))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 
+import pytest
 
 from .wan import require_lab
 
@@ -45,6 +46,8 @@ from .waiting import wait_until, wait_until_async  # noqa: E402
 
 STEPS = 10
 KILL_AT = 5  # the step under way when the first machine dies
+
+pytestmark = pytest.mark.machines  # conftest: one at a time
 
 
 async def _ready(bus_: MachineBus) -> None:

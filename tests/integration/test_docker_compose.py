@@ -43,7 +43,7 @@ STEPS = 4
 
 # a cold image build (no base, no layers) takes minutes: `make test` starts it in the background and this
 # test runs last, waiting for it (the script's builds queue on a lock)
-pytestmark = [pytest.mark.timeout(1800), pytest.mark.last]
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.last, pytest.mark.machines]
 
 
 @pytest.fixture(scope="module")

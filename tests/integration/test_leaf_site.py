@@ -28,7 +28,7 @@ from .sessions import spread  # noqa: E402
 from .test_two_machines import COMPUTEALL, cli, train  # noqa: E402
 from .waiting import wait_until  # noqa: E402
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.machines]
 
 
 def config(min_pnodes: int) -> SessionConfig:

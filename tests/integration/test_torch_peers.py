@@ -11,6 +11,8 @@ require_lab()
 from bench.wanlab import WanLab  # noqa: E402
 from bench.wanlab.torch_peers import pipeline, plain  # noqa: E402
 
+pytestmark = pytest.mark.machines  # conftest: one at a time
+
 
 @pytest.mark.slow
 def test_1f1b_over_a_city_link_matches_the_plain_loop() -> None:

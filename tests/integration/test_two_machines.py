@@ -29,6 +29,8 @@ from .waiting import wait_until
 COMPUTEALL = str(Path(sys.executable).parent / "computeall")
 ROOT_IP, FAR_IP = "10.213.7.1", "10.213.7.2"
 
+pytestmark = pytest.mark.machines  # conftest: one at a time
+
 
 def _ip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True)

@@ -51,6 +51,8 @@ with WanLab("city", nodes=2, peers=True) as lab:
     threading.Event().wait()
 """
 
+pytestmark = pytest.mark.machines  # conftest: one at a time
+
 
 def serve(handler) -> tuple[str, int]:
     """A TCP server on loopback in the root namespace, one thread per connection."""

@@ -23,7 +23,7 @@ from computeall.protocol.config import DataConfig, LrSchedule, SessionConfig  # 
 
 from .cluster import running_cluster, stdlib_corpus  # noqa: E402
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.machines]
 
 STEPS = 5
 
