@@ -20,6 +20,7 @@ SHAKESPEARE = next((p / "shared" / "data" / "tinyshakespeare.txt" for p in REPO.
                    REPO.parent / "shared" / "data" / "tinyshakespeare.txt")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the tests' ids
 def pytest_collection_modifyitems(config, items):
     """Tests marked `last` run after every other: the compose test waits for the image `make test` builds
     in the background meanwhile (tools/docker_engine.py). Tests marked `machines` share one xdist group:
@@ -28,6 +29,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("machines") is not None:
             item.add_marker(pytest.mark.xdist_group("machines"))
+
+
+def pytest_collection_finish(session):
+    """A grouped test's id carries its group once xdist has read it; a pytest that keeps ids where xdist
+    cannot rename them would silently run the `machines` tests side by side."""
+    if session.config.getoption("loadgroup", False):  # set on the workers of `--dist loadgroup`
+        ungrouped = [i.nodeid for i in session.items if i.get_closest_marker("machines") and "@machines" not in i.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(f"xdist did not group {ungrouped[:3]}: use a pytest whose ids xdist can rename "
+                                    "(pyproject.toml pins it)")
 
 
 @pytest.fixture(autouse=True, scope="session")
