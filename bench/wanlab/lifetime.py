@@ -71,7 +71,8 @@ def _restore() -> None:
 def opened(lab: Lab) -> None:
     if not _open and threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
-            _previous[signum] = signal.signal(signum, _on_signal)
+            if signal.getsignal(signum) != signal.SIG_IGN:  # an ignored signal (a background job's SIGINT) stays so
+                _previous[signum] = signal.signal(signum, _on_signal)
     _open.append(lab)
 
 

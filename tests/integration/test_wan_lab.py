@@ -44,7 +44,8 @@ while chunk := s.recv(1 << 16):
 print(n * 8 / (time.perf_counter() - t0) / 1e6)
 """
 HOLD_A_LAB = f"""
-import sys, threading; sys.path.insert(0, {str(REPO)!r})
+import signal, sys, threading; sys.path.insert(0, {str(REPO)!r})
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a background job ignores it
 from bench.wanlab import WanLab
 with WanLab("city", nodes=2, peers=True) as lab:
     print("ready", flush=True)
