@@ -175,7 +175,8 @@ def main() -> int:
         if name == "loopback":
             on_loopback = measured
         link = PROFILES[name]
-        where = f"{name} ({link.rate_mbit:g} Mbit/s, {link.delay_ms:g} ms), 2 nodes, batch {batch} x {CONTEXT}"
+        shaped = f"{link.rate_mbit:g} Mbit/s, {link.delay_ms:g} ms" if link.rate_mbit else "unshaped"
+        where = f"{name} ({shaped}), 2 nodes, batch {batch} x {CONTEXT}"
         plain_tokens = tokens_per_step / statistics.median(anchor)
         for (sys_name, wire), m in measured.items():
             ours = sys_name.startswith("computeall")

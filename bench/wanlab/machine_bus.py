@@ -92,6 +92,38 @@ class MachineBus:
         local = deployment_security(str(self.data_dir(0))).local(role, name)
         return local.at([self.url(i) for i in (up if up is not None else range(len(self.names)))])
 
+    async def lead_stream_from(self, stream: str, i: int, timeout_s: float = 60.0) -> None:
+        """An operator of the first machine repairing by hand: `stream`'s leader moves to machine i's server
+        (a superuser asks for step-downs naming it preferred), so that losing machine i loses the leader."""
+        import asyncio
+        import json as json_module
+
+        from computeall.cli.security.deployment import Security
+        from computeall.cli.security.tls import DeploymentTls
+        from computeall.protocol import bus
+
+        security = Security(self.data_dir(0) / "security")
+        repairs = security.issue("superuser", "repairs", [self.url(k) for k in range(len(self.names))],
+                                 DeploymentTls(security.directory / "tls").trust())
+        deadline = time.monotonic() + timeout_s
+        while True:  # the new identity reaches every server with the next spread of the security state
+            try:
+                admin = await bus.connect(repairs, name="repairs")
+                break
+            except bus.BusConnectError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        try:
+            while await stream_leader(admin, stream) != self.names[i]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{stream}'s leader did not move to {self.names[i]} within {timeout_s:.0f}s")
+                await admin.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
+                                    json_module.dumps({"placement": {"preferred": self.names[i]}}).encode(), timeout=10)
+                await asyncio.sleep(1.0)
+        finally:
+            await admin.close()
+
     def kill(self, i: int) -> float:
         """Machine i is lost: kill -9 of everything on it, at once. When (the events' clock)."""
         self.lab.kill(self.lab.machines[i])
@@ -122,6 +154,14 @@ class _ServerOn(MachineServer):
 
     def command(self) -> list[str]:
         return self.machine.command(super().command())  # `ip netns exec` execs it: the pid is nats-server's
+
+
+async def stream_leader(nc, stream: str) -> str | None:
+    """The server leading `stream` now; None while an election is under way."""
+    try:
+        return (await nc.jetstream().stream_info(stream)).cluster.leader
+    except Exception:  # noqa: BLE001 (no leader: the request times out or says so)
+        return None
 
 
 def bare_bus(lab: Machines, directory: Path) -> list[MachineServer]:

@@ -11,7 +11,6 @@ Skipped where network namespaces cannot be made (not root, or `ip netns` refused
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -31,7 +30,6 @@ from computeall.cli.security.deployment import Security  # noqa: E402
 from computeall.cli.security.server_config import ClusterSettings, ServerSettings, server_config  # noqa: E402
 from computeall.cli.security.tls import DeploymentTls  # noqa: E402
 from computeall.cli.session_view import session_events  # noqa: E402
-from computeall.protocol import bus  # noqa: E402
 from computeall.protocol.bus_failover import ELECTION_MAX_S  # noqa: E402
 from computeall.protocol.events import (  # noqa: E402
     Allocated, CheckpointCommitted, CheckpointPruned, SessionClaimed,
@@ -60,13 +58,6 @@ async def _says_up(bus_: MachineBus, i: int) -> bool:
     return bus_.log(i).exists() and "computeall is up" in bus_.log(i).read_text(errors="replace")
 
 
-async def _stream_leader(nc, stream: str) -> str | None:
-    try:
-        return (await nc.jetstream().stream_info(stream)).cluster.leader
-    except Exception:  # noqa: BLE001 (an election under way)
-        return None
-
-
 async def test_losing_a_whole_machine_loses_nothing(tmp_path):
     with Machines(3) as lab:
         machines = MachineBus(lab, tmp_path, pnodes=(1, 1, 0))
@@ -79,7 +70,6 @@ async def test_losing_a_whole_machine_loses_nothing(tmp_path):
 
 
 async def _scenario(machines: MachineBus, tmp_path) -> None:
-    first = machines.names[0]
     await _ready(machines)
     async with connect(machines.user(up=[1])) as client:  # the CLI does not reconnect: not to the first machine
         servers = _status(machines, 1)
@@ -87,19 +77,7 @@ async def _scenario(machines: MachineBus, tmp_path) -> None:
         assert all(s["machine"] and s["route"] for s in servers)
         assert sum(s["meta_leader"] for s in servers) == 1 and LOG_STREAM in {x for s in servers for x in s["leads"]}
 
-        # the test plays an operator of the first machine repairing by hand: CA_LOG's leader moves to it
-        security = Security(machines.data_dir(0) / "security")
-        repairs = security.issue("superuser", "test-repairs", [machines.url(i) for i in range(3)],
-                                 DeploymentTls(security.directory / "tls").trust())
-        admin = await wait_until_async(lambda: _try_connect(repairs), 30, "the superuser admitted everywhere")
-        for _ in range(20):
-            if await _stream_leader(admin, LOG_STREAM) == first:
-                break
-            await admin.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{LOG_STREAM}",
-                                json.dumps({"placement": {"preferred": first}}).encode(), timeout=10)
-            await asyncio.sleep(1.0)
-        assert await _stream_leader(admin, LOG_STREAM) == first
-        await admin.close()
+        await machines.lead_stream_from(LOG_STREAM, 0)  # the first machine's loss takes CA_LOG's leader with it
 
         cfg = config(steps=STEPS, checkpoint_every=3, min_pnodes=1)
         clean = await run_to_end(client, cfg, timeout=300)
@@ -132,13 +110,6 @@ async def _scenario(machines: MachineBus, tmp_path) -> None:
 
     await _uninvited_servers_cannot_join(machines, tmp_path)
     await _a_leaf_site_fails_over(machines, tmp_path)
-
-
-async def _try_connect(credential):
-    try:
-        return await bus.connect(credential, name="test-repairs")
-    except bus.BusConnectError:
-        return None
 
 
 async def _uninvited_servers_cannot_join(machines: MachineBus, tmp_path) -> None:
