@@ -30,6 +30,9 @@ from .session_storage import SessionStorage
 from .standby import take_over
 
 
+CHECKPOINT_BYTES_PER_PARAM = 16  # an fp32 weight, an fp32 master and Adam's two fp32 moments: the most kept
+
+
 @dataclass(frozen=True)
 class Move:
     """Move VNodes at this step boundary, through a checkpoint of this very step."""
@@ -115,7 +118,8 @@ class Placement:
             moves = {key: p for key, p in _placed(allocation).items() if before.get(key) != p}
             await self.recorder.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
-        self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0), allocation.step_time_s)
+        self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0), allocation.step_time_s,
+                                  self._checkpoint_s(allocation))
         await self.storage.host(self.pnodes, self.recorder.state.last_seq)
         config = self.config
         batches = BatchSource(
@@ -159,6 +163,16 @@ class Placement:
             self.graph, self.registry.capacities(exclude), self.config.replicas, self.config.batch_size,
             self.config.micro_batches, self.config.pipeline.stages, self.config.optimizer.state,
         )
+
+    def _checkpoint_s(self, allocation: ReplicatedAllocation) -> float:
+        """The longest any PNode's share of a checkpoint takes over its measured link, at the most a checkpoint
+        keeps of a parameter: on a home link a checkpoint outlasts any fixed first deadline."""
+        speed = {c.pnode: c.bandwidth_bytes_per_s for c in self.registry.capacities()}
+        params: dict[str, int] = {}
+        for assignment in allocation.assignments:
+            for vid, pnode in assignment.items():
+                params[pnode] = params.get(pnode, 0) + self.graph.param_count(vid)
+        return max((n * CHECKPOINT_BYTES_PER_PARAM / speed[p] for p, n in params.items() if speed.get(p)), default=0.0)
 
     def _pipeline(self, allocation: ReplicatedAllocation, replica: int) -> PipelineConfig:
         """The session's pipeline, with the micro-batches in flight the allocation decided for this

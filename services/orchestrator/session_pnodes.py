@@ -17,7 +17,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from computeall.protocol.events import PNodeSlow
-from computeall.protocol.pnode_api import PassRequest, PNodeReply, Unload
+from computeall.protocol.pnode_api import LoadCheckpoint, PassRequest, PNodeReply, SaveCheckpoint, Unload
 
 from .errors import PNodeFailure, SessionError, StepStalled, Unanswered
 from .pnode_calls import PNodeCalls
@@ -27,6 +27,7 @@ from .stalls import StallDeadlines
 log = logging.getLogger("computeall.orchestrator.session_pnodes")
 
 PASSES = tuple(kind.model_fields["type"].default for kind in PassRequest.__subclasses__())  # RunStep, RunValidation
+CHECKPOINTS = tuple(kind.model_fields["type"].default for kind in (SaveCheckpoint, LoadCheckpoint))
 
 
 class SessionPNodes:
@@ -38,11 +39,15 @@ class SessionPNodes:
         self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
         self.deadlines = StallDeadlines()
 
-    def adopt(self, pnodes: list[str], first_replica: list[str] | None = None, estimated_step_s: float = 0.0) -> None:
-        """These PNodes hold the plan from now on, as the incarnations alive right now; a pass should
-        take about `estimated_step_s` (the allocation's estimate) until one is measured."""
+    def adopt(self, pnodes: list[str], first_replica: list[str] | None = None, estimated_step_s: float = 0.0,
+              checkpoint_s: float = 0.0) -> None:
+        """These PNodes hold the plan from now on, as the incarnations alive right now; until one is
+        measured, a pass should take about `estimated_step_s` (the allocation's estimate), and a checkpoint
+        saved or loaded about `checkpoint_s` (its largest share over its PNode's link)."""
         for kind in PASSES:
             self.deadlines.estimate(kind, estimated_step_s)
+        for kind in CHECKPOINTS:
+            self.deadlines.estimate(kind, checkpoint_s)
         self.pnodes = list(pnodes)
         self.first_replica = list(pnodes if first_replica is None else first_replica)
         self.generations = {p: self.calls.registry.generation(p) for p in self.pnodes}

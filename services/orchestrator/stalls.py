@@ -7,7 +7,8 @@ median of what it took lately (`Allowance`), with two deadlines, both checked by
   as lost (`Unanswered`): its VNodes move and the step runs again from the last checkpoint, the
   same bits. At least `ANSWER_FLOOR_S`. A kind not measured yet gets `FIRST_ANSWER_S`, or
   `STALL_FACTOR` times its estimate when that is longer (a pass's: the allocation's estimated step
-  time), never the request timeout.
+  time; a checkpoint's: the largest share of it over its PNode's measured link), never the request
+  timeout.
 - `reconnect_s`, once a reconnect to the bus is seen: a step's requests, replies and tensor frames
   are core NATS messages, at most once, and a nats-server that dies takes some with it. Every such
   loss comes with a connection made again (the orchestrator's own, or a PNode's, which its

@@ -4,12 +4,15 @@ is at fault and lost, unless a reconnect to the bus excuses it (messages lost wi
 every PNode answered and some passes starved (the step runs again in place)."""
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 
 import nats.errors
 import pytest
 
+from computeall.network import Graph, load_network_file
 from computeall.orchestrator.errors import PNodeFailure, StepStalled, Unanswered
+from computeall.orchestrator.placement import CHECKPOINT_BYTES_PER_PARAM, Placement
 from computeall.orchestrator.pnode_calls import PNodeCalls
 from computeall.orchestrator.pnodes import PNodeRegistry
 from computeall.orchestrator.session_pnodes import SessionPNodes
@@ -19,6 +22,8 @@ from computeall.orchestrator.stalls import (
 from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import Heartbeat
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "networks"
 
 
 def beat(name: str, incarnation: str = "i", reconnects: int = 0) -> Heartbeat:
@@ -194,3 +199,25 @@ async def test_a_pass_is_told_to_give_up_on_its_inputs_before_the_deadline():
     sent = [(RunStep if b'"RunStep"' in d else ApplyStep).model_validate_json(d) for _, d in bus.sent]
     assert [r.give_up_s for r in sent if isinstance(r, RunStep)] == [FIRST_ANSWER_S / 2] * 2
     assert all(not hasattr(r, "give_up_s") for r in sent if isinstance(r, ApplyStep))
+
+
+def test_a_checkpoint_is_allowed_a_few_times_its_share_over_the_slowest_link():
+    """A home link moves a small network's checkpoint in tens of seconds: its first SaveCheckpoint must not
+    count as unanswered at the stated bound (the WAN lab's home profile lost both PNodes that way)."""
+    pnodes = SessionPNodes(calls(Bus(answers=set())), SimpleNamespace())
+    pnodes.adopt(["p0", "p1"], estimated_step_s=2.0, checkpoint_s=25.0)
+    for kind in ("SaveCheckpoint", "LoadCheckpoint"):
+        assert pnodes.deadlines.allowance(kind).answer_s == STALL_FACTOR * 25.0
+    assert pnodes.deadlines.allowance("RunStep").answer_s == FIRST_ANSWER_S  # 4 x 2 s is under the bound
+
+
+def test_a_checkpoints_share_is_its_pnodes_parameters_over_its_link():
+    graph = Graph(load_network_file(EXAMPLES / "tiny-gpt.yaml"))
+    half = len(graph.order) // 2
+    assignment = {v: ("near" if i < half else "far") for i, v in enumerate(graph.order)}
+    links = {"near": 100e6, "far": 2.5e6}  # bytes/s: a LAN, and a home link's 20 Mbit/s
+    registry = SimpleNamespace(capacities=lambda: [SimpleNamespace(pnode=p, bandwidth_bytes_per_s=b) for p, b in links.items()])
+    session_pnodes = SimpleNamespace(calls=SimpleNamespace(nc=None, subjects=None))
+    placement = Placement(SimpleNamespace(state=SimpleNamespace(id="s")), registry, session_pnodes, None, graph, "d", None)
+    far = sum(graph.param_count(v) for v, p in assignment.items() if p == "far")
+    assert placement._checkpoint_s(SimpleNamespace(assignments=[assignment])) == far * CHECKPOINT_BYTES_PER_PARAM / 2.5e6
