@@ -26,6 +26,9 @@ PATIENCE_S = 30.0  # a leader election takes a few seconds; a reconnect up to th
 # nats-server's longest RAFT election timeout (server/raft.go, not configurable): a follower campaigns 4-9 s
 # after its leader went silent, so a stream whose leader's machine died takes appends again within about this
 ELECTION_MAX_S = 9.0
+# One try of a call these helpers repeat: a request that reached a leader dying or being elected gets no answer,
+# and nats-py's own 5 s would hold a takeover that long after the new leader is in (every try is safe to repeat)
+TRY_S = 2.0
 
 TRANSIENT = (
     nats.errors.NoRespondersError,

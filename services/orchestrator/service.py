@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from computeall.network import NetworkError
 from computeall.protocol import bus
-from computeall.protocol.bus_failover import TRANSIENT
+from computeall.protocol.bus_failover import TRANSIENT, TRY_S
 from computeall.protocol.commands import CommandEnvelope, CreateSession
 from computeall.protocol.credentials import Credential
 from computeall.protocol.eventlog import ConcurrencyError, EventLog, ensure_streams
@@ -88,7 +88,7 @@ class Orchestrator:
                                     reconnected_cb=self._reconnected)
         self.js = self.nc.jetstream()
         await ensure_streams(self.js, self.subjects, replicas=bus.replicas(self.nc))
-        self.eventlog = EventLog(self.js, self.subjects)
+        self.eventlog = EventLog(self.nc.jetstream(timeout=TRY_S), self.subjects)  # each try bounded: it tries again
         self.membership = MembershipRecorder(self.eventlog, f"orchestrator:{self.id}", self.registry,
                                              ask_authority(self.nc, self.subjects))
         self.reads = SessionReads(self.nc, self.eventlog, self.subjects)
