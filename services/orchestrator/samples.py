@@ -45,6 +45,7 @@ class Sampler:
         self.asked: dict[int, float] = {}  # step -> when the samples were asked for
         self.tries: dict[int, int] = {}  # step -> writers asked so far, while its samples are not recorded
         self.lost: set[int] = set()  # steps whose writer failed: asked again at the next boundary
+        self.writers: dict[int, tuple[str, int]] = {}  # step -> the PNode writing it, and its generation then
 
     @property
     def enabled(self) -> bool:
@@ -100,14 +101,26 @@ class Sampler:
             session_id=state.id, step=step, network_yaml=state.config.network_yaml, bucket=checkpoint.bucket,
             objects=checkpoint.model_objects, prompts=self.prompts, sampling=self.sampling,
         )
+        writer = self._writer()
         self.asked[step] = time.monotonic()
         self.tries[step] = self.tries.get(step, 0) + 1
-        self.pending[step] = asyncio.create_task(self.calls.one(self._writer(), request, timeout=SAMPLE_TIMEOUT_S))
+        self.writers[step] = (writer, self.placement.registry.generation(writer))
+        self.pending[step] = asyncio.create_task(self.calls.one(writer, request, timeout=SAMPLE_TIMEOUT_S))
 
     async def record_ready(self) -> None:
-        """Record the samples that have come back, in step order."""
+        """Record the samples that have come back, in step order; those whose writer was lost meanwhile
+        (its request went with it: no answer would ever come) are asked again at the next boundary."""
+        registry = self.placement.registry
+        for step, (writer, generation) in list(self.writers.items()):
+            if not self.pending[step].done() and not (registry.is_live(writer) and registry.generation(writer) == generation):
+                log.warning("session %s: %s was lost writing the samples of step %d; asking another",
+                            self.recorder.state.id, writer, step)
+                self.pending.pop(step).cancel()
+                del self.asked[step], self.writers[step]
+                self.lost.add(step)  # its checkpoint stays pinned
         for step in sorted(s for s, task in self.pending.items() if task.done()):
             task, asked = self.pending.pop(step), self.asked.pop(step)
+            del self.writers[step]
             try:
                 reply = task.result()
                 texts = await dataset_call(lambda: decode_tokens(self.calls.nc, self.calls.subjects, self.recorder.state.owner,
@@ -131,8 +144,8 @@ class Sampler:
         """Wait (a while) for the samples still being written and record them; give up on the rest."""
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         self.ask_again()
-        while self.pending and time.monotonic() < deadline:
-            await asyncio.wait(self.pending.values(), timeout=deadline - time.monotonic())
+        while self.pending and time.monotonic() < deadline:  # a second at a time: a writer may be lost meanwhile
+            await asyncio.wait(self.pending.values(), timeout=min(1.0, deadline - time.monotonic()))
             await self.record_ready()
             self.ask_again()
         for step in self.pending:
@@ -148,6 +161,7 @@ class Sampler:
         self.asked.clear()
         self.lost.clear()
         self.tries.clear()
+        self.writers.clear()
 
     def _writer(self) -> str:
         """The session's PNode with the most memory: it holds the whole model while it samples."""
