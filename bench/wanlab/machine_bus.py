@@ -12,6 +12,7 @@ local user to every server, so it outlives any one machine.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -22,6 +23,8 @@ from pathlib import Path
 from computeall.cli.bus_machine import MachineServer
 from computeall.cli.security.bus_join import install, kit_of
 from computeall.cli.security.deployment import Security
+from computeall.cli.security.tls import DeploymentTls
+from computeall.protocol import bus
 from computeall.protocol.credentials import Credential
 
 from .machines import Machines
@@ -95,13 +98,6 @@ class MachineBus:
     async def lead_stream_from(self, stream: str, i: int, timeout_s: float = 60.0) -> None:
         """An operator of the first machine repairing by hand: `stream`'s leader moves to machine i's server
         (a superuser asks for step-downs naming it preferred), so that losing machine i loses the leader."""
-        import asyncio
-        import json as json_module
-
-        from computeall.cli.security.deployment import Security
-        from computeall.cli.security.tls import DeploymentTls
-        from computeall.protocol import bus
-
         security = Security(self.data_dir(0) / "security")
         repairs = security.issue("superuser", "repairs", [self.url(k) for k in range(len(self.names))],
                                  DeploymentTls(security.directory / "tls").trust())
@@ -119,7 +115,7 @@ class MachineBus:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{stream}'s leader did not move to {self.names[i]} within {timeout_s:.0f}s")
                 await admin.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
-                                    json_module.dumps({"placement": {"preferred": self.names[i]}}).encode(), timeout=10)
+                                    json.dumps({"placement": {"preferred": self.names[i]}}).encode(), timeout=10)
                 await asyncio.sleep(1.0)
         finally:
             await admin.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from computeall.network import Graph
+from computeall.network.memory_model import STATE_BYTES
 from computeall.protocol.config import PipelineConfig, SessionConfig
 from computeall.protocol.events import Allocated, EdgeTraffic, Reallocated, VNodePlacement
 from computeall.protocol.pnode_api import BatchSource, LoadPlan, ReplicaPlan
@@ -30,7 +31,8 @@ from .session_storage import SessionStorage
 from .standby import take_over
 
 
-CHECKPOINT_BYTES_PER_PARAM = 16  # an fp32 weight, an fp32 master and Adam's two fp32 moments: the most kept
+# the most a checkpoint keeps of a parameter: an fp32 weight, the largest master and fp32 state's moments (16 bytes)
+CHECKPOINT_BYTES_PER_PARAM = 4 + max(STATE_BYTES["fp32"].master.values()) + STATE_BYTES["fp32"].moments
 
 
 @dataclass(frozen=True)
