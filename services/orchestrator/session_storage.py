@@ -26,6 +26,7 @@ from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from computeall.protocol import bus
+from computeall.protocol.bus_failover import through_failover
 from computeall.protocol.membership_api import MembershipError, host_session
 from computeall.protocol.object_store import (
     CheckpointObject,
@@ -122,7 +123,7 @@ class SessionStorage:
         (PNodes write, never replace: they may not purge an object's old chunks)."""
         store = await self.store()
         try:
-            present = await store.list(ignore_deletes=True)
+            present = await through_failover(lambda: store.list(ignore_deletes=True), f"listing {self.bucket}")
         except NotFoundError:  # nothing in it yet
             return
         for info in present:
