@@ -91,12 +91,16 @@ class LoadPlan(_Request):
         return exchanges(self.micro_batches, self.replicas.count, self.replicas.index)
 
 
-class PassRequest(_Request):
-    """A pass over micro-batches: it waits for inputs from other PNodes and the dataset service."""
+class WaitsForPeers(_Request):
+    """A request whose answer waits for what other PNodes send."""
 
     give_up_s: float | None = Field(
         None, gt=0, description="stop waiting for inputs this long after the request came and answer `starved` "
                                 "(or at the PNode's own --step-deadline, when that is sooner)")
+
+
+class PassRequest(WaitsForPeers):
+    """A pass over micro-batches: it waits for inputs from other PNodes and the dataset service."""
 
 
 class RunStep(PassRequest):
@@ -108,8 +112,9 @@ class RunStep(PassRequest):
     loss_scale: float = 1.0
 
 
-class ApplyStep(_Request):
-    """Run the optimizer on the accumulated gradients of `step`, or drop them (`skip`).
+class ApplyStep(WaitsForPeers):
+    """Run the optimizer on the accumulated gradients of `step`, or drop them (`skip`); with diloco, land
+    the outer step due after it, which waits for the other replicas' sync.
 
     `clip_factor` multiplies every gradient first (global norm clipping, decided from every PNode's
     `grad_sq_norms`); `measure_update`: reply with the update's and the weights' squared norms.
@@ -140,8 +145,9 @@ class RunValidation(PassRequest):
     batches: int = Field(4, ge=1)
 
 
-class SaveCheckpoint(_Request):
-    """Write the state of every hosted VNode to the Object Store; reply with the objects."""
+class SaveCheckpoint(WaitsForPeers):
+    """Write the state of every hosted VNode to the Object Store; reply with the objects. With diloco, an
+    outer sync in flight arrives first, so that its step is saved whole."""
 
     type: Literal["SaveCheckpoint"] = "SaveCheckpoint"
     session_id: str

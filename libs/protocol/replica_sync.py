@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .wire import encoded_bytes
+
 Replicas = int | Literal["auto"]
 
 SCALE_BYTES = 2  # a chunk's magnitude levels travel as bf16
@@ -116,6 +118,17 @@ class ReplicaSync(BaseModel):
     def is_outer_step(self, step: int) -> bool:
         """diloco: whether the replicas start an outer sync after `step` (its inner update applied)."""
         return self.mode == "diloco" and (step + 1) % self.inner_steps == 0
+
+    def sent_bytes(self, elements: int, replicas: int) -> int:
+        """diloco: the bytes one PNode sends in an outer sync for a VNode of `elements` parameters: the
+        sparse message to each other replica (`butterfly.gathered` forwards what it holds), or the
+        whole encoded pseudo-gradient at each of the butterfly's log2(R) levels. None without diloco."""
+        if self.mode != "diloco":
+            return 0
+        if self.compression is not None:
+            return (replicas - 1) * self.compression.layout(elements).message_bytes
+        encoding, dtype = ("int8-block", "float32") if self.wire == "int8" else ("raw", "bfloat16")
+        return (replicas - 1).bit_length() * encoded_bytes(encoding, dtype, (elements,))
 
     def lands_after(self, step: int) -> bool:
         """diloco: whether an outer step lands after `step`: `overlap_steps` after a sync started."""

@@ -11,7 +11,9 @@ only decides (a `Move`, `NoRoom`, or nothing); the step loop acts on the decisio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from computeall.network import Graph
 from computeall.network.memory_model import STATE_BYTES
@@ -120,8 +122,11 @@ class Placement:
             moves = {key: p for key, p in _placed(allocation).items() if before.get(key) != p}
             await self.recorder.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
+        outer_sync_s = self._over_links_s(allocation, partial(self.config.sync.sent_bytes, replicas=allocation.count))
+        checkpoint_s = self._over_links_s(allocation, lambda n: n * CHECKPOINT_BYTES_PER_PARAM)
+        # a checkpoint taken while an outer sync travels waits for it first
         self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0), allocation.step_time_s,
-                                  self._checkpoint_s(allocation))
+                                  checkpoint_s + outer_sync_s, outer_sync_s)
         await self.storage.host(self.pnodes, self.recorder.state.last_seq)
         config = self.config
         batches = BatchSource(
@@ -166,15 +171,15 @@ class Placement:
             self.config.micro_batches, self.config.pipeline.stages, self.config.optimizer.state,
         )
 
-    def _checkpoint_s(self, allocation: ReplicatedAllocation) -> float:
-        """The longest any PNode's share of a checkpoint takes over its measured link, at the most a checkpoint
-        keeps of a parameter: on a home link a checkpoint outlasts any fixed first deadline."""
+    def _over_links_s(self, allocation: ReplicatedAllocation, sent_bytes: Callable[[int], int]) -> float:
+        """The longest any PNode takes to send, over its measured link, `sent_bytes(parameters)` for each VNode
+        it hosts: a checkpoint's share, diloco's outer sync. On a home link these outlast any fixed first deadline."""
         speed = {c.pnode: c.bandwidth_bytes_per_s for c in self.registry.capacities()}
-        params: dict[str, int] = {}
+        sent: dict[str, int] = {}
         for assignment in allocation.assignments:
             for vid, pnode in assignment.items():
-                params[pnode] = params.get(pnode, 0) + self.graph.param_count(vid)
-        return max((n * CHECKPOINT_BYTES_PER_PARAM / speed[p] for p, n in params.items() if speed.get(p)), default=0.0)
+                sent[pnode] = sent.get(pnode, 0) + sent_bytes(self.graph.param_count(vid))
+        return max((n / speed[p] for p, n in sent.items() if speed.get(p)), default=0.0)
 
     def _pipeline(self, allocation: ReplicatedAllocation, replica: int) -> PipelineConfig:
         """The session's pipeline, with the micro-batches in flight the allocation decided for this

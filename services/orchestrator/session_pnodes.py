@@ -17,7 +17,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from computeall.protocol.events import PNodeSlow
-from computeall.protocol.pnode_api import LoadCheckpoint, PassRequest, PNodeReply, SaveCheckpoint, Unload
+from computeall.protocol.pnode_api import LoadCheckpoint, PassRequest, PNodeReply, SaveCheckpoint, Unload, WaitsForPeers
 
 from .errors import PNodeFailure, SessionError, StepStalled, Unanswered
 from .pnode_calls import PNodeCalls
@@ -28,6 +28,9 @@ log = logging.getLogger("computeall.orchestrator.session_pnodes")
 
 PASSES = tuple(kind.model_fields["type"].default for kind in PassRequest.__subclasses__())  # RunStep, RunValidation
 CHECKPOINTS = tuple(kind.model_fields["type"].default for kind in (SaveCheckpoint, LoadCheckpoint))
+# diloco: an ApplyStep that lands an outer step waits for the other replicas' sync, so it is timed
+# apart from the others (one in `inner_steps`, it would never move their median)
+OUTER_SYNC_LANDS = "ApplyStep landing an outer sync"
 
 
 class SessionPNodes:
@@ -40,28 +43,31 @@ class SessionPNodes:
         self.deadlines = StallDeadlines()
 
     def adopt(self, pnodes: list[str], first_replica: list[str] | None = None, estimated_step_s: float = 0.0,
-              checkpoint_s: float = 0.0) -> None:
+              checkpoint_s: float = 0.0, outer_sync_s: float = 0.0) -> None:
         """These PNodes hold the plan from now on, as the incarnations alive right now; until one is
-        measured, a pass should take about `estimated_step_s` (the allocation's estimate), and a checkpoint
-        saved or loaded about `checkpoint_s` (its largest share over its PNode's link)."""
+        measured, a pass should take about `estimated_step_s` (the allocation's estimate), a checkpoint
+        saved or loaded about `checkpoint_s` (its largest share over its PNode's link), and diloco's
+        outer sync `outer_sync_s` (the same for what a PNode sends in it)."""
         for kind in PASSES:
             self.deadlines.estimate(kind, estimated_step_s)
         for kind in CHECKPOINTS:
             self.deadlines.estimate(kind, checkpoint_s)
+        self.deadlines.estimate(OUTER_SYNC_LANDS, outer_sync_s)
         self.pnodes = list(pnodes)
         self.first_replica = list(pnodes if first_replica is None else first_replica)
         self.generations = {p: self.calls.registry.generation(p) for p in self.pnodes}
 
     async def all(self, make: Callable[[str], BaseModel], timeout: float | None = None,
-                  report_slow: bool = True, first_replica: bool = False) -> list[PNodeReply]:
+                  report_slow: bool = True, first_replica: bool = False, kind: str | None = None) -> list[PNodeReply]:
         """One request per PNode (`make(pnode)`), the replies in the PNodes' order; `first_replica`:
-        only to the PNodes of replica 0 (a whole pipeline: what every replica holds alike)."""
+        only to the PNodes of replica 0 (a whole pipeline: what every replica holds alike). `kind`: the
+        deadlines' kind, when not the request's type."""
         state = self.recorder.state
         requests = {p: make(p) for p in (self.first_replica if first_replica else self.pnodes)}
-        kind = next(iter(requests.values())).type if requests else ""
+        kind = kind or (next(iter(requests.values())).type if requests else "")
         allowance = self.deadlines.allowance(kind)
-        # a pass waits for inputs: each PNode says so before the deadline if they never come
-        requests = {p: r.model_copy(update={"give_up_s": allowance.give_up_s}) if isinstance(r, PassRequest) else r
+        # a request that waits for other PNodes: each says so before the deadline if what it waits for never comes
+        requests = {p: r.model_copy(update={"give_up_s": allowance.give_up_s}) if isinstance(r, WaitsForPeers) else r
                     for p, r in requests.items()}
         t0 = time.monotonic()
         try:

@@ -28,7 +28,7 @@ from .diagnostics import update_ratios
 from .errors import StepStalled
 from .loss_scale import LossScaler, replay
 from .recorder import SessionRecorder
-from .session_pnodes import SessionPNodes
+from .session_pnodes import OUTER_SYNC_LANDS, SessionPNodes
 from .verification.checks import SessionChecks
 
 log = logging.getLogger("computeall.orchestrator.step")
@@ -64,7 +64,7 @@ class TrainingStep:
         applied = await self.pnodes.all(lambda p: ApplyStep(
             session_id=state.id, step=step, lr=lr, skip=not decision.apply, clip_factor=clip.factor,
             measure_update=measure, **self.checks.apply_fields(p),
-        ))
+        ), kind=OUTER_SYNC_LANDS if config.sync.lands_after(step) else None)
         self.checks.launch(step)  # they run while the next steps train
         elapsed = time.monotonic() - t0
         tokens = sum(r.tokens for r in replies)

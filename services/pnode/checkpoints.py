@@ -46,10 +46,11 @@ class _Hashing:
         return self.file.write(data)
 
 
-async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint) -> list[CheckpointObject]:
+async def save(js: JetStreamContext, stage: SessionStage, request: SaveCheckpoint,
+               deadline_s: float) -> list[CheckpointObject]:
     store = await existing_bucket(js, request.bucket)
     objects, replica = [], _replica(stage)
-    await stage.replica_sum.settled()  # diloco: an outer step still to land is saved whole
+    await stage.replica_sum.settled(deadline_s)  # diloco: an outer step still to land is saved whole
     for vid in stage.local:
         name = object_name(request.session_id, request.step, vid, replica)
         with tempfile.TemporaryFile() as spool:

@@ -33,7 +33,6 @@ from computeall.protocol.pnode_api import (
     GenerateSamples,
     LoadCheckpoint,
     LoadPlan,
-    PassRequest,
     PNodeReply,
     PNodeRequest,
     Recompute,
@@ -43,6 +42,7 @@ from computeall.protocol.pnode_api import (
     SaveCheckpoint,
     SendCheckMaterial,
     Unload,
+    WaitsForPeers,
 )
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat, MemorySample, RequestStatus
@@ -93,8 +93,8 @@ CONTROL: dict[type[PNodeRequest], Control] = {
 }
 
 
-def pass_deadline(request: PassRequest, step_deadline_s: float) -> float:
-    """How long a pass may wait for its inputs: the PNode's own limit, or sooner when the orchestrator says."""
+def wait_deadline(request: WaitsForPeers, step_deadline_s: float) -> float:
+    """How long a request may wait for other PNodes: the PNode's own limit, or sooner when the orchestrator says."""
     return min(step_deadline_s, request.give_up_s or step_deadline_s)
 
 
@@ -153,13 +153,13 @@ class BusMember:
         self.stages[session_id] = stage
 
     async def run_step(self, stage, request: RunStep) -> PNodeReply:
-        return await stage.run_step(request, pass_deadline(request, self.step_deadline_s))
+        return await stage.run_step(request, wait_deadline(request, self.step_deadline_s))
 
     async def apply_step(self, stage, request: ApplyStep) -> PNodeReply:
-        return await stage.apply(request)
+        return await stage.apply(request, wait_deadline(request, self.step_deadline_s))
 
     async def run_validation(self, stage, request: RunValidation) -> PNodeReply:
-        return await stage.run_validation(request, pass_deadline(request, self.step_deadline_s))
+        return await stage.run_validation(request, wait_deadline(request, self.step_deadline_s))
 
     async def unload(self, stage, request: Unload) -> PNodeReply:
         self.stages.pop(request.session_id).abort()

@@ -31,7 +31,7 @@ from . import checkpoints, checks, sampling, throughput
 from .batches import BatchFeed
 from .faults import Faults
 from .lean_memory import wants_lean_memory
-from .member import BusMember
+from .member import BusMember, wait_deadline
 from .memory import bytes_by_category, vnode_memory
 from .transport import Link
 from .routing import CheckPartRoute, TensorRoute
@@ -128,7 +128,7 @@ class PNode(BusMember):
         return PNodeReply(ok=True, pnode=self.name, step=request.step, samples=samples)
 
     async def save_checkpoint(self, stage: SessionStage, request: SaveCheckpoint) -> PNodeReply:
-        saved = await checkpoints.save(self.js, stage, request)
+        saved = await checkpoints.save(self.js, stage, request, wait_deadline(request, self.step_deadline_s))
         return PNodeReply(ok=True, pnode=self.name, step=request.step, checkpoint=saved)
 
     async def load_checkpoint(self, stage: SessionStage, request: LoadCheckpoint) -> PNodeReply:

@@ -35,6 +35,7 @@ from computeall.tensorcore.wire_formats import Encoded, wire_format
 
 from . import butterfly
 from .butterfly import Compute, SumAborted
+from .member import InputsNeverCame
 from .sums_in_flight import SumsInFlight
 from .transport import Link
 from .routing import PartialSumKey, TensorRoute
@@ -125,7 +126,7 @@ class OuterSync(SumsInFlight):
 
     async def _take(self, key: PartialSumKey) -> torch.Tensor:
         while key not in self.inbox:
-            if not await self._next_arrival():
-                raise SumAborted(f"step {key.step}: the outer sync of {key.src} over micro-batches "
-                                 f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
+            if not await self._next_arrival():  # answered `starved`: the orchestrator stalls, rolls back, allows longer
+                raise InputsNeverCame(f"step {key.step}: the outer sync of {key.src} over micro-batches "
+                                      f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
         return self.inbox.pop(key)

@@ -54,7 +54,6 @@ class ReplicaSum(SumsInFlight):
         diloco = self.sync is not None and self.sync.mode == "diloco"
         self.outer_sync = OuterSync(plan, runtime, optimizer, link, compute) if diloco else None
         self.step = -1
-        self.deadline_s = 0.0
 
     @property
     def sums_gradients(self) -> bool:
@@ -77,7 +76,7 @@ class ReplicaSum(SumsInFlight):
 
     def begin(self, step: int, deadline_s: float) -> None:
         self.abort()
-        self.step, self.deadline_s, self.give_up = step, deadline_s, time.monotonic() + deadline_s
+        self.step, self.give_up = step, time.monotonic() + deadline_s
         for key in [k for k in self.inbox if k.step < step]:
             del self.inbox[key]
 
@@ -118,16 +117,18 @@ class ReplicaSum(SumsInFlight):
         if self.outer_sync is not None:
             self.outer_sync.close()
 
-    async def settled(self) -> None:
-        """diloco: the outer sync in flight has arrived, so a checkpoint holds its step still to land."""
+    async def settled(self, deadline_s: float) -> None:
+        """diloco: the outer sync in flight has arrived (waiting at most `deadline_s`), so a checkpoint holds
+        its step still to land."""
         if self.outer_sync is not None:
-            await self.outer_sync.settled(self.deadline_s)
+            await self.outer_sync.settled(deadline_s)
 
-    async def outer_step(self, step: int) -> int:
-        """diloco, after `step`'s inner update: start or land an outer sync; the bytes this PNode sent."""
+    async def outer_step(self, step: int, deadline_s: float) -> int:
+        """diloco, after `step`'s inner update: start or land an outer sync, waiting at most `deadline_s`
+        for the other replicas' parts; the bytes this PNode sent."""
         if self.outer_sync is None:
             return 0
-        return await self.outer_sync.after_update(step, self.deadline_s)
+        return await self.outer_sync.after_update(step, deadline_s)
 
     async def _sum(self, step: int, vid: str, flat: torch.Tensor | None) -> None:
         params = self.runtime.gradients.params

@@ -194,7 +194,7 @@ class SessionStage:
                                  first=micros.start)
         return _Pass(phase, step, micro_batches, micros, feed, backward, schedule)
 
-    async def apply(self, request: ApplyStep) -> PNodeReply:
+    async def apply(self, request: ApplyStep, deadline_s: float) -> PNodeReply:
         def work() -> tuple[dict[str, float], dict[str, float]] | None:
             if self.audit:  # before the update: a check recomputes with the parameters the step used
                 self.audit.keep(request.keep)
@@ -211,7 +211,7 @@ class SessionStage:
             return measured
 
         measured = await self._compute(work)
-        sent = await self.replica_sum.outer_step(request.step)
+        sent = await self.replica_sum.outer_step(request.step, deadline_s)
         updates, weights = measured or (None, None)
         return PNodeReply(ok=True, pnode=self.pnode, step=request.step, reduce_bytes=sent,
                           update_sq_norms=updates, weight_sq_norms=weights)

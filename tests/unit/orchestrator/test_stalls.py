@@ -15,11 +15,13 @@ from computeall.orchestrator.errors import PNodeFailure, StepStalled, Unanswered
 from computeall.orchestrator.placement import CHECKPOINT_BYTES_PER_PARAM, Placement
 from computeall.orchestrator.pnode_calls import PNodeCalls
 from computeall.orchestrator.pnodes import PNodeRegistry
-from computeall.orchestrator.session_pnodes import SessionPNodes
+from computeall.orchestrator.session_pnodes import OUTER_SYNC_LANDS, SessionPNodes
 from computeall.orchestrator.stalls import (
     ANSWER_FLOOR_S, FIRST_ANSWER_S, STALL_FACTOR, STALL_FLOOR_S, Allowance, StallDeadlines,
 )
 from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
+from computeall.protocol.replica_sync import ReplicaSync, SparseCompression
+from computeall.protocol.wire import INT8_BLOCK
 from computeall.protocol.subjects import Subjects
 from computeall.protocol.telemetry import Heartbeat
 
@@ -187,18 +189,25 @@ def test_allowances_follow_what_a_kind_took():
     assert deadlines.allowance("RunStep").answer_s == STALL_FACTOR * 3.0
 
 
-async def test_a_pass_is_told_to_give_up_on_its_inputs_before_the_deadline():
-    """Only passes (which wait on other PNodes) carry `give_up_s`: half the kind's allowance."""
+async def test_what_waits_for_other_pnodes_is_told_to_give_up_before_the_deadline():
+    """Passes and ApplySteps (diloco's outer sync lands in one) carry `give_up_s`: half their kind's
+    allowance; an ApplyStep landing an outer sync has its own, from what the sync sends over the links."""
     bus = Bus(answers={"p0", "p1"})
     c = calls(bus)
     recorder = SimpleNamespace(state=SimpleNamespace(id="s", next_step=3, config=SimpleNamespace(slow_after_s=60.0)))
     pnodes = SessionPNodes(c, recorder)
-    pnodes.adopt(["p0", "p1"])
+    pnodes.adopt(["p0", "p1"], outer_sync_s=40.0)
     await pnodes.all(run_step)
     await pnodes.all(lambda p: ApplyStep(session_id="s", step=3, lr=0.1))
+    await pnodes.all(lambda p: ApplyStep(session_id="s", step=4, lr=0.1), kind=OUTER_SYNC_LANDS)
     sent = [(RunStep if b'"RunStep"' in d else ApplyStep).model_validate_json(d) for _, d in bus.sent]
     assert [r.give_up_s for r in sent if isinstance(r, RunStep)] == [FIRST_ANSWER_S / 2] * 2
-    assert all(not hasattr(r, "give_up_s") for r in sent if isinstance(r, ApplyStep))
+    applied = {r.step: r.give_up_s for r in sent if isinstance(r, ApplyStep)}
+    assert applied == {3: FIRST_ANSWER_S / 2, 4: STALL_FACTOR * 40.0 / 2}
+    # measured apart: a quick ApplyStep does not shorten the next landing's allowance
+    assert pnodes.deadlines.allowance("ApplyStep").reconnect_s is not None
+    assert pnodes.deadlines.allowance(OUTER_SYNC_LANDS).reconnect_s is not None
+    assert len(pnodes.deadlines._took["ApplyStep"]) == len(pnodes.deadlines._took[OUTER_SYNC_LANDS]) == 1
 
 
 def test_a_checkpoint_is_allowed_a_few_times_its_share_over_the_slowest_link():
@@ -220,4 +229,16 @@ def test_a_checkpoints_share_is_its_pnodes_parameters_over_its_link():
     session_pnodes = SimpleNamespace(calls=SimpleNamespace(nc=None, subjects=None))
     placement = Placement(SimpleNamespace(state=SimpleNamespace(id="s")), registry, session_pnodes, None, graph, "d", None)
     far = sum(graph.param_count(v) for v, p in assignment.items() if p == "far")
-    assert placement._checkpoint_s(SimpleNamespace(assignments=[assignment])) == far * CHECKPOINT_BYTES_PER_PARAM / 2.5e6
+    checkpoint = lambda n: n * CHECKPOINT_BYTES_PER_PARAM
+    assert placement._over_links_s(SimpleNamespace(assignments=[assignment]), checkpoint) == checkpoint(far) / 2.5e6
+
+
+def test_an_outer_sync_sends_the_pseudo_gradient_or_its_sparse_message_per_level():
+    """What the landing ApplyStep's first allowance is made of: a PNode's bytes per outer sync."""
+    n = 1 << 20
+    assert ReplicaSync(mode="diloco", wire="bf16").sent_bytes(n, replicas=2) == 2 * n
+    assert ReplicaSync(mode="diloco", wire="bf16").sent_bytes(n, replicas=4) == 2 * 2 * n  # two butterfly levels
+    assert ReplicaSync(mode="diloco", wire="int8").sent_bytes(n, replicas=2) == n + 4 * n // INT8_BLOCK
+    sparse = ReplicaSync(mode="diloco", compression=SparseCompression())
+    message = SparseCompression().layout(n).message_bytes
+    assert sparse.sent_bytes(n, replicas=4) == 3 * message and message < 4 * n / 100  # under 1% of fp32

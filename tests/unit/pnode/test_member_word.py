@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from computeall.pnode.member import BusMember, InputsNeverCame, PassSuperseded, pass_deadline
+from computeall.pnode.member import BusMember, InputsNeverCame, PassSuperseded, wait_deadline
 from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
 from computeall.protocol.pnode_api import ApplyStep, PNodeReply, Reset, RunStep
@@ -107,9 +107,9 @@ async def test_a_pass_superseded_by_another_of_its_stage_is_no_lost_state():
 
 
 def test_a_pass_gives_up_when_the_orchestrator_says_or_at_the_pnodes_own_limit():
-    assert pass_deadline(RunStep(session_id="s", step=1, give_up_s=12.5), 600.0) == 12.5
-    assert pass_deadline(RunStep(session_id="s", step=1), 600.0) == 600.0
-    assert pass_deadline(RunStep(session_id="s", step=1, give_up_s=900.0), 600.0) == 600.0
+    assert wait_deadline(RunStep(session_id="s", step=1, give_up_s=12.5), 600.0) == 12.5
+    assert wait_deadline(RunStep(session_id="s", step=1), 600.0) == 600.0
+    assert wait_deadline(RunStep(session_id="s", step=1, give_up_s=900.0), 600.0) == 600.0
 
 
 def test_the_mute_fault_is_parsed_and_checked():

@@ -153,7 +153,7 @@ def test_diloco_outer_step_leaves_every_replica_with_the_same_parameters(wire):
     async def outer():
         for s in wired.sums:
             s.begin(1, deadline_s=30)
-        return await asyncio.gather(*(s.outer_step(1) for s in wired.sums))
+        return await asyncio.gather(*(s.outer_step(1, deadline_s=30) for s in wired.sums))
 
     sent = asyncio.run(outer())
     params = [r.parameters() for r in wired.runtimes]
