@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -87,13 +88,19 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def plain_torch(shape: dict, graph: Graph, steps: int) -> dict | None:
-    """The anchor's figures, or None when its state alone exceeds the machine's free memory."""
-    params = sum(graph.param_count(v) for v in graph.order)
-    if params * PLAIN_BYTES_PER_PARAMETER > available_bytes():
-        return None
+def plain_torch(shape: dict, graph: Graph, steps: int) -> dict | str:
+    """The anchor's figures, or why it could not run: its state alone exceeds the machine's free memory,
+    or the kernel killed it for memory once its activations came on top."""
+    need = sum(graph.param_count(v) for v in graph.order) * PLAIN_BYTES_PER_PARAMETER
+    free = available_bytes()
+    if need > free:
+        return f"its state alone {need / 2**30:.1f} GiB, free {free / 2**30:.1f} GiB"
     argv = json.dumps([shape, steps, BATCH, graph.spec.context, ANCHOR_THREADS])
-    out = subprocess.run([sys.executable, "-c", ANCHOR, argv], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", ANCHOR, argv], capture_output=True, text=True)
+    if out.returncode == -signal.SIGKILL or "MemoryError" in out.stderr:
+        return f"killed for memory: its state {need / 2**30:.1f} GiB and activations over the {free / 2**30:.1f} GiB free"
+    if out.returncode:
+        raise SystemExit(f"the plain torch anchor failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -143,10 +150,9 @@ def main() -> int:
     stages = args.pnodes
     bound = MICRO_BATCHES / (MICRO_BATCHES + stages - 1)
     anchor = plain_torch(llama_shape(graph), graph, args.steps)
-    if anchor is None:
-        need = sum(graph.param_count(v) for v in graph.order) * PLAIN_BYTES_PER_PARAMETER
-        bench.row(f"{name}: plain torch cannot fit this machine (its state alone {need / 2**30:.1f} GiB, free "
-                  f"{available_bytes() / 2**30:.1f} GiB); {args.pnodes} PNodes of {args.memory}: bytes per parameter",
+    if isinstance(anchor, str):
+        bench.row(f"{name}: plain torch cannot fit this machine ({anchor}); {args.pnodes} PNodes of {args.memory}: "
+                  "bytes per parameter",
                   "bytes/parameter", worst, "plain torch's state alone", PLAIN_BYTES_PER_PARAMETER, at_most(0.6))
         bench.row(f"{name}: tokens/s on {args.pnodes} PNodes (plain torch did not run)", "tokens/s",
                   tokens / ours["step_s"], "itself", tokens / ours["step_s"])

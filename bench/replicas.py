@@ -38,6 +38,7 @@ from computeall.protocol.replica_sync import ReplicaSync
 
 from .common import REPO, Bench, at_least
 from .sessions import corpus, recorded_steps, run_to_end, step_walls, wait_for_pnodes
+from .compression_rows.pseudo_grads import SPARSE
 from .wanlab.replica_runs import lab_rows, pooled
 
 NETWORK = REPO / "examples" / "networks" / "tiny-gpt.yaml"
@@ -142,8 +143,14 @@ def main() -> int:
         if isinstance(lab, str):
             print(f"WAN lab skipped: {lab}")
             break
-        one, two, summed, diloco = lab
+        one, two, summed, diloco, near, far = lab
         report(bench, batch, "WAN lab (lan: scaling, home: diloco)", one, two, summed, diloco, inner)
+        sparse = f"tiny-gpt, batch {batch} in {batch // MICRO_BATCH} micro-batches, WAN lab: R=2 sparse diloco " \
+                 f"H={SPARSE.inner_steps}, overlapped {SPARSE.overlap_steps}"
+        bench.row(f"{sparse}, home", "tokens/s", far["tokens_per_s"], "the same at loopback", near["tokens_per_s"],
+                  at_least(0.95))
+        bench.row(f"{sparse}, home", "bytes sent/step", far["reduce_bytes_per_step"], "home: R=2 summing gradients",
+                  summed["reduce_bytes_per_step"])
     return bench.finish()
 
 
