@@ -153,9 +153,11 @@ class _ServerOn(MachineServer):
 
 
 async def stream_leader(nc, stream: str) -> str | None:
-    """The server leading `stream` now; None while an election is under way."""
+    """The server leading `stream` now; None while an election is under way. Asked with a short timeout:
+    a request that reached no leader is never answered, and nats-py's 5 s would report a leader elected
+    meanwhile up to 5 s late."""
     try:
-        return (await nc.jetstream().stream_info(stream)).cluster.leader
+        return (await nc.jetstream(timeout=0.25).stream_info(stream)).cluster.leader
     except Exception:  # noqa: BLE001 (no leader: the request times out or says so)
         return None
 

@@ -26,6 +26,7 @@ from .subjects import LOG_STREAM, TEL_STREAM, Subjects
 
 FETCH_S = 5.0  # the log's messages come at once: a fetch that waits this long was cut off
 NO_MESSAGE = 10037  # JetStream's error code for "no message found"
+GETS_BEFORE_A_CONSUMER = 16  # messages a read gets one by one before it reads the rest through a consumer
 
 
 class ConcurrencyError(RuntimeError):
@@ -131,10 +132,16 @@ class EventLog:
         a server that has just rejoined serves from a store still catching up. A read cut off before
         the end (a fetch that times out, a consumer gone with its server) goes on from the message after
         the last one it got, on a fresh consumer, as long as the bus keeps making progress
-        (`Patience`); `BusUnavailable` when it made none for the whole patience."""
+        (`Patience`); `BusUnavailable` when it made none for the whole patience.
+
+        The first `GETS_BEFORE_A_CONSUMER` messages are asked of the stream's leader one by one, with no
+        consumer: most reads are a session catching up on its last few events, and a consumer is created
+        and deleted by JetStream's meta leader, whose election after a lost server can outlast the
+        stream's own (the standby's claim waited for it)."""
         patience = Patience(f"reading {filter_subject} from {stream}", self.patience_s)
         out: list[Recorded] = []
         end: int | None = None
+        gets_left = GETS_BEFORE_A_CONSUMER
         while True:
             try:
                 if end is None:
@@ -142,6 +149,14 @@ class EventLog:
                 first = out[-1].seq + 1 if out else max(1, start_seq)
                 if first > end or (limit is not None and len(out) >= limit):
                     return out
+                if gets_left > 0:
+                    record = await self._get_next(filter_subject, stream, first)
+                    if record is None or record.seq > end:
+                        return out  # none left up to the end: removed since the end was asked
+                    out.append(record)
+                    gets_left -= 1
+                    patience.progressed()
+                    continue
                 await self._read_span(filter_subject, stream, first, end, batch, limit, out, patience)
             except TRANSIENT as exc:
                 await patience.wait(exc)
@@ -155,6 +170,16 @@ class EventLog:
             if exc.err_code == NO_MESSAGE:
                 return 0
             raise
+
+    async def _get_next(self, filter_subject: str, stream: str, first: int) -> Recorded | None:
+        """The first message on `filter_subject` at `first` or later, from the stream's leader (None: none)."""
+        try:
+            msg = await self.js.get_msg(stream, seq=first, subject=filter_subject, next=True)
+        except NotFoundError as exc:
+            if exc.err_code == NO_MESSAGE:
+                return None
+            raise
+        return Recorded(msg.seq, msg.subject, msg.data or b"")
 
     async def _read_span(self, filter_subject: str, stream: str, first: int, end: int, batch: int, limit: int | None,
                          out: list[Recorded], patience: Patience) -> None:

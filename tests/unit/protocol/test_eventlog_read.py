@@ -3,6 +3,9 @@ server, a replica still catching up) is retried on a fresh consumer from the mes
 one it got, and the read either returns every message up to the end the stream's leader named when
 it began, or fails with `BusUnavailable` once the bus has made no progress for its patience.
 
+The first `GETS` messages are asked of the leader one by one (no consumer: the meta leader that creates
+consumers may still be in its election after a lost server); the rest come through consumers.
+
 The JetStream context is a fake: a log of recorded messages, and consumers whose `fetch` is scripted
 to time out (the real server's behaviour is tests/integration/test_security_ops.py's)."""
 
@@ -16,7 +19,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from computeall.protocol.bus_failover import BusUnavailable
-from computeall.protocol.eventlog import NO_MESSAGE, EventLog
+from computeall.protocol.eventlog import GETS_BEFORE_A_CONSUMER as GETS, NO_MESSAGE, EventLog
 from computeall.protocol.subjects import Subjects
 
 SUBJECT = "ca.evt.session.s1.>"
@@ -52,12 +55,26 @@ class FakeJetStream:
     """A stream holding `log` (sequence numbers on SUBJECT); each new consumer is cut off after the next
     number of `cuts` (then never), and `appended_later` arrives just after the read asked for the end."""
 
-    def __init__(self, log: list[int], cuts: list[int | None] = (), appended_later: list[int] = ()) -> None:
+    def __init__(self, log: list[int], cuts: list[int | None] = (), appended_later: list[int] = (),
+                 unanswered_gets: int = 0) -> None:
         self.log = list(log)
         self.cuts = list(cuts)
         self.appended_later = list(appended_later)
+        self.unanswered_gets = unanswered_gets  # the first gets time out, as with no leader
+        self.gets: list[int] = []  # each get's sequence, in order
         self.starts: list[int] = []  # each consumer's start sequence, in order
         self.deleted: list[str] = []
+
+    async def get_msg(self, stream: str, seq: int, subject: str, next: bool = False, direct: bool = False):
+        assert next and not direct and subject == SUBJECT, "the next message on the subject, from the leader"
+        self.gets.append(seq)
+        if self.unanswered_gets:
+            self.unanswered_gets -= 1
+            raise nats.errors.TimeoutError
+        found = next_seq = min((n for n in self.log if n >= seq), default=None)
+        if found is None:
+            raise NotFoundError(code=404, err_code=NO_MESSAGE, description="no message found")
+        return SimpleNamespace(seq=next_seq, subject=message(next_seq).subject, data=b"%d" % next_seq)
 
     async def get_last_msg(self, stream: str, subject: str, direct: bool = False):
         assert not direct, "the end is asked of the leader, never of any replica"
@@ -86,8 +103,18 @@ async def test_a_read_cut_off_mid_way_goes_on_from_the_last_message_it_got():
     js = FakeJetStream(log, cuts=[300, 5])
     got = await read_all(js, batch=64)
     assert [r.seq for r in got] == log, "everything, in order, nothing twice"
-    assert js.starts == [1, log[299] + 1, log[304] + 1], "each fresh consumer starts after the last message received"
+    assert js.gets == [1] + [n + 1 for n in log[:GETS - 1]], "each get asks for the message after the last one"
+    after_gets = log[GETS - 1] + 1
+    assert js.starts == [after_gets, log[GETS + 299] + 1, log[GETS + 304] + 1], \
+        "each fresh consumer starts after the last message received"
     assert js.deleted == ["c2"], "only the consumer that finished is deleted; the cut ones expire on their own"
+
+
+async def test_a_short_read_creates_no_consumer_and_rides_out_a_leaderless_moment():
+    js = FakeJetStream(list(range(10, 10 + 3 * GETS, 3)), unanswered_gets=2)
+    got = await read_all(js, start_seq=11)
+    assert [r.seq for r in got] == list(range(13, 10 + 3 * GETS, 3)) and js.starts == []
+    assert js.gets[:3] == [11, 11, 11], "a get with no answer is asked again"
 
 
 async def test_a_read_ends_at_the_leaders_last_message_when_it_began():
@@ -102,22 +129,23 @@ async def test_a_consumer_that_stops_short_of_the_end_is_not_the_end():
     the bus, only silence): the read does not end there."""
     js = FakeJetStream(list(range(1, 101)), cuts=[60])
     assert [r.seq for r in await read_all(js, batch=1000)] == list(range(1, 101))
-    assert js.starts == [1, 61]
+    assert js.starts == [GETS + 1, GETS + 61]
 
 
 async def test_limit_counts_across_consumers():
     js = FakeJetStream(list(range(1, 101)), cuts=[7])
-    assert [r.seq for r in await read_all(js, batch=5, limit=12)] == list(range(1, 13))
+    assert [r.seq for r in await read_all(js, batch=5, limit=GETS + 12)] == list(range(1, GETS + 13))
+    assert [r.seq for r in await read_all(FakeJetStream(list(range(1, 101))), limit=5)] == list(range(1, 6))
 
 
 async def test_progress_renews_the_patience():
     """Twenty cut-offs a few tenths of a second apart take longer than the patience in all, but each
     consumer got something: the read completes."""
-    js = FakeJetStream(list(range(1, 201)), cuts=[10] * 20)
+    js = FakeJetStream(list(range(1, GETS + 201)), cuts=[10] * 20)
     began = time.monotonic()
     got = await read_all(js, patience_s=0.5, batch=3)
-    assert [r.seq for r in got] == list(range(1, 201))
-    assert time.monotonic() - began > 0.5 and len(js.starts) == 20
+    assert [r.seq for r in got] == list(range(1, GETS + 201))
+    assert time.monotonic() - began > 0.5 and len(js.starts) == 20 and len(js.gets) == GETS
 
 
 async def test_a_read_that_makes_no_progress_fails_clearly_after_its_patience():
@@ -129,4 +157,5 @@ async def test_a_read_that_makes_no_progress_fails_clearly_after_its_patience():
     assert 0.5 < waited < 3.0, waited
     assert isinstance(failed.value, nats.errors.TimeoutError), "a timeout of the bus, as its handlers know one"
     assert str(failed.value).startswith(f"reading {SUBJECT} from CA_LOG: the bus made no progress for 1s")
-    assert js.starts[:2] == [1, 41] and set(js.starts[1:]) == {41}, "every try goes on from where the read stopped"
+    assert js.starts[:2] == [GETS + 1, GETS + 41] and set(js.starts[1:]) == {GETS + 41}, \
+        "every try goes on from where the read stopped"
