@@ -123,7 +123,7 @@ class Placement:
             await self.recorder.record(Reallocated(**fields, reason=reason, moves=moves))
         self.allocation = allocation
         outer_sync_s = self._over_links_s(allocation, partial(self.config.sync.sent_bytes, replicas=allocation.count))
-        checkpoint_s = self._over_links_s(allocation, lambda n: n * CHECKPOINT_BYTES_PER_PARAM)
+        checkpoint_s = self._over_links_s(allocation, lambda n: n * CHECKPOINT_BYTES_PER_PARAM, into_the_bus=True)
         # a checkpoint taken while an outer sync travels waits for it first
         self.session_pnodes.adopt(self.pnodes, allocation.replica_pnodes(0), allocation.step_time_s,
                                   checkpoint_s + outer_sync_s, outer_sync_s)
@@ -171,15 +171,21 @@ class Placement:
             self.config.micro_batches, self.config.pipeline.stages, self.config.optimizer.state,
         )
 
-    def _over_links_s(self, allocation: ReplicatedAllocation, sent_bytes: Callable[[int], int]) -> float:
+    def _over_links_s(self, allocation: ReplicatedAllocation, sent_bytes: Callable[[int], int],
+                      into_the_bus: bool = False) -> float:
         """The longest any PNode takes to send, over its measured link, `sent_bytes(parameters)` for each VNode
-        it hosts: a checkpoint's share, diloco's outer sync. On a home link these outlast any fixed first deadline."""
+        it hosts (diloco's outer sync, PNode to PNode); `into_the_bus`: everything sent over the slowest link,
+        since it all lands in the bus's object store (a checkpoint). On a home link, or for a 1B network on
+        one machine, these outlast any fixed first deadline."""
         speed = {c.pnode: c.bandwidth_bytes_per_s for c in self.registry.capacities()}
         sent: dict[str, int] = {}
         for assignment in allocation.assignments:
             for vid, pnode in assignment.items():
                 sent[pnode] = sent.get(pnode, 0) + sent_bytes(self.graph.param_count(vid))
-        return max((n / speed[p] for p, n in sent.items() if speed.get(p)), default=0.0)
+        measured = [p for p in sent if speed.get(p)]
+        if into_the_bus:
+            return sum(sent[p] for p in measured) / min(speed[p] for p in measured) if measured else 0.0
+        return max((sent[p] / speed[p] for p in measured), default=0.0)
 
     def _pipeline(self, allocation: ReplicatedAllocation, replica: int) -> PipelineConfig:
         """The session's pipeline, with the micro-batches in flight the allocation decided for this

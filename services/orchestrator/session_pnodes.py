@@ -17,7 +17,9 @@ from typing import Callable
 from pydantic import BaseModel
 
 from computeall.protocol.events import PNodeSlow
-from computeall.protocol.pnode_api import LoadCheckpoint, PassRequest, PNodeReply, SaveCheckpoint, Unload, WaitsForPeers
+from computeall.protocol.pnode_api import (
+    ApplyStep, LoadCheckpoint, PassRequest, PNodeReply, RunStep, SaveCheckpoint, Unload, WaitsForPeers,
+)
 
 from .errors import PNodeFailure, SessionError, StepStalled, Unanswered
 from .pnode_calls import PNodeCalls
@@ -31,6 +33,7 @@ CHECKPOINTS = tuple(kind.model_fields["type"].default for kind in (SaveCheckpoin
 # diloco: an ApplyStep that lands an outer step waits for the other replicas' sync, so it is timed
 # apart from the others (one in `inner_steps`, it would never move their median)
 OUTER_SYNC_LANDS = "ApplyStep landing an outer sync"
+RUN_STEP, APPLY_STEP = (kind.model_fields["type"].default for kind in (RunStep, ApplyStep))
 
 
 class SessionPNodes:
@@ -41,6 +44,7 @@ class SessionPNodes:
         self.first_replica: list[str] = []  # the PNodes of replica 0 (all of them without replicas)
         self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
         self.deadlines = StallDeadlines()
+        self.outer_sync_s = 0.0  # what diloco's outer sync takes over the links, the allocation's estimate
 
     def adopt(self, pnodes: list[str], first_replica: list[str] | None = None, estimated_step_s: float = 0.0,
               checkpoint_s: float = 0.0, outer_sync_s: float = 0.0) -> None:
@@ -52,6 +56,7 @@ class SessionPNodes:
             self.deadlines.estimate(kind, estimated_step_s)
         for kind in CHECKPOINTS:
             self.deadlines.estimate(kind, checkpoint_s)
+        self.outer_sync_s = outer_sync_s
         self.deadlines.estimate(OUTER_SYNC_LANDS, outer_sync_s)
         self.pnodes = list(pnodes)
         self.first_replica = list(pnodes if first_replica is None else first_replica)
@@ -77,7 +82,14 @@ class SessionPNodes:
         except (StepStalled, Unanswered):
             self.deadlines.stalled(kind)
             raise
-        self.deadlines.took(kind, time.monotonic() - t0)
+        took = time.monotonic() - t0
+        self.deadlines.took(kind, took)
+        if kind == RUN_STEP:
+            # an update costs less than the pass that made its gradients (6 x tokens FLOPs per parameter against
+            # a few elementwise passes): until one is timed, an ApplyStep is allowed a few times that pass (a 1B
+            # network's first update on shared cores outlasts the stated bound)
+            self.deadlines.estimate(APPLY_STEP, took)
+            self.deadlines.estimate(OUTER_SYNC_LANDS, self.outer_sync_s + took)
         return replies
 
     async def unload(self, pnodes: list[str]) -> None:

@@ -203,11 +203,28 @@ async def test_what_waits_for_other_pnodes_is_told_to_give_up_before_the_deadlin
     sent = [(RunStep if b'"RunStep"' in d else ApplyStep).model_validate_json(d) for _, d in bus.sent]
     assert [r.give_up_s for r in sent if isinstance(r, RunStep)] == [FIRST_ANSWER_S / 2] * 2
     applied = {r.step: r.give_up_s for r in sent if isinstance(r, ApplyStep)}
-    assert applied == {3: FIRST_ANSWER_S / 2, 4: STALL_FACTOR * 40.0 / 2}
+    assert applied[3] == FIRST_ANSWER_S / 2
+    assert applied[4] == pytest.approx(STALL_FACTOR * (40.0 + pnodes.deadlines._took["RunStep"][0]) / 2)
     # measured apart: a quick ApplyStep does not shorten the next landing's allowance
     assert pnodes.deadlines.allowance("ApplyStep").reconnect_s is not None
     assert pnodes.deadlines.allowance(OUTER_SYNC_LANDS).reconnect_s is not None
     assert len(pnodes.deadlines._took["ApplyStep"]) == len(pnodes.deadlines._took[OUTER_SYNC_LANDS]) == 1
+
+
+async def test_a_first_update_is_allowed_a_few_times_the_pass_that_made_its_gradients():
+    """A 1B network's first ApplyStep on shared cores took longer than the stated 30 s and all four PNodes
+    were treated as lost; an update costs less than its step's pass, so that pass times the first one."""
+    pnodes = SessionPNodes(calls(Bus(answers={"p0"})), SimpleNamespace(
+        state=SimpleNamespace(id="s", next_step=0, config=SimpleNamespace(slow_after_s=60.0))))
+    pnodes.adopt(["p0"], outer_sync_s=5.0)
+    assert pnodes.deadlines.allowance("ApplyStep").answer_s == FIRST_ANSWER_S
+    pnodes.deadlines.took("RunStep", 1.0)  # measured before: a pass's own durations are kept as they were
+    await pnodes.all(run_step)
+    took = pnodes.deadlines._took["RunStep"][-1]
+    assert pnodes.deadlines._estimates["ApplyStep"] == took
+    assert pnodes.deadlines._estimates[OUTER_SYNC_LANDS] == 5.0 + took
+    pnodes.deadlines.estimate("ApplyStep", 60.0)  # as a 1B network's first pass
+    assert pnodes.deadlines.allowance("ApplyStep").answer_s == STALL_FACTOR * 60.0
 
 
 def test_a_checkpoint_is_allowed_a_few_times_its_share_over_the_slowest_link():
@@ -230,7 +247,10 @@ def test_a_checkpoints_share_is_its_pnodes_parameters_over_its_link():
     placement = Placement(SimpleNamespace(state=SimpleNamespace(id="s")), registry, session_pnodes, None, graph, "d", None)
     far = sum(graph.param_count(v) for v, p in assignment.items() if p == "far")
     checkpoint = lambda n: n * CHECKPOINT_BYTES_PER_PARAM
-    assert placement._over_links_s(SimpleNamespace(assignments=[assignment]), checkpoint) == checkpoint(far) / 2.5e6
+    allocation = SimpleNamespace(assignments=[assignment])
+    assert placement._over_links_s(allocation, checkpoint) == checkpoint(far) / 2.5e6  # PNode to PNode
+    everything = sum(checkpoint(graph.param_count(v)) for v in graph.order)
+    assert placement._over_links_s(allocation, checkpoint, into_the_bus=True) == everything / 2.5e6
 
 
 def test_an_outer_sync_sends_the_pseudo_gradient_or_its_sparse_message_per_level():
