@@ -119,9 +119,8 @@ async def system(network_yaml: str, pnodes: int, memory: str, steps: int) -> dic
             sid = await run_to_end(client, config)
             peaks = {n: sup.peak_rss_bytes(n) or 0 for n in names}
             events = await session_events(client, sid)
-    graph = Graph(load_network(network_yaml))
     allocation = [e.payload for _, e in events if isinstance(e.payload, Allocated)][-1]
-    hosted = {n: sum(graph.param_count(v) for v, p in allocation.assignment.items() if p == n) for n in names}
+    hosted = {n: sum(p.params for p in allocation.placements if p.pnode == n) for n in names}
     per_param = {n: (peaks[n] - beats[n].process_bytes) / hosted[n] for n in names if hosted[n]}
     walls = step_walls(events)[1:]  # after the warmup step
     if not walls:
@@ -146,6 +145,7 @@ def main() -> int:
     ours = asyncio.run(system(network_yaml, args.pnodes, args.memory, args.steps))
     for pnode, peak in ours["peaks"].items():
         print(f"  {pnode}: peak RSS {peak / 2**30:.2f} GiB, {ours['per_param'].get(pnode, 0):.2f} bytes per parameter")
+    print(f"  {ours['step_s']:.1f} s a step (median of {args.steps})", flush=True)
     worst = max(ours["per_param"].values())
     stages = args.pnodes
     bound = MICRO_BATCHES / (MICRO_BATCHES + stages - 1)
