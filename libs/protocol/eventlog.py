@@ -26,7 +26,7 @@ from .subjects import LOG_STREAM, TEL_STREAM, Subjects
 
 FETCH_S = 5.0  # the log's messages come at once: a fetch that waits this long was cut off
 NO_MESSAGE = 10037  # JetStream's error code for "no message found"
-GETS_BEFORE_A_CONSUMER = 16  # messages a read gets one by one before it reads the rest through a consumer
+GETS_BEFORE_A_CONSUMER = 16  # a read spanning fewer sequence numbers gets them one by one, with no consumer
 
 
 class ConcurrencyError(RuntimeError):
@@ -134,14 +134,14 @@ class EventLog:
         the last one it got, on a fresh consumer, as long as the bus keeps making progress
         (`Patience`); `BusUnavailable` when it made none for the whole patience.
 
-        The first `GETS_BEFORE_A_CONSUMER` messages are asked of the stream's leader one by one, with no
-        consumer: most reads are a session catching up on its last few events, and a consumer is created
-        and deleted by JetStream's meta leader, whose election after a lost server can outlast the
-        stream's own (the standby's claim waited for it)."""
+        A read of at most `GETS_BEFORE_A_CONSUMER` of the stream's sequence numbers asks the stream's leader
+        for its messages one by one, with no consumer: most reads are a session catching up on its last few
+        events, and a consumer is created and deleted by JetStream's meta leader, whose election after a
+        lost server can outlast the stream's own (the standby's claim waited for it). A longer read takes
+        a consumer, as one request per message would take longer."""
         patience = Patience(f"reading {filter_subject} from {stream}", self.patience_s)
         out: list[Recorded] = []
         end: int | None = None
-        gets_left = GETS_BEFORE_A_CONSUMER
         while True:
             try:
                 if end is None:
@@ -149,12 +149,11 @@ class EventLog:
                 first = out[-1].seq + 1 if out else max(1, start_seq)
                 if first > end or (limit is not None and len(out) >= limit):
                     return out
-                if gets_left > 0:
+                if end - first < GETS_BEFORE_A_CONSUMER:
                     record = await self._get_next(filter_subject, stream, first)
                     if record is None or record.seq > end:
                         return out  # none left up to the end: removed since the end was asked
                     out.append(record)
-                    gets_left -= 1
                     patience.progressed()
                     continue
                 await self._read_span(filter_subject, stream, first, end, batch, limit, out, patience)
