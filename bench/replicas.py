@@ -37,8 +37,8 @@ from computeall.protocol.config import DataConfig, SessionConfig
 from computeall.protocol.replica_sync import ReplicaSync
 
 from .common import REPO, Bench, at_least
-from .sessions import corpus, recorded_steps, run_to_end, step_walls, wait_for_pnodes
 from .compression_rows.pseudo_grads import SPARSE
+from .sessions import corpus, recorded_steps, run_to_end, step_walls, wait_for_pnodes
 from .wanlab.replica_runs import lab_rows, pooled
 
 NETWORK = REPO / "examples" / "networks" / "tiny-gpt.yaml"

@@ -35,13 +35,14 @@ from computeall.tensorcore.wire_formats import Encoded, wire_format
 
 from . import butterfly
 from .butterfly import Compute, SumAborted
-from .member import InputsNeverCame
 from .sums_in_flight import SumsInFlight
 from .transport import Link
 from .routing import PartialSumKey, TensorRoute
 
 
 class OuterSync(SumsInFlight):
+    what = "the outer sync"
+
     def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, optimizer: VNodeOptimizer, link: Link,
                  compute: Compute) -> None:
         self.session = plan.session_id
@@ -123,10 +124,3 @@ class OuterSync(SumsInFlight):
 
     async def _arrival(self) -> None:
         await self._all_summed(f"the outer sync of step {self.started} was abandoned")
-
-    async def _take(self, key: PartialSumKey) -> torch.Tensor:
-        while key not in self.inbox:
-            if not await self._next_arrival():  # answered `starved`: the orchestrator stalls, rolls back, allows longer
-                raise InputsNeverCame(f"step {key.step}: the outer sync of {key.src} over micro-batches "
-                                      f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
-        return self.inbox.pop(key)

@@ -27,9 +27,8 @@ from computeall.tensorcore.vnode_runtime import VNodeRuntime
 from computeall.tensorcore.wire_formats import Encoded
 
 from . import butterfly
-from .butterfly import Compute, SumAborted
+from .butterfly import Compute
 from .sums_in_flight import SumsInFlight
-from .member import InputsNeverCame
 from .outer_sync import OuterSync
 from .transport import Link
 from .routing import PartialSumKey, TensorRoute
@@ -42,6 +41,8 @@ def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
 
 
 class ReplicaSum(SumsInFlight):
+    what = "the sum"
+
     def __init__(self, plan: LoadPlan, runtime: VNodeRuntime, optimizer: VNodeOptimizer, link: Link,
                  compute: Compute) -> None:
         self.session = plan.session_id
@@ -153,11 +154,5 @@ class ReplicaSum(SumsInFlight):
             p.grad = total[offset: offset + p.numel()].view_as(p)
             offset += p.numel()
 
-    async def _take(self, key: PartialSumKey) -> torch.Tensor:
-        while key not in self.inbox:
-            if self.step != key.step:
-                raise SumAborted(f"step {key.step}: the sum of {key.src} was abandoned")
-            if not await self._next_arrival():
-                raise InputsNeverCame(f"step {key.step}: the sum of {key.src} over micro-batches "
-                                      f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
-        return self.inbox.pop(key)
+    def _abandoned(self, key: PartialSumKey) -> bool:
+        return self.step != key.step  # the pass moved on to another step

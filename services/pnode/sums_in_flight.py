@@ -13,11 +13,14 @@ import time
 import torch
 
 from .butterfly import Compute, SumAborted
+from .member import InputsNeverCame
 from .routing import PartialSumKey
 from .transport import Link, Outbox
 
 
 class SumsInFlight:
+    what = "the exchange"  # what a part belongs to, for the errors: "the sum", "the outer sync"
+
     def __init__(self, link: Link, compute: Compute, give_up: float) -> None:
         self.outbox = Outbox(link)
         self.compute = compute
@@ -42,6 +45,22 @@ class SumsInFlight:
         except asyncio.TimeoutError:
             pass
         return True
+
+    def _abandoned(self, key: PartialSumKey) -> bool:
+        """Whether the exchange `key` belongs to was given up while its part was awaited."""
+        return False
+
+    async def _take(self, key: PartialSumKey) -> torch.Tensor:
+        """The other replica's part `key` once it arrived: `SumAborted` where its exchange was abandoned
+        meanwhile, `InputsNeverCame` (answered `starved`: the orchestrator stalls the step and allows
+        longer) once the give-up time passed."""
+        while key not in self.inbox:
+            if self._abandoned(key):
+                raise SumAborted(f"step {key.step}: {self.what} of {key.src} was abandoned")
+            if not await self._next_arrival():
+                raise InputsNeverCame(f"step {key.step}: {self.what} of {key.src} over micro-batches "
+                                      f"[{key.lo}, {key.hi}) did not arrive from the other replica in time")
+        return self.inbox.pop(key)
 
     async def _all_summed(self, abandoned: str) -> None:
         """Waits for every sum in flight: `SumAborted(abandoned)` where one was cancelled, else the first failure."""

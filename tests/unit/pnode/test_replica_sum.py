@@ -9,7 +9,8 @@ import torch
 
 from computeall.pnode.transport import Link
 from computeall.pnode.member import InputsNeverCame
-from computeall.pnode.replica_sum import ReplicaSum, SumAborted
+from computeall.pnode.butterfly import SumAborted
+from computeall.pnode.replica_sum import ReplicaSum
 from computeall.pnode.routing import TensorRoute
 from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.pnode_api import BatchSource, LoadPlan, ReplicaPlan
