@@ -71,8 +71,10 @@ class PNodeCalls:
         allowance: Allowance | None = None,
     ) -> list[PNodeReply]:
         """One request per PNode, answered in order. `PNodeFailure` as soon as one of them goes silent
-        or restarts (its generation differs from `generations`: the state it held is gone). With an
-        `allowance`: `StepStalled` when some are still unanswered `reconnect_s` after both the start and
+        or restarts (its generation differs from `generations`: the state it held is gone). A PNode that
+        answers with an error (`SessionError`) is raised once every other has answered: what follows
+        (an older checkpoint, a fresh plan) must not race a request still running on another PNode. With
+        an `allowance`: `StepStalled` when some are still unanswered `reconnect_s` after both the start and
         a reconnect to the bus seen since (or shortly before) the start, their messages lost with a
         server, or when all answered and some passes starved; `Unanswered` for those that heartbeat but
         have not answered `answer_s` after the start, with no reconnect to excuse them."""
@@ -81,12 +83,15 @@ class PNodeCalls:
         reported: set[str] = set()
         try:
             while True:
-                done, pending = await asyncio.wait(tasks.values(), timeout=0.25, return_when=asyncio.FIRST_EXCEPTION)
-                for task in done:
-                    if task.exception():
+                answered = [t for t in tasks.values() if t.done()]
+                for task in answered:
+                    if task.exception() and not isinstance(task.exception(), SessionError):
                         raise task.exception()
                 waiting = [p for p, t in tasks.items() if not t.done()]
                 if not waiting:
+                    for task in answered:
+                        if task.exception():
+                            raise task.exception()
                     replies = [tasks[p].result() for p in pnodes]
                     if starved := [r for r in replies if r.starved]:
                         raise StepStalled("; ".join(f"{r.pnode}: {r.error}" for r in starved))
@@ -104,6 +109,7 @@ class PNodeCalls:
                     for p in set(waiting) - reported:
                         reported.add(p)
                         await on_slow(p, elapsed)
+                await asyncio.wait([tasks[p] for p in waiting], timeout=0.25, return_when=asyncio.FIRST_EXCEPTION)
         finally:
             for task in tasks.values():
                 if not task.done():

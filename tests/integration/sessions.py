@@ -57,7 +57,9 @@ async def wait_for(client: Client, sid: str, predicate, timeout: float = 120.0) 
     try:
         return await wait_until_async(reached, timeout, f"session {sid} reaching the condition", interval=0.3)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: {seen[-1].status} step {seen[-1].next_step}") from None
+        last = seen[-1]
+        why = f" ({last.failure})" if last.failure else ""
+        raise AssertionError(f"{exc}: {last.status} step {last.next_step}{why}") from None
 
 
 async def rejection(client: Client, sid: str, command_id: str, timeout: float = 60.0) -> str:

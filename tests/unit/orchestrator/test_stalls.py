@@ -11,7 +11,7 @@ import nats.errors
 import pytest
 
 from computeall.network import Graph, load_network_file
-from computeall.orchestrator.errors import PNodeFailure, StepStalled, Unanswered
+from computeall.orchestrator.errors import PNodeFailure, SessionError, StepStalled, Unanswered
 from computeall.orchestrator.placement import CHECKPOINT_BYTES_PER_PARAM, Placement
 from computeall.orchestrator.pnode_calls import PNodeCalls
 from computeall.orchestrator.pnodes import PNodeRegistry
@@ -37,11 +37,16 @@ class Bus:
     """Answers a request to `answers` PNodes at once; the others' replies never come. `starved` PNodes
     answer that their pass gave up waiting for inputs; `not_listening` requests first find nobody
     listening (a PNode reconnecting); `restarted` PNodes answer from a new process that holds no
-    plan; `impostors` answer in another PNode's name."""
+    plan; `impostors` answer in another PNode's name; `refusing` PNodes answer with an error; each
+    answer comes after `answer_s` (0 unless said)."""
 
     def __init__(self, answers: set[str], not_listening: int = 0, restarted: frozenset[str] = frozenset(),
-                 starved: frozenset[str] = frozenset(), impostors: frozenset[str] = frozenset()) -> None:
+                 starved: frozenset[str] = frozenset(), impostors: frozenset[str] = frozenset(),
+                 refusing: frozenset[str] = frozenset(), answer_s: dict[str, float] | None = None) -> None:
         self.answers = answers
+        self.refusing = refusing
+        self.answer_s = answer_s or {}
+        self.answered: list[str] = []
         self.not_listening = not_listening
         self.restarted = restarted
         self.starved = starved
@@ -56,7 +61,11 @@ class Bus:
             self.not_listening -= 1
             raise nats.errors.NoRespondersError
         pnode = subject.split(".")[-2]  # ca.pn.<pnode>.ctl
-        if pnode in self.restarted:
+        await asyncio.sleep(self.answer_s.get(pnode, 0.0))
+        self.answered.append(pnode)
+        if pnode in self.refusing:
+            reply = PNodeReply(ok=False, pnode=pnode, error="DamagedObject: the checkpoint's digest differs")
+        elif pnode in self.restarted:
             reply = PNodeReply.no_plan(pnode, "s")
         elif pnode in self.starved:
             reply = PNodeReply(ok=False, starved=True, pnode=pnode, error="inputs of [...] did not arrive within 1.0s")
@@ -108,6 +117,16 @@ async def test_a_pass_whose_inputs_never_came_runs_again_losing_nobody():
     with pytest.raises(StepStalled, match="p0: inputs of") as stall:
         await c.all(["p0", "p1", "p2"], run_step, allowance=Allowance(answer_s=5.0, reconnect_s=None))
     assert stall.value.pnodes == [] and len(c.registry.live()) == 3
+
+
+async def test_an_error_is_raised_once_every_other_pnode_has_answered():
+    """p0 refuses at once while p1 still loads: what the caller does next (load an older checkpoint) must
+    not race p1's request."""
+    bus = Bus(answers={"p1"}, refusing=frozenset({"p0"}), answer_s={"p1": 0.6})
+    c = calls(bus)
+    with pytest.raises(SessionError, match="pnode p0 failed RunStep: DamagedObject"):
+        await c.all(["p0", "p1"], run_step, allowance=Allowance(answer_s=5.0, reconnect_s=None))
+    assert bus.answered == ["p0", "p1"]
 
 
 async def test_a_request_stalls_early_only_after_a_reconnect():
