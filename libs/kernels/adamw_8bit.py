@@ -4,7 +4,10 @@ What a parameter costs between updates, besides its weight and gradient: its two
 byte each (`blockwise_8bit`: bitsandbytes' dynamic map, a scale per 2048 elements), and its fp32
 master as the 16 bits the bf16 weight lacks (`split_master`): the weight is the master's upper half,
 rounded, so the pair is the fp32 master exactly, in 2 bytes instead of 4. fp16 weights keep a whole
-fp32 master (fp16 is no half of an fp32); fp32 weights are their own.
+fp32 master (fp16 is no half of an fp32); fp32 weights are their own. With `stochastic_rounding`, a
+bf16 weight keeps no master at all: the update rounds it to bf16 up or down with the odds of the
+dropped fraction (`stochastic_bf16`), unbiased, so small updates survive on average; 2 bytes a
+parameter less for a noisier weight.
 
 The update runs parameter by parameter in chunks of whole blocks: dequantize the chunk's moments,
 join its master, the AdamW step in fp32 (torch's fused kernel's order of operations), quantize the
@@ -44,6 +47,30 @@ def join_master(high: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
     return ((hi << 16) | lo).view(torch.float32)
 
 
+# -- a bf16 weight without a master: stochastic rounding ---------------------------------------
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(h: torch.Tensor) -> torch.Tensor:
+    """murmur3's finalizer on 32-bit values held in int64: every input bit moves every output bit."""
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _MASK32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _MASK32
+    return h ^ (h >> 16)
+
+
+def stochastic_bf16(values: torch.Tensor, step: int) -> torch.Tensor:
+    """fp32 -> bf16, rounded away from zero with the odds of the 16 dropped bits: they are added to a
+    dither and the sum truncated. The dither is a hash of the value's own bits and the step, not a
+    generator's stream: it depends on nothing but the element, so the bits are the same however the
+    parameters are split (vocabulary shards, heads), placed, chunked or threaded."""
+    bits = values.view(torch.int32)
+    key = (bits.to(torch.int64) & _MASK32) ^ _mix32(torch.tensor(step * 0x9E3779B1 & _MASK32, dtype=torch.int64))
+    dither = (_mix32(key) & 0xFFFF).to(torch.int32)
+    return ((bits + dither) >> 16).to(torch.int16).view(torch.bfloat16)
+
+
 @dataclass
 class _Moment:
     codes: torch.Tensor  # (n,) uint8
@@ -76,6 +103,7 @@ class ParamState:
     master: torch.Tensor | None  # (n,) fp32: an fp16 weight's master
     exp_avg: _Moment
     exp_avg_sq: _Moment
+    stochastic: bool = False  # a bf16 weight without a master: rounded stochastically
 
     def read_master(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
         """fp32 master of elements [start, stop): a new tensor (a view of `master` for fp16)."""
@@ -85,12 +113,17 @@ class ParamState:
             return join_master(flat[start:stop], self.low[start:stop])
         if self.master is not None:
             return self.master[start:stop]
-        return flat[start:stop]
+        return flat[start:stop].float()  # fp32: a view; a bf16 weight without master: its value
 
     @torch.no_grad()
-    def write_master(self, start: int, values: torch.Tensor) -> None:
+    def write_master(self, start: int, values: torch.Tensor, step: int | None = None) -> None:
+        """The weights of elements [start, ...) from their fp32 master; a weight without a master is
+        rounded stochastically when the update at `step` writes it, to nearest when a state loads."""
         flat = self.param.detach().view(-1)
         stop = start + values.numel()
+        if self.stochastic and step is not None:
+            flat[start:stop].copy_(stochastic_bf16(values, step))
+            return
         if self.low is not None:
             high, low = split_master(values)
             flat[start:stop].copy_(high)
@@ -105,7 +138,8 @@ class AdamW8bit:
     """AdamW over named parameters, the state per parameter (module docstring)."""
 
     def __init__(self, params: Iterable[tuple[str, torch.Tensor]], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 stochastic_rounding: bool = False) -> None:
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.states: dict[str, ParamState] = {}
         seen: set[int] = set()
@@ -116,11 +150,13 @@ class AdamW8bit:
                 raise ValueError(f"{name}: AdamW8bit updates contiguous parameters in place")
             seen.add(id(p))
             n, device = p.numel(), p.device
+            bf16 = p.dtype == torch.bfloat16
             self.states[name] = ParamState(
                 p,
-                torch.zeros(n, dtype=torch.int16, device=device) if p.dtype == torch.bfloat16 else None,
+                torch.zeros(n, dtype=torch.int16, device=device) if bf16 and not stochastic_rounding else None,
                 p.detach().reshape(-1).float() if p.dtype == torch.float16 else None,
                 _Moment.zeros(n, True, device), _Moment.zeros(n, False, device),
+                stochastic=bf16 and stochastic_rounding,
             )
         device = next(iter(self.states.values())).param.device if self.states else torch.device("cpu")
         self.step_count = torch.zeros((), device=device)  # applied steps, fp32 as FusedAdamW keeps it
@@ -153,7 +189,7 @@ class AdamW8bit:
                 master.addcdiv_(m, denom, value=-step_size)
                 s.exp_avg.write(start, stop, m)
                 s.exp_avg_sq.write(start, stop, v)
-                s.write_master(start, master)
+                s.write_master(start, master, step)
                 if before is not None:
                     sums[1] += float(torch.linalg.vector_norm(before, dtype=torch.float64)) ** 2
                     sums[0] += float(torch.linalg.vector_norm(before.sub_(s.read_master(start, stop)),

@@ -44,8 +44,9 @@ DecayGroup = Literal["weights", "bias", "norm", "embedding"]
 
 # How a PNode keeps each parameter's optimizer state (`computeall.network.memory_model.STATE_BYTES`
 # says what each costs): "fp32" moments and fp32 masters, updated over flat buffers; "int8" moments
-# in 8-bit blocks and a bf16 weight's master as its low half, updated tensor by tensor (no flat copy)
-OptimizerState = Literal["fp32", "int8"]
+# in 8-bit blocks and a bf16 weight's master as its low half, updated tensor by tensor (no flat copy);
+# "int8-sr" the same moments and no master for a bf16 weight: the update rounds it stochastically
+OptimizerState = Literal["fp32", "int8", "int8-sr"]
 
 
 class OptimizerConfig(BaseModel):
@@ -54,7 +55,8 @@ class OptimizerConfig(BaseModel):
     state: OptimizerState = Field(
         "fp32", description="Adam's state: fp32 moments and masters (16 bytes a bf16 parameter holds besides its "
         "weight and gradient, the update's flat gradient copy included), or int8: 8-bit blockwise moments and a bf16 "
-        "weight's fp32 master kept as its low half (4 bytes), updated tensor by tensor",
+        "weight's fp32 master kept as its low half (4 bytes), updated tensor by tensor, or int8-sr: the same moments and no "
+        "master for a bf16 weight, which the update rounds stochastically (unbiased; 2 bytes)",
     )
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8

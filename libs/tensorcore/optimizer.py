@@ -9,6 +9,7 @@ Parameters may be fp32, bf16 or fp16 (each VNode's precision).
   `p.copy_(...)`, never `p.data = ...`.
 - "int8": 8-bit blockwise moments and a bf16 weight's master as its low half, updated parameter by
   parameter in chunks (`computeall.kernels.AdamW8bit`): no flat buffer, no gradient copy.
+- "int8-sr": the same, and a bf16 weight keeps no master: the update rounds it stochastically.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ class VNodeOptimizer:
         for named, decay in split:
             if not named:
                 continue
-            if config.state == "int8":
-                self._int8.append(AdamW8bit(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay))
+            if config.state in ("int8", "int8-sr"):
+                self._int8.append(AdamW8bit(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay,
+                                            stochastic_rounding=config.state == "int8-sr"))
             else:
                 self._fused.append(FusedAdamW(named, lr=0.0, betas=config.betas, eps=config.eps, weight_decay=decay,
                                               impl=impl))

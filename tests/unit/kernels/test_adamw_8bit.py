@@ -4,7 +4,9 @@
 import pytest
 import torch
 
-from computeall.kernels.adamw_8bit import CHUNK, AdamW8bit, adamw_8bit_reference, fp32_state, join_master, split_master
+from computeall.kernels.adamw_8bit import (
+    CHUNK, AdamW8bit, adamw_8bit_reference, fp32_state, join_master, split_master, stochastic_bf16,
+)
 from computeall.kernels.blockwise_8bit import BLOCK, quantize
 
 HYPER = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
@@ -82,3 +84,82 @@ def test_the_state_round_trips_and_an_fp32_state_loads():
     assert torch.equal(resumed(saved), p.detach())
     # the same state in fp32 form (what the fp32 optimizer keeps) loads into the same bits
     assert torch.equal(resumed(fp32_state(saved, {"p": weight})), p.detach())
+
+
+# -- a bf16 weight without a master: stochastic rounding ---------------------------------------
+def test_stochastic_rounding_lands_on_a_neighbour_with_the_odds_of_the_fraction():
+    g = torch.Generator().manual_seed(0)
+    down = (torch.randn(200000, generator=g) * 0.02).to(torch.bfloat16)  # exact bf16 values
+    for odds in (0.25, 0.75):
+        x = down.float() + torch.sign(down.float()) * odds * _spacing(down)
+        rounded = stochastic_bf16(x, step=3).float()
+        up = down.float() + torch.sign(down.float()) * _spacing(down)
+        assert ((rounded == down.float()) | (rounded == up)).all(), "not one of the two neighbours"
+        assert abs((rounded == up).float().mean().item() - odds) < 0.01
+
+
+def _spacing(w: torch.Tensor) -> torch.Tensor:
+    """The distance from each bf16 value to the next one away from zero."""
+    bits = w.view(torch.int16)
+    return ((bits + 1).view(torch.bfloat16).float() - w.float()).abs()
+
+
+def test_stochastic_rounding_depends_on_the_element_and_step_only():
+    x = torch.randn(50000, generator=torch.Generator().manual_seed(1))
+    whole = stochastic_bf16(x, step=5)
+    perm = torch.randperm(x.numel(), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(stochastic_bf16(x[perm], step=5).view(torch.int16), whole[perm].view(torch.int16))
+    assert torch.equal(torch.cat([stochastic_bf16(x[:777], 5), stochastic_bf16(x[777:], 5)]).view(torch.int16),
+                       whole.view(torch.int16))
+    assert not torch.equal(stochastic_bf16(x, step=6).view(torch.int16), whole.view(torch.int16))
+
+
+def test_a_weight_without_master_updates_the_same_bits_whole_or_split_into_shards():
+    """As a vocabulary split into row shards (or heads into per-head VNodes) must: every element is
+    updated from its own values only, the rounding's dither included; and no master is held."""
+    rows, cols = 3 * 64, 96  # shards of whole 2048-element blocks, as a vocabulary shard of whole rows is
+    g = torch.Generator().manual_seed(3)
+    weight = (torch.randn(rows, cols, generator=g) * 0.02).to(torch.bfloat16)
+    whole = torch.nn.Parameter(weight.clone())
+    shards = [torch.nn.Parameter(part.clone()) for part in weight.split(64)]
+    one = AdamW8bit([("w", whole)], **HYPER, stochastic_rounding=True)
+    split = AdamW8bit([(f"s{i}", p) for i, p in enumerate(shards)], **HYPER, stochastic_rounding=True)
+    assert one.state_bytes()["master"] == 0
+    before = whole.detach().clone()
+    for step in range(3):
+        grad = (torch.randn(rows, cols, generator=g) * 1e-3).to(torch.bfloat16)
+        whole.grad = grad
+        for p, part in zip(shards, grad.split(64)):
+            p.grad = part.clone()
+        one.step()
+        split.step()
+        assert torch.equal(torch.cat([p.detach() for p in shards]).view(torch.int16), whole.detach().view(torch.int16))
+    assert not torch.equal(before, whole.detach())
+    # updates far below a bf16 spacing (2**-7 to 2**-6 here) still move the weights on average, where
+    # rounding to nearest would leave every one where it was
+    start = (1 + 2 * torch.rand(20000, generator=g)).to(torch.bfloat16).float()
+    tiny = torch.nn.Parameter(start.to(torch.bfloat16))
+    opt = AdamW8bit([("t", tiny)], lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, stochastic_rounding=True)
+    for _ in range(20):
+        tiny.grad = torch.ones_like(tiny)
+        opt.step()
+    moved = (tiny.detach().float() - start).mean().item()
+    assert abs(moved + 20 * 1e-4) < 2e-4, moved
+
+
+def test_a_weight_without_master_resumes_from_its_state_bit_for_bit():
+    n = 3 * BLOCK + 5
+    p, _, _ = _pair(torch.bfloat16, n)
+    opt = AdamW8bit([("p", p)], **HYPER, stochastic_rounding=True)
+    for s in range(3):
+        p.grad = torch.randn(n, generator=torch.Generator().manual_seed(s)).to(torch.bfloat16)
+        opt.step()
+    saved, weight = opt.state_dict(), p.detach().clone()
+    assert not any(key.endswith(("master", "master_low")) for key in saved)
+    r = torch.nn.Parameter(weight.clone())
+    resumed = AdamW8bit([("p", r)], **HYPER, stochastic_rounding=True)
+    resumed.load_state_dict(saved)
+    p.grad, r.grad = torch.ones(n, dtype=torch.bfloat16), torch.ones(n, dtype=torch.bfloat16)
+    opt.step()
+    resumed.step()
+    assert torch.equal(r.detach().view(torch.int16), p.detach().view(torch.int16))
