@@ -2,7 +2,7 @@
 
     python -m bench.llama1b [--network PATH] [--pnodes 4] [--memory 5GiB] [--steps 2] [--json PATH]
 
-The system: the network in bf16 with `optimizer.state: int8`, on PNodes that each offer `--memory`
+The system: the network in bf16 with `optimizer.state: int8-sr` (`--optimizer-state`), on PNodes that each offer `--memory`
 (the allocator must fit it in them), `--steps` steps (after one more to warm up) of 4 sequences in 4
 micro-batches: seconds per step (wall time between recorded steps), each PNode's peak RSS (VmHWM),
 and bytes per parameter: each PNode's peak RSS less its process's own (`Heartbeat.process_bytes`) over
@@ -32,11 +32,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import get_args
 
 from computeall.cli.embedded import running_cluster
 from computeall.cli.session_view import session_events
 from computeall.network import Graph, load_network
-from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, SessionConfig
+from computeall.protocol.config import DataConfig, LrSchedule, OptimizerConfig, OptimizerState, SessionConfig
 from computeall.protocol.events import Allocated
 
 from .common import REPO, Bench, at_least, at_most
@@ -105,10 +106,10 @@ def plain_torch(shape: dict, graph: Graph, steps: int) -> dict | str:
 
 
 # -- the system ----------------------------------------------------------------------------------
-async def system(network_yaml: str, pnodes: int, memory: str, steps: int) -> dict:
+async def system(network_yaml: str, pnodes: int, memory: str, steps: int, state: str) -> dict:
     config = SessionConfig(
         network_yaml=network_yaml, data=DataConfig(files=corpus()), steps=steps + 1, batch_size=BATCH,
-        micro_batches=MICRO_BATCHES, precision="bf16", optimizer=OptimizerConfig(state="int8"),
+        micro_batches=MICRO_BATCHES, precision="bf16", optimizer=OptimizerConfig(state=state),
         lr=LrSchedule(peak=1e-4, warmup_steps=1, min_lr=1e-5), min_pnodes=pnodes, update_ratio_every=0,
         pipeline={"stages": pnodes},  # the figure is of a pipeline over every PNode
     )
@@ -134,6 +135,7 @@ def main() -> int:
     bench.parser.add_argument("--pnodes", type=int, default=4)
     bench.parser.add_argument("--memory", default="5GiB", help="what each PNode offers")
     bench.parser.add_argument("--steps", type=int, default=2)
+    bench.parser.add_argument("--optimizer-state", choices=list(get_args(OptimizerState)), default="int8-sr")
     args = bench.parse()
     if not args.network.exists():
         raise SystemExit(f"{args.network} not found: pass --network with a Llama-shaped network YAML")
@@ -142,7 +144,7 @@ def main() -> int:
     name = graph.spec.name
     tokens = BATCH * graph.spec.context
 
-    ours = asyncio.run(system(network_yaml, args.pnodes, args.memory, args.steps))
+    ours = asyncio.run(system(network_yaml, args.pnodes, args.memory, args.steps, args.optimizer_state))
     for pnode, peak in ours["peaks"].items():
         print(f"  {pnode}: peak RSS {peak / 2**30:.2f} GiB, {ours['per_param'].get(pnode, 0):.2f} bytes per parameter")
     print(f"  {ours['step_s']:.1f} s a step (median of {args.steps})", flush=True)
@@ -151,13 +153,13 @@ def main() -> int:
     bound = MICRO_BATCHES / (MICRO_BATCHES + stages - 1)
     anchor = plain_torch(llama_shape(graph), graph, args.steps)
     if isinstance(anchor, str):
-        bench.row(f"{name}: plain torch cannot fit this machine ({anchor}); {args.pnodes} PNodes of {args.memory}: "
-                  "bytes per parameter",
+        bench.row(f"{name}: plain torch cannot fit this machine ({anchor}); {args.pnodes} PNodes of {args.memory}, "
+                  f"{args.optimizer_state} state: bytes per parameter, the largest PNode",
                   "bytes/parameter", worst, "plain torch's state alone", PLAIN_BYTES_PER_PARAMETER, at_most(0.6))
         bench.row(f"{name}: tokens/s on {args.pnodes} PNodes (plain torch did not run)", "tokens/s",
                   tokens / ours["step_s"], "itself", tokens / ours["step_s"])
         return bench.finish()
-    bench.row(f"{name} bf16, int8 state, {args.pnodes} PNodes of {args.memory}: bytes per parameter, the largest PNode",
+    bench.row(f"{name} bf16, {args.optimizer_state} state, {args.pnodes} PNodes of {args.memory}: bytes per parameter, the largest PNode",
               "bytes/parameter", worst, f"LlamaForCausalLM fp32 + AdamW, {ANCHOR_THREADS} threads",
               anchor["held"] / anchor["params"], at_most(0.6))
     bench.row(f"{name}: tokens/s, batch {BATCH} x {graph.spec.context} in {MICRO_BATCHES} micro-batches "

@@ -29,6 +29,7 @@ def add_parts(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | 
 class MicroGradients:
     def __init__(self, params: dict[str, torch.nn.Parameter], owner_of: dict[str, str]) -> None:
         self.params = params
+        self.owner_of = dict(owner_of)  # parameter -> its VNode
         self.owned: dict[str, list[str]] = {}  # vnode -> the parameters it owns
         for name, vid in owner_of.items():
             self.owned.setdefault(vid, []).append(name)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from functools import partial
+from typing import Callable, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -73,6 +74,20 @@ class VNodeRuntime:
         self._param_names = {id(p): name for name, p in params.items()}
         self.gradients = MicroGradients(params, self.owners())
         self.observer: RuntimeObserver | None = None
+        # (micro, owner VNode) -> the tied weight's parts its borrowers left for the owner's backward
+        self._tied_later: dict[tuple[int, str], list[tuple[str, Callable[[], torch.Tensor]]]] = {}
+
+    def defer_tied_gradients(self) -> None:
+        """VNodes that borrow a tied weight and can give its gradient apart (`LMHeadShard`) leave it for
+        the owner's backward of the same micro-batch: the bits are the same; what changes is that no
+        dense part of the weight's gradient waits while the micro-batch's backward crosses the other
+        stages (on a PNode hosting both ends of the pipeline, one per micro-batch in flight). Not with
+        an observer, which is handed each VNode's parameter gradients at its backward."""
+        if self.observer is not None:
+            return
+        for module in self.modules.values():
+            if hasattr(module, "weight_grad"):
+                module.defer_weight_grad = True
 
     def vnode_parameters(self) -> dict[str, dict[str, nn.Parameter]]:
         """Each hosted VNode's own parameters by name, in graph order (a tied weight under its owner)."""
@@ -117,6 +132,7 @@ class VNodeRuntime:
 
     def start_step(self, block: range, micro_batches: int) -> None:
         """Gradients from zero for a step of `micro_batches`, of which this runtime runs `block`."""
+        self._tied_later.clear()
         self.gradients.start(block, micro_batches)
 
     def _run(self, vid: str, args: list[torch.Tensor]) -> torch.Tensor:
@@ -129,10 +145,18 @@ class VNodeRuntime:
         saved = self._saved.pop((micro, vid))
         output = saved.output if saved.output is not None else self._run(vid, saved.args)  # recompute
         leaves = [leaf for leaf in saved.leaves if leaf is not None]
-        params = list(self.modules[vid].parameters())
-        borrowed = list(getattr(self.modules[vid], "tied_weight", []))
+        module = self.modules[vid]
+        params = list(module.parameters())
+        borrowed = list(getattr(module, "tied_weight", []))
         grad_output = grad_output.to(device=output.device, dtype=output.dtype)
+        if getattr(module, "defer_weight_grad", False):
+            for p in borrowed:
+                name = self._param_names[id(p)]
+                later = partial(module.weight_grad, *saved.args, output.detach(), grad_output)
+                self._tied_later.setdefault((micro, self.gradients.owner_of[name]), []).append((name, later))
+            borrowed = []
         grads = torch.autograd.grad(output, leaves + params + borrowed, grad_outputs=grad_output, allow_unused=True)
+        self._add_tied_later(micro, vid)  # before its own: the parts in the order they would have come
         for p, g in zip(params, grads[len(leaves):]):
             if g is not None:
                 self.gradients.add(micro, self._param_names[id(p)], g)
@@ -146,20 +170,28 @@ class VNodeRuntime:
             return input_grads
         return self.observer.backward_done(vid, micro, input_grads, grads[len(leaves):])
 
+    def _add_tied_later(self, micro: int, owner: str) -> None:
+        for name, later in self._tied_later.pop((micro, owner), []):
+            self.gradients.add(micro, name, later())
+
     def finish_backward(self) -> None:
         """Once a step's backwards are all done: every `p.grad` holds its sum over this runtime's block
         (`MicroGradients.finish` folds what no backward closed)."""
+        for micro, owner in sorted(self._tied_later):
+            self._add_tied_later(micro, owner)
         self.gradients.finish()
 
     def drop_one(self, micro: int, vid: str) -> None:
         self._saved.pop((micro, vid), None)
 
     def drop(self, micro: int | None = None) -> None:
-        """Forget saved activations (of one micro-batch, or all): after an abort."""
-        for key in [k for k in self._saved if micro is None or k[0] == micro]:
-            del self._saved[key]
+        """Forget saved activations and deferred tied parts (of one micro-batch, or all): after an abort."""
+        for held in (self._saved, self._tied_later):
+            for key in [k for k in held if micro is None or k[0] == micro]:
+                del held[key]
 
     def zero_grad(self) -> None:
+        self._tied_later.clear()
         self.gradients.start(range(0), 0)
 
     def grads_finite(self) -> bool:

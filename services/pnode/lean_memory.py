@@ -9,7 +9,9 @@ is what matters:
 - or the allocator's model of what it hosts (`stage_memory_bytes`) takes more than `TIGHT_SHARE`
   of the room its offer leaves for VNodes (`hosting_bytes`, what the allocator packs within):
   glibc's holes come on top of the live bytes the model counts.
-It is one way: once set, glibc's threshold stays fixed for the life of the process.
+It is one way: once set, glibc's threshold stays fixed for the life of the process. A lean stage
+also computes a sharded LM head's tied gradient when its embedding's backward comes
+(`VNodeRuntime.defer_tied_gradients`): one more logits product a chunk, the same bits.
 """
 
 from __future__ import annotations

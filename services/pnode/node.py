@@ -117,10 +117,12 @@ class PNode(BusMember):
         self.host(request.session_id, stage)
         log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
         shape = StepShape(request.batches.micro_batch_size, len(request.block), request.optimizer.state)
-        if not self.lean_memory and wants_lean_memory(stage.graph, stage.local, shape,
-                                                      hosting_bytes(self.memory_bytes, self.process_bytes)):
-            self.lean_memory = map_large_allocations()
-            log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)", request.session_id)
+        if wants_lean_memory(stage.graph, stage.local, shape, hosting_bytes(self.memory_bytes, self.process_bytes)):
+            stage.runtime.defer_tied_gradients()
+            if not self.lean_memory:
+                self.lean_memory = map_large_allocations()
+                log.info("session %s: freed tensors go back to the OS at once from now on (lean memory)",
+                         request.session_id)
         return PNodeReply(ok=True, pnode=self.name)
 
     async def generate_samples(self, request: GenerateSamples) -> PNodeReply:

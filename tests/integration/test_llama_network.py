@@ -1,7 +1,7 @@
 """A Llama-shaped network on the real cluster: grouped-query attention, the RoPE base, the untied head
 and a vocabulary in shards give the same losses and final parameters on 3 PNodes as on 1, bit for bit
 (every PNode with the threads of one of three processes), with the shards' statistics and
-coefficients crossing between PNodes; a session whose vocabulary is split starts from an unsplit checkpoint."""
+coefficients crossing between PNodes, and lean PNodes deferring the tied gradient; a session whose vocabulary is split starts from an unsplit checkpoint."""
 
 import asyncio
 import json
@@ -19,7 +19,10 @@ MICRO = (Path(__file__).resolve().parents[2] / "examples" / "networks" / "llama-
 TIED = MICRO.replace("vocab_size: 512", "vocab_size: 4096").replace("shard_rows: 128", "shard_rows: 1024")
 UNTIED = MICRO.replace("{id: head, op: tied_lm_head_ce, inputs: [norm_f, data.targets], tie: embed}",
                        "{id: head, op: lm_head_ce, inputs: [norm_f, data.targets]}")
-CASES = {"tied": (TIED, None), "tied-bf16": (TIED, "bf16"), "untied": (UNTIED, None)}
+# a VNode that recomputes makes its PNode lean: the head shards then give their tied gradient at the
+# embedding's backward (`VNodeRuntime.defer_tied_gradients`), with the very bits of "tied"
+LEAN = TIED.replace("  precision: fp32", "  precision: fp32\n  recompute: true")
+CASES = {"tied": (TIED, None), "tied-bf16": (TIED, "bf16"), "untied": (UNTIED, None), "tied-lean": (LEAN, None)}
 
 
 async def outcomes(client, pnodes: int) -> dict:
@@ -55,6 +58,7 @@ async def test_a_llama_shaped_network_gives_the_same_bits_on_one_pnode_and_on_th
         assert all(where[f"embed.shard{s}"] == where[f"head.shard{s}"] for s in range(4))
         assert set(three[name][1]) >= {f"embed.shard{s}" for s in range(4)}  # each shard checkpoints its rows
     assert one["tied"][0] != one["tied-bf16"][0]  # the precision reached the shards
+    assert three["tied-lean"][:2] == three["tied"][:2], "deferring the tied gradient changed the bits"
 
 
 async def test_a_session_starts_from_another_whose_vocabulary_was_not_split(tmp_path):

@@ -7,7 +7,7 @@ functions (`computeall.kernels.lce_vocab`), so a split network and the unsplit o
 import torch
 from torch import nn
 
-from computeall.kernels.lce_vocab import CombinedLoss, ShardStats, row_scales
+from computeall.kernels.lce_vocab import STATS, CombinedLoss, ShardStats, row_scales, shard_grads
 
 
 class EmbeddingShard(nn.Module):
@@ -52,7 +52,14 @@ class EmbeddingGather(nn.Module):
 
 class LMHeadShard(nn.Module):
     """Tied to its embedding shard: x (B, T, dim), targets (B, T) -> its statistics (B, T, STATS) fp32.
-    Its backward reads, as the statistics' gradient, the coefficients `ShardedCE` hands back."""
+    Its backward reads, as the statistics' gradient, the coefficients `ShardedCE` hands back.
+
+    With `defer_weight_grad` (the runtime's call: `VNodeRuntime.defer_tied_gradients`) its backward
+    gives x's gradient only, and `weight_grad` gives the weight's when the embedding shard's backward
+    of the same micro-batch comes: the same chunks, so the same bits, for one more logits product a
+    chunk, and no dense gradient of the rows held while the micro-batch crosses the pipeline."""
+
+    defer_weight_grad = False
 
     def __init__(self, vocab_size: int, dim: int, shard_rows: int, shard: int, weight: nn.Parameter) -> None:
         super().__init__()
@@ -68,8 +75,20 @@ class LMHeadShard(nn.Module):
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)  # as the unsplit head
+        if self.defer_weight_grad:
+            w = w.detach()
         stats = ShardStats.apply(x.reshape(-1, x.shape[-1]), w, targets.reshape(-1).long(), self.lo)
         return stats.view(*x.shape[:-1], -1)
+
+    @torch.no_grad()
+    def weight_grad(self, x: torch.Tensor, targets: torch.Tensor, stats: torch.Tensor,
+                    coefficient: torch.Tensor) -> torch.Tensor:
+        """The tied weight's gradient of one micro-batch, from what its forward read and made and the
+        coefficients its backward got: what the backward of `ShardStats` would have given it."""
+        w = self.weight.detach() if self.weight.dtype == x.dtype else self.weight.detach().to(x.dtype)
+        _, grad_w = shard_grads(x.detach().reshape(-1, x.shape[-1]), w, targets.reshape(-1).long(), self.lo,
+                                stats.reshape(-1, STATS), coefficient.reshape(-1, STATS), False, True)
+        return grad_w.to(self.weight.dtype)
 
 
 class ShardedCE(nn.Module):
