@@ -1,6 +1,6 @@
 """A 1B-class Llama on four PNodes of 5 GiB each, against the same shape in plain torch.
 
-    python -m bench.llama1b [--network PATH] [--pnodes 4] [--memory 5GiB] [--steps 2] [--json PATH]
+    python -m bench.llama1b [--network PATH] [--pnodes 4] [--memory 5GiB] [--steps 2] [--recompute] [--json PATH]
 
 The system: the network in bf16 with `optimizer.state: int8-sr` (`--optimizer-state`), on PNodes that each offer `--memory`
 (the allocator must fit it in them), `--steps` steps (after one more to warm up) of 4 sequences in 4
@@ -42,6 +42,7 @@ from computeall.protocol.events import Allocated
 
 from .common import REPO, Bench, at_least, at_most
 from .sessions import corpus, recorded_steps, run_to_end, step_walls, wait_for_pnodes
+from .train_throughput import with_recompute
 
 BATCH, MICRO_BATCHES, ANCHOR_THREADS = 4, 4, 2
 PLAIN_BYTES_PER_PARAMETER = 16  # fp32 weight and gradient, AdamW's two fp32 moments
@@ -136,12 +137,15 @@ def main() -> int:
     bench.parser.add_argument("--memory", default="5GiB", help="what each PNode offers")
     bench.parser.add_argument("--steps", type=int, default=2)
     bench.parser.add_argument("--optimizer-state", choices=list(get_args(OptimizerState)), default="int8-sr")
+    bench.parser.add_argument("--recompute", action="store_true",
+                              help="every VNode but the loss recomputes its activations (as bench/memory.py runs)")
     args = bench.parse()
     if not args.network.exists():
         raise SystemExit(f"{args.network} not found: pass --network with a Llama-shaped network YAML")
     network_yaml = args.network.read_text()
+    network_yaml = with_recompute(network_yaml) if args.recompute else network_yaml
     graph = Graph(load_network(network_yaml))
-    name = graph.spec.name
+    name = graph.spec.name + (" (recomputing)" if args.recompute else "")
     tokens = BATCH * graph.spec.context
 
     ours = asyncio.run(system(network_yaml, args.pnodes, args.memory, args.steps, args.optimizer_state))
