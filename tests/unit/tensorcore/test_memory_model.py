@@ -48,6 +48,7 @@ def measured_peak(graph: Graph, shape: StepShape) -> int:
     ("bf16", "int8", 8, 1, False),
     ("bf16", "int8", 4, 2, False),
     ("bf16", "int8", 4, 1, True),
+    ("bf16", "int8-sr", 4, 2, False),
 ])
 def test_the_model_is_within_15_percent_of_the_measured_peak(precision, state, micro_batch_size, micro_batches, recompute):
     graph = tiny_gpt(precision, recompute)
