@@ -15,8 +15,9 @@ def param_count(p: SwiGLUParams) -> int:
 
 
 def activation_elements(p: SwiGLUParams, site: Site) -> int:
-    # its output, and in the hidden width gate and up (one matmul's output), silu(gate) and the product
-    return site.features + 4 * p.hidden
+    # its input, and gate and up (one matmul's output): silu(gate) and the product are recomputed in its
+    # backward (`computeall.tensorcore.ops.swiglu.SwiGLUFunction`)
+    return site.features + 2 * p.hidden
 
 
 OP = width_preserving(
@@ -28,7 +29,7 @@ OP = width_preserving(
     activation_elements=activation_elements,
     module="computeall.tensorcore.ops.swiglu:SwiGLU",
     llama="mlp",
-    # gate and up (one matmul's output), their product and gradients: four and a half hidden widths
+    # in backward silu(gate), the product and the gradients of gate, up and the product: four and a half hidden widths
     working_bytes=lambda p, site, tokens, element: int(4.5 * p.hidden * tokens * element),
     example={"dim": 8, "hidden": 12},
 )
