@@ -155,8 +155,10 @@ class VNodeRuntime:
                 later = partial(module.weight_grad, *saved.args, output.detach(), grad_output)
                 self._tied_later.setdefault((micro, self.gradients.owner_of[name]), []).append((name, later))
             borrowed = []
+        # the parts its borrowers left, before its own (the order they would have come in), and before its
+        # own are computed: one dense gradient of the weight at a time
+        self._add_tied_later(micro, vid)
         grads = torch.autograd.grad(output, leaves + params + borrowed, grad_outputs=grad_output, allow_unused=True)
-        self._add_tied_later(micro, vid)  # before its own: the parts in the order they would have come
         for p, g in zip(params, grads[len(leaves):]):
             if g is not None:
                 self.gradients.add(micro, self._param_names[id(p)], g)
