@@ -141,7 +141,9 @@ async def system(network_yaml: str, pnodes: int, memory: str, steps: int, state:
     walls = step_walls(events)[1:]  # after the warmup step
     if not walls:
         walls = [e.payload.step_time_s for e in recorded_steps(events)][1:]
-    return {"step_s": sorted(walls)[len(walls) // 2], "peaks": peaks, "per_param": per_param}
+    hosts = {n: [p.vnode for p in allocation.placements if p.pnode == n] for n in names}
+    return {"step_s": sorted(walls)[len(walls) // 2], "peaks": peaks, "per_param": per_param, "hosted": hosted,
+            "hosts": hosts}
 
 
 def main() -> int:
@@ -164,7 +166,10 @@ def main() -> int:
 
     ours = asyncio.run(system(network_yaml, args.pnodes, args.memory, args.steps, args.optimizer_state))
     for pnode, peak in ours["peaks"].items():
-        print(f"  {pnode}: peak RSS {peak / 2**30:.2f} GiB, {ours['per_param'].get(pnode, 0):.2f} bytes per parameter")
+        vnodes = ours["hosts"][pnode]
+        print(f"  {pnode}: peak RSS {peak / 2**30:.2f} GiB, {ours['per_param'].get(pnode, 0):.2f} bytes per parameter, "
+              f"{ours['hosted'][pnode] / 1e6:.0f} M parameters ({len(vnodes)} VNodes: {vnodes[0]} .. {vnodes[-1]})"
+              if vnodes else f"  {pnode}: hosts nothing")
     print(f"  {ours['step_s']:.1f} s a step (median of {args.steps})", flush=True)
     worst = max(ours["per_param"].values())
     stages = args.pnodes
