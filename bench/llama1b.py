@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -90,7 +89,11 @@ print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "held": 
 
 
 def available_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    """What a new process can take before the kernel must kill something: free memory and the caches it
+    can drop (MemAvailable; free pages alone undercount it on a machine whose page cache is full)."""
+    with open("/proc/meminfo") as meminfo:
+        fields = dict(line.split(":", 1) for line in meminfo)
+    return int(fields["MemAvailable"].split()[0]) * 1024
 
 
 @dataclass(frozen=True)
