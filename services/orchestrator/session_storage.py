@@ -39,7 +39,7 @@ from computeall.protocol.object_store import (
 )
 from computeall.protocol.subjects import Subjects
 
-from .errors import SessionError
+from .errors import SessionError, StepStalled
 
 log = logging.getLogger("computeall.orchestrator.session_storage")
 
@@ -82,6 +82,9 @@ class SessionStorage:
         except nats.errors.NoRespondersError:
             raise SessionError("no authority answers to grant the PNodes this session's checkpoints: is `computeall up` "
                                "running? (docker compose runs the orchestrator with --storage-grants every)") from None
+        except nats.errors.TimeoutError:
+            # a slow authority, or its reply lost with a nats-server: nobody's fault, and placing again grants again
+            raise StepStalled("the authority did not answer the placement's grants in time") from None
 
     # -- what is in it ---------------------------------------------------------------------
     async def store(self) -> ObjectStore:
