@@ -27,13 +27,15 @@ class PNodeRegistry:
         self._quarantined: set[str] = set()
         self._caps: dict[str, tuple[str, int]] = {}  # pnode -> (incarnation, the most it may offer)
         self._unresponsive: dict[str, str] = {}  # pnode -> the incarnation that stopped answering requests
+        self._stale: dict[str, str] = {}  # pnode -> its incarnation that came back after it was declared lost
         # when a connection to the bus was last made again (a PNode's, by its heartbeat, or the
         # orchestrator's own): core NATS messages in flight then may be lost (`PNodeCalls.all`)
         self.disturbed_at = float("-inf")
 
     def beat(self, heartbeat: Heartbeat) -> bool:
-        """Record a heartbeat; True when its state is stale: it was declared lost, or it restarted
-        (a new incarnation under the same name, faster than the timeout)."""
+        """Record a heartbeat; True when this incarnation comes back after it was declared lost: what it
+        holds is stale, and it gets no work until it was reset (`reset_done`). A new incarnation under
+        the same name (a restart, faster than the timeout or not) holds nothing: a new generation."""
         pnode = heartbeat.pnode
         previous = self._last.get(pnode)
         restarted = previous is not None and previous[1].incarnation != heartbeat.incarnation
@@ -41,16 +43,29 @@ class PNodeRegistry:
             self.bus_disturbed()
         if restarted:
             self._generation[pnode] = self._generation.get(pnode, 0) + 1
+            self._stale.pop(pnode, None)
             if pnode not in self._lost:
                 self._restarted.append(pnode)
-        returned = pnode in self._lost or restarted
+        came_back = pnode in self._lost and not restarted
+        if came_back:
+            self._stale[pnode] = heartbeat.incarnation
         self._lost.discard(pnode)
         now = time.monotonic()
         dead = self._dead.get(pnode)
         if dead and (dead[0] != heartbeat.incarnation or now - dead[1] > 2 * HEARTBEAT_INTERVAL_S):
             del self._dead[pnode]  # a new incarnation, or the old one still beating: it was a hiccup
         self._last[pnode] = (now, heartbeat)
-        return returned
+        return came_back
+
+    def is_stale(self, pnode: str) -> bool:
+        """It came back after it was declared lost and was not reset since."""
+        seen = self._last.get(pnode)
+        return seen is not None and self._stale.get(pnode) == seen[1].incarnation
+
+    def reset_done(self, pnode: str, incarnation: str) -> None:
+        """`incarnation` of `pnode` dropped every session it held: it may be given work again."""
+        if self._stale.get(pnode) == incarnation:
+            del self._stale[pnode]
 
     def bus_disturbed(self) -> None:
         self.disturbed_at = time.monotonic()
@@ -92,11 +107,11 @@ class PNodeRegistry:
         self._quarantined.add(pnode)
 
     def live(self, include_leaving: bool = False) -> list[Heartbeat]:
-        """The PNodes that may be given work: heartbeating and answering, not quarantined (and not leaving)."""
+        """The PNodes that may be given work: heartbeating and answering, not quarantined, not stale (and not leaving)."""
         return sorted(
             (hb for _, hb in self._last.values()
              if self.is_live(hb.pnode) and (include_leaving or not hb.leaving) and hb.pnode not in self._quarantined
-             and self._unresponsive.get(hb.pnode) != hb.incarnation),
+             and self._unresponsive.get(hb.pnode) != hb.incarnation and not self.is_stale(hb.pnode)),
             key=lambda hb: hb.pnode,
         )
 

@@ -38,7 +38,7 @@ from computeall.protocol.session_state import Rejected, SessionState
 from computeall.protocol.session_status import TERMINAL, SessionStatus
 from computeall.protocol.subjects import LOG_STREAM, Subjects, command_sender, pnode_of
 from computeall.protocol.pnode_api import Reset
-from computeall.protocol.telemetry import HEARTBEAT_TIMEOUT_S, Heartbeat, OrchestratorBeat
+from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, Heartbeat, OrchestratorBeat
 
 from .authorization import authorize, claim_new_id
 from .command_rate import Take
@@ -171,13 +171,18 @@ class Orchestrator:
         if self.registry.beat(beat):
             # declared lost, now back: its state is stale; it drops it and counts as a new PNode
             log.info("pnode %s is back after being declared lost; resetting it", beat.pnode)
-            asyncio.ensure_future(self._reset(beat.pnode))
+            asyncio.ensure_future(self._reset(beat.pnode, beat.incarnation))
 
-    async def _reset(self, pnode: str) -> None:
-        try:
-            await self.calls.one(pnode, Reset(), timeout=10.0)
-        except Exception as exc:  # it may die again at once; the registry will notice
-            log.warning("could not reset %s: %s", pnode, exc)
+    async def _reset(self, pnode: str, incarnation: str) -> None:
+        """Until it dropped what it held (it gets no work before), while it beats and was not restarted."""
+        while self.registry.is_stale(pnode) and self.registry.is_live(pnode):
+            try:
+                await self.calls.one(pnode, Reset(), timeout=10.0)
+                self.registry.reset_done(pnode, incarnation)
+                return
+            except Exception as exc:  # it may die again at once: the registry will notice
+                log.warning("could not reset %s: %s", pnode, exc)
+                await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
     async def _watch_pnodes(self) -> None:
         """Record `PNodeLost` once per PNode that goes silent (every orchestrator may notice: deduplicated)."""

@@ -33,6 +33,7 @@ from computeall.protocol.pnode_api import (
     GenerateSamples,
     LoadCheckpoint,
     LoadPlan,
+    PassRequest,
     PNodeReply,
     PNodeRequest,
     Recompute,
@@ -116,6 +117,8 @@ class BusMember:
         self.stages: dict = {}  # session id -> this member's stage of it
         self.inbound = Inbound(subjects, lambda session: self.stages.get(session))  # tensor frames, checked
         self.pending = 0
+        self._arrivals = 0  # control requests received, counted in the order the bus delivered them
+        self._newest_pass: dict[str, int] = {}  # session id -> the arrival number of its latest pass request
         self.leaving = False
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
@@ -142,6 +145,7 @@ class BusMember:
         for stage in self.stages.values():
             stage.abort()
         self.stages.clear()
+        self._newest_pass.clear()
         log.info("reset: dropped every session (this PNode had been declared lost)")
         return PNodeReply(ok=True, pnode=self.name)
 
@@ -163,6 +167,7 @@ class BusMember:
 
     async def unload(self, stage, request: Unload) -> PNodeReply:
         self.stages.pop(request.session_id).abort()
+        self._newest_pass.pop(request.session_id, None)
         return PNodeReply(ok=True, pnode=self.name)
 
     # -- what a kind of PNode decides beside its answers ---------------------------------
@@ -254,15 +259,18 @@ class BusMember:
     # -- control requests ---------------------------------------------------------
     async def _on_ctl(self, msg) -> None:
         # handled in a task: a long step must not hold up the next message on this subscription
-        asyncio.ensure_future(self._handle_ctl(msg))
+        self._arrivals += 1
+        asyncio.ensure_future(self._handle_ctl(msg, self._arrivals))
 
-    async def _handle_ctl(self, msg) -> None:
+    async def _handle_ctl(self, msg, arrival: int) -> None:
         try:
             request = REQUESTS.validate_json(msg.data)
         except ValidationError as exc:
             log.warning("rejected a malformed control request: %s", exc.errors()[:3])
             await self._reply(msg, PNodeReply(ok=False, pnode=self.name, error=f"malformed request: {exc.errors()[:3]}"))
             return
+        if isinstance(request, PassRequest):  # before any await: tasks begin in the order they were made
+            self._newest_pass[request.session_id] = arrival
         step = getattr(request, "step", None)
         if self.fault and self.fault.mutes(request.type, step):
             log.warning("fault injection: %s of step %s accepted, never to be answered", request.type, step)
@@ -273,6 +281,10 @@ class BusMember:
         self.pending += 1
         await self._status(request, "running", step, started)
         try:
+            if isinstance(request, PassRequest) and self._newest_pass.get(session) != arrival:
+                # a newer pass request overtook this one while both awaited their status: the newer runs
+                # (this one's asker has given up on it), and must not be aborted by the older
+                raise PassSuperseded(f"{request.type} of step {step} was followed by a newer pass request")
             reply = await self._timed(request)
         except InputsNeverCame as exc:
             log.warning("%s gave up: %s", request.type, exc)

@@ -35,3 +35,25 @@ def test_the_allocator_plans_within_the_offer_less_the_process():
     offered = beat("p", "i").model_copy(update={"memory_bytes": 1536 << 20, "process_bytes": 300 << 20})
     assert capacity(offered, offered.memory_bytes).memory_bytes == 1236 << 20
     assert capacity(offered.model_copy(update={"process_bytes": 2 << 30}), offered.memory_bytes).memory_bytes == 0
+
+
+def test_a_pnode_back_after_being_declared_lost_gets_no_work_until_reset_and_a_restarted_one_needs_none(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(registry_module.time, "monotonic", lambda: now[0])
+    registry = PNodeRegistry(timeout_s=5.0)
+    assert not registry.beat(beat("p", "a"))
+    now[0] += 6.0
+    assert registry.newly_lost() == ["p"]
+    assert registry.beat(beat("p", "a")), "the same process back: what it holds is stale"
+    assert registry.is_live("p") and registry.is_stale("p") and registry.live() == []
+    registry.reset_done("p", "a")
+    assert [hb.pnode for hb in registry.live()] == ["p"]
+
+    # a restart (the supervisor starts it again at once): a new process holds nothing; resetting it would
+    # drop the work given to it meanwhile
+    assert not registry.beat(beat("p", "b"))
+    assert registry.generation("p") == 1 and [hb.pnode for hb in registry.live()] == ["p"]
+    now[0] += 6.0
+    registry.newly_lost()
+    assert not registry.beat(beat("p", "c")), "restarted after being declared lost: new, not stale"
+    assert [hb.pnode for hb in registry.live()] == ["p"]

@@ -37,10 +37,19 @@ def member(fault: FaultSpec | None = None) -> Member:
     return m
 
 
+def message(request, inbox: str = "_INBOX.orchestrator.o.1") -> SimpleNamespace:
+    return SimpleNamespace(data=request.model_dump_json().encode(), reply=inbox)
+
+
+def replies_to(m: BusMember, inbox: str = "_INBOX.orchestrator.o.1") -> list[PNodeReply]:
+    return [PNodeReply.model_validate_json(data) for subject, data in m.nc.published if subject == inbox]
+
+
 async def ask(m: Member, request) -> PNodeReply | None:
-    await m._handle_ctl(SimpleNamespace(data=request.model_dump_json().encode(), reply="_INBOX.orchestrator.o.1"))
-    replies = [data for subject, data in m.nc.published if subject == "_INBOX.orchestrator.o.1"]
-    return PNodeReply.model_validate_json(replies[0]) if replies else None
+    m._arrivals += 1  # as the subscription's callback counts it
+    await m._handle_ctl(message(request), m._arrivals)
+    replies = replies_to(m)
+    return replies[0] if replies else None
 
 
 async def test_a_pass_whose_inputs_never_came_answers_starved():
@@ -104,6 +113,44 @@ async def test_a_pass_superseded_by_another_of_its_stage_is_no_lost_state():
     stage.abort()  # as a RunStep asked again does: the stage stays
     reply = await running
     assert (reply.ok, reply.state_lost) == (False, False)
+
+
+class StatusHeldUp(Bus):
+    """The first status publish waits for the bus (its buffer full), so the request after it starts first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = asyncio.Event()
+
+    async def publish(self, subject: str, data: bytes) -> None:
+        if not self.held.is_set():
+            self.held.set()
+            await asyncio.sleep(0.05)
+        await super().publish(subject, data)
+
+
+class Completing(Stage):
+    async def run_step(self, request, deadline_s: float) -> PNodeReply:
+        done = asyncio.ensure_future(asyncio.sleep(0.1))
+        await asyncio.wait([done, asyncio.ensure_future(self.aborted.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if self.aborted.is_set():
+            raise PassSuperseded(f"train step {request.step} was superseded")
+        return PNodeReply(ok=True, pnode="p1", step=request.step)
+
+
+async def test_a_pass_request_overtaken_by_a_newer_one_gives_way_to_it():
+    # the orchestrator asked for step 6, gave up on it and asked again; both arrive together and the
+    # older one's status publish waits: the newer runs, and the older must not abort it when it starts
+    m, stage = hosting(), Completing()
+    m.nc = StatusHeldUp()
+    m.host("s", stage)
+    await m._on_ctl(message(RunStep(session_id="s", step=6), "_INBOX.old"))
+    await m._on_ctl(message(RunStep(session_id="s", step=6), "_INBOX.new"))
+    while not (replies_to(m, "_INBOX.old") and replies_to(m, "_INBOX.new")):
+        await asyncio.sleep(0.01)
+    [old], [new] = replies_to(m, "_INBOX.old"), replies_to(m, "_INBOX.new")
+    assert (new.ok, new.step) == (True, 6) and not stage.aborted.is_set()
+    assert (old.ok, old.state_lost) == (False, False) and "newer pass request" in old.error
 
 
 def test_a_pass_gives_up_when_the_orchestrator_says_or_at_the_pnodes_own_limit():
