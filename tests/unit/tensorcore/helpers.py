@@ -1,4 +1,4 @@
-"""A tiny GPT for tensorcore tests, with per-VNode precision overrides."""
+"""Shared by tensorcore tests: a tiny GPT with per-VNode precision overrides; the bytes autograd keeps."""
 
 from __future__ import annotations
 
@@ -69,3 +69,17 @@ def example_vnode(name: str) -> torch.nn.Module:
         tied[tie] = build_vnode(VNodeSpec(id=tie, op=op.tie.op, inputs=[], precision="fp32", params=tied_params), 0, torch.device("cpu"))
     spec = VNodeSpec(id="v", op=name, inputs=[], tie=tie, precision="fp32", params=params)
     return build_vnode(spec, 0, torch.device("cpu"), tied)
+
+
+def saved_bytes(fn, x: torch.Tensor) -> int:
+    """Bytes of the distinct storages autograd keeps for fn(x)'s backward, but the parameters'."""
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        if not isinstance(t, torch.nn.Parameter):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(x)
+    return sum(storages.values())

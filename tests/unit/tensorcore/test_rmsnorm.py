@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from computeall.tensorcore.ops.norms import RMSNorm
 
-from .test_swiglu import _saved_bytes
+from .helpers import saved_bytes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -28,5 +28,5 @@ def test_rmsnorm_gives_torchs_bits_and_keeps_its_input_only(dtype, shape):
     for a, b in zip(torch.autograd.grad(ours, [x, norm.weight], dy), torch.autograd.grad(theirs, [x, norm.weight], dy)):
         assert torch.equal(a, b)
     tokens = x.numel() // shape[-1]
-    assert _saved_bytes(norm, x) == x.numel() * x.element_size() + tokens * 4
-    assert _saved_bytes(torchs, x) >= 2 * x.numel() * 4
+    assert saved_bytes(norm, x) == x.numel() * x.element_size() + tokens * 4
+    assert saved_bytes(torchs, x) >= 2 * x.numel() * 4

@@ -7,24 +7,12 @@ import torch.nn.functional as F
 
 from computeall.tensorcore.ops.swiglu import SwiGLU
 
+from .helpers import saved_bytes
+
 
 def _autograd(m: SwiGLU, x: torch.Tensor) -> torch.Tensor:
     gate, up = F.linear(x, m.gate_up.weight).chunk(2, dim=-1)
     return F.linear(F.silu(gate) * up, m.down.weight)
-
-
-def _saved_bytes(fn, x: torch.Tensor) -> int:
-    """Bytes of the distinct storages autograd keeps for fn(x)'s backward, but the parameters'."""
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor):
-        if not isinstance(t, torch.nn.Parameter):
-            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(x)
-    return sum(storages.values())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -41,5 +29,5 @@ def test_swiglu_gives_autograds_bits_and_keeps_two_hidden_widths_less(dtype):
     for a, b in zip(torch.autograd.grad(ours, params, dy), torch.autograd.grad(theirs, params, dy)):
         assert torch.equal(a, b)
     element, tokens = x.element_size(), 2 * 32
-    assert _saved_bytes(m, x) == tokens * (64 + 2 * 176) * element
-    assert _saved_bytes(lambda x: _autograd(m, x), x) >= tokens * (64 + 4 * 176) * element
+    assert saved_bytes(m, x) == tokens * (64 + 2 * 176) * element
+    assert saved_bytes(lambda x: _autograd(m, x), x) >= tokens * (64 + 4 * 176) * element
