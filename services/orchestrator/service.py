@@ -320,17 +320,19 @@ class Orchestrator:
         return fits
 
     def _drive(self, session: SessionLog, takeover_from: str | None = None) -> None:
+        sid = session.state.id
         pnodes = self.fair.pnodes_of(session.state.owner)  # the owner's part of the pool
         driver = SessionDriver(self.calls, self.subjects, session, pnodes, self.id, self.jobs, takeover_from,
                                grants=self.grants)
-        task = asyncio.create_task(driver.run())
-        self.drivers[session.state.id] = task
-        self.driving[session.state.id] = driver
-        task.add_done_callback(lambda t: self._driver_done(session.state.id, t))
+        task = asyncio.create_task(_after(self.drivers.get(sid), driver))
+        self.drivers[sid] = task
+        self.driving[sid] = driver
+        task.add_done_callback(lambda t: self._driver_done(sid, t))
 
     def _driver_done(self, sid: str, task: asyncio.Task) -> None:
-        self.drivers.pop(sid, None)
-        self.driving.pop(sid, None)
+        if self.drivers.get(sid) is task:  # not a driver that ended after the next one started
+            del self.drivers[sid]
+            self.driving.pop(sid, None)
         if not task.cancelled() and task.exception():
             log.error("session %s: driver crashed", sid, exc_info=task.exception())
 
@@ -462,3 +464,11 @@ def _command_id(msg) -> str:
     except (ValueError, AttributeError, RecursionError):
         return "?"
     return value if isinstance(value, str) else "?"
+
+
+async def _after(previous: asyncio.Task | None, driver: SessionDriver) -> None:
+    """`driver` runs once the session's previous driver ended: one still ending a pause when the session
+    is resumed must never drive beside the next (their passes supersede each other's)."""
+    if previous is not None and not previous.done():
+        await asyncio.wait([previous])
+    await driver.run()
