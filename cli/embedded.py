@@ -12,6 +12,7 @@ import nats.errors
 
 from computeall.protocol.fair_share import FairShareLimits, limit_argv
 from computeall.protocol.faults import FaultSpec
+from computeall.protocol.dataset_client import list_datasets
 from computeall.protocol.session_reads import list_sessions
 
 from .client import Client, connect
@@ -42,7 +43,7 @@ async def running_cluster(
     tasks = [asyncio.create_task(supervisor.watch()), asyncio.create_task(Authority(server).run())]
     try:
         async with connect(server.credential("user")) as client:
-            await wait_for_event_log(client)
+            await wait_for_services(client)
             supervisor.announce()
             yield client, supervisor
     finally:
@@ -52,16 +53,22 @@ async def running_cluster(
         server.stop()
 
 
-async def wait_for_event_log(client: Client, timeout_s: float = 60.0) -> None:
-    """Until an orchestrator answers the client's reads: by then it has set up the event log
-    (only services set up streams)."""
+async def wait_for_services(client: Client, timeout_s: float = 60.0) -> None:
+    """Until an orchestrator and a dataset service answer the client's reads: by then the orchestrator
+    has set up the event log (only services set up streams), and a dataset request made next finds
+    someone listening (under load the dataset service came up after the orchestrator)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while True:
-        try:
-            await list_sessions(client.nc, client.subjects, client.user, timeout=5.0, patience_s=0.0)
-            return
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-            if loop.time() > deadline:
-                raise TimeoutError(f"no orchestrator answered within {timeout_s:.0f}s; see the logs") from None
-            await asyncio.sleep(0.1)
+    reads = {
+        "orchestrator": lambda: list_sessions(client.nc, client.subjects, client.user, timeout=5.0, patience_s=0.0),
+        "dataset service": lambda: list_datasets(client.nc, client.subjects, client.user, timeout=5.0),
+    }
+    for service, read in reads.items():
+        while True:
+            try:
+                await read()
+                break
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                if loop.time() > deadline:
+                    raise TimeoutError(f"no {service} answered within {timeout_s:.0f}s; see the logs") from None
+                await asyncio.sleep(0.1)

@@ -30,7 +30,7 @@ from computeall.protocol.session_status import SessionStatus
 from ..client import Client, connect
 from ..data_upload import with_sent_data
 from ..cluster_file import ClusterInfo, data_dir, forget_running, read, record_running, running
-from ..embedded import wait_for_event_log
+from ..embedded import wait_for_services
 from ..errors import UserError
 from ..follow import follow_session, start_session
 from ..session_view import session_events
@@ -157,7 +157,7 @@ async def up(args: argparse.Namespace) -> int:
         supervisor.start(services)
         tasks.append(asyncio.create_task(supervisor.watch()))
         async with connect(local_user, reconnect=True) as client:
-            await wait_for_event_log(client)
+            await wait_for_services(client)
             supervisor.announce()
             record_running(directory)  # commands in other directories find this deployment
             key = nats_server.security.local_api_key() if nats_server else None
