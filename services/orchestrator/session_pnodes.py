@@ -63,16 +63,19 @@ class SessionPNodes:
         self.generations = {p: self.calls.registry.generation(p) for p in self.pnodes}
 
     async def all(self, make: Callable[[str], BaseModel], timeout: float | None = None,
-                  report_slow: bool = True, first_replica: bool = False, kind: str | None = None) -> list[PNodeReply]:
+                  report_slow: bool = True, first_replica: bool = False, kind: str | None = None,
+                  behind: str | None = None) -> list[PNodeReply]:
         """One request per PNode (`make(pnode)`), the replies in the PNodes' order; `first_replica`:
         only to the PNodes of replica 0 (a whole pipeline: what every replica holds alike). `kind`: the
-        deadlines' kind, when not the request's type."""
+        deadlines' kind, when not the request's type; `behind`: the kind of a request sent just before,
+        which each PNode answers first (its time is allowed too)."""
         state = self.recorder.state
         requests = {p: make(p) for p in (self.first_replica if first_replica else self.pnodes)}
         kind = kind or (next(iter(requests.values())).type if requests else "")
-        allowance = self.deadlines.allowance(kind)
+        own = self.deadlines.allowance(kind)
+        allowance = own.after(self.deadlines.allowance(behind)) if behind else own
         # a request that waits for other PNodes: each says so before the deadline if what it waits for never comes
-        requests = {p: r.model_copy(update={"give_up_s": allowance.give_up_s}) if isinstance(r, WaitsForPeers) else r
+        requests = {p: r.model_copy(update={"give_up_s": own.give_up_s}) if isinstance(r, WaitsForPeers) else r
                     for p, r in requests.items()}
         t0 = time.monotonic()
         try:

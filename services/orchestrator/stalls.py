@@ -46,6 +46,12 @@ class Allowance:
         """When a pass stops waiting for its inputs and says so: well before `answer_s`."""
         return self.answer_s / 2
 
+    def after(self, first: "Allowance") -> "Allowance":
+        """This kind's, for a request that each PNode takes up only once it answered one of `first`'s
+        (a RunStep sent right behind an ApplyStep)."""
+        reconnect = None if self.reconnect_s is None or first.reconnect_s is None else self.reconnect_s + first.reconnect_s
+        return Allowance(answer_s=self.answer_s + first.answer_s, reconnect_s=reconnect)
+
 
 class StallDeadlines:
     def __init__(self) -> None:

@@ -11,12 +11,20 @@ nothing of the step was decided, applied or recorded yet, and each PNode drops w
 try it replaces (`SessionStage.run_step`), so the step runs again from the same state. A PNode that
 does not answer at all (`Unanswered`), and a stall later in the step (its ApplyStep: some PNodes may
 have applied it), recover as from a lost PNode, through the last checkpoint.
+
+When the loop goes straight on to the next step (`run(..., then_next=True)`), that step's RunStep is
+sent right behind this step's ApplyStep (`RunAhead`): each PNode runs it once it applied, so a step
+costs one control round trip instead of two, which a slow link to the PNodes makes most of a step's
+overhead. The bits are the same: each PNode does the same work in the same order. Whatever else the
+loop does first (a checkpoint, a validation, a recovery) drops it (`drop_ahead`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 from computeall.protocol.events import (
     LossScaleChanged, StepAborted, StepCompleted, StepSkipped, UpdateRatios, standing,
@@ -28,10 +36,24 @@ from .diagnostics import update_ratios
 from .errors import StepStalled
 from .loss_scale import LossScaler, replay
 from .recorder import SessionRecorder
-from .session_pnodes import OUTER_SYNC_LANDS, SessionPNodes
+from .session_pnodes import APPLY_STEP, OUTER_SYNC_LANDS, SessionPNodes
 from .verification.checks import SessionChecks
 
 log = logging.getLogger("computeall.orchestrator.step")
+
+
+@dataclass
+class RunAhead:
+    """The RunStep of `step` at `scale`, sent before the step before it was recorded."""
+
+    step: int
+    scale: float
+    replies: asyncio.Future  # of list[PNodeReply]
+
+    def drop(self) -> None:
+        self.replies.cancel()
+        # what it ends with is nobody's business now (a PNode's pass it superseded, a loss recovery handles)
+        self.replies.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 class TrainingStep:
@@ -43,15 +65,24 @@ class TrainingStep:
         self.checks = checks
         self.scaler: LossScaler | None = None
         self.scaler_step = -1  # the step the scaler's state is for
+        self.ahead: RunAhead | None = None
 
-    async def run(self, step: int) -> None:
+    def drop_ahead(self) -> None:
+        """The loop does something else before the next step: the RunStep sent ahead is not waited for
+        (the PNodes' pass gives way to whatever is asked of them next)."""
+        if self.ahead is not None:
+            self.ahead.drop()
+            self.ahead = None
+
+    async def run(self, step: int, then_next: bool = False) -> None:
+        """`then_next`: the loop runs `step + 1` right after this one, nothing in between it knows of."""
         state = self.recorder.state
         config = state.config
         lr = config.lr.at(step, config.steps)
         t0 = time.monotonic()
         scaler = await self._scaler_before(step)
         scale = scaler.scale
-        replies = await self._run_step(step, scale)
+        replies = await self._replies(step, scale)
         self.checks.pick(step, replies, scale)  # only now: every PNode has committed to its results
         overflowed = sorted(r.pnode for r in replies if not r.grads_finite)
         decision = scaler.update(bool(overflowed))  # one decision, every PNode applies or skips
@@ -61,10 +92,19 @@ class TrainingStep:
         first = set(self.pnodes.first_replica)
         clip = clipping.decide([r for r in replies if r.pnode in first], config.grad_clip)
         measure = decision.apply and bool(config.update_ratio_every) and step % config.update_ratio_every == 0
-        applied = await self.pnodes.all(lambda p: ApplyStep(
+        apply_kind = OUTER_SYNC_LANDS if config.sync.lands_after(step) else APPLY_STEP
+        applying = asyncio.ensure_future(self.pnodes.all(lambda p: ApplyStep(
             session_id=state.id, step=step, lr=lr, skip=not decision.apply, clip_factor=clip.factor,
             measure_update=measure, **self.checks.apply_fields(p),
-        ), kind=OUTER_SYNC_LANDS if config.sync.lands_after(step) else None)
+        ), kind=apply_kind))
+        if then_next:
+            after = self._run_once(step + 1, scaler.scale, behind=apply_kind)
+            self.ahead = RunAhead(step + 1, scaler.scale, asyncio.ensure_future(after))
+        try:
+            applied = await applying
+        except BaseException:
+            self.drop_ahead()
+            raise
         self.checks.launch(step)  # they run while the next steps train
         elapsed = time.monotonic() - t0
         tokens = sum(r.tokens for r in replies)
@@ -88,17 +128,30 @@ class TrainingStep:
         if measure:
             await self.recorder.record(UpdateRatios(step=step, ratios=update_ratios(a for a in applied if a.pnode in first)))
 
-    async def _run_step(self, step: int, scale: float) -> list[PNodeReply]:
-        """Every PNode's RunStep, sent again while it stalls on messages lost with a nats-server."""
-        state = self.recorder.state
+    async def _replies(self, step: int, scale: float) -> list[PNodeReply]:
+        """Every PNode's RunStep reply: of the one sent ahead, when it is this step's at this scale, and
+        sent again while it stalls on messages lost with a nats-server."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and (ahead.step, ahead.scale) != (step, scale):
+            ahead.drop()
+            ahead = None
+        t0 = time.monotonic()
         while True:
-            t0 = time.monotonic()
             try:
-                return await self.pnodes.all(lambda p: RunStep(session_id=state.id, step=step, loss_scale=scale))
+                return await (ahead.replies if ahead is not None else self._run_once(step, scale))
             except StepStalled as stall:
                 log.warning("session %s: step %d stalled (%s); running it again after %.1fs",
-                            state.id, step, stall, time.monotonic() - t0)
+                            self.recorder.state.id, step, stall, time.monotonic() - t0)
                 await self.recorder.record(StepAborted(step=step, reason=f"{stall}; run again"))
+                ahead, t0 = None, time.monotonic()
+            except BaseException:
+                if ahead is not None:
+                    ahead.drop()
+                raise
+
+    def _run_once(self, step: int, scale: float, behind: str | None = None):
+        return self.pnodes.all(lambda p: RunStep(session_id=self.recorder.state.id, step=step, loss_scale=scale),
+                               behind=behind)
 
     async def _scaler_before(self, step: int) -> LossScaler:
         """The loss scaler as it stands before `step`."""

@@ -43,6 +43,12 @@ class Trainer:
         self.shutdown = shutdown  # set when this orchestrator stops: checkpoint at the next boundary, then end
 
     async def train(self) -> None:
+        try:
+            await self._train()
+        finally:
+            self.training_step.drop_ahead()
+
+    async def _train(self) -> None:
         config = self.recorder.state.config
         end = config.replay_of.to_step if config.replay_of else config.steps
         step = await self.recovery.start()
@@ -55,27 +61,42 @@ class Trainer:
                     await self.checks.settle(step, wait_all=True)  # nothing ends unchecked
                     await self.checkpoints.save(step)  # the final state, kept like any other checkpoint
                     break
-                await self.training_step.run(step)
+                await self.training_step.run(step, then_next=self._straight_on(step + 1, end))
                 step += 1
                 await self.checks.settle(step)
-                at_checkpoint = bool(config.checkpoint_every) and step % config.checkpoint_every == 0 and step < end
+                at_checkpoint = self._at_checkpoint(step, end)
                 if at_checkpoint:
                     await self.checkpoints.save(step)
-                if config.validate_every and step % config.validate_every == 0:
+                if self._validates(step):
                     await validate(self.recorder, self.pnodes, step)
                 if self.sampler.due(step, end):
                     await self.sampler.request(step)  # written beside the next steps, recorded at a boundary
                 step = await self._rebalance(step, at_checkpoint)
             except Quarantine as verdict:
+                self.training_step.drop_ahead()
                 self.sampler.abandon()  # samples of states about to be discarded
                 step = await self.quarantine.recover(verdict, step)
             except PNodeFailure as failure:
+                self.training_step.drop_ahead()
                 self.checks.cancel()
                 step = await self.recovery.recover(failure, step)
         await self.sampler.drain()
         state = self.recorder.state
         await self.recorder.record(SessionCompleted(steps=step, final_loss=state.last_loss))
         log.info("session %s completed at loss %.4f", state.id, state.last_loss or float("nan"))
+
+    def _at_checkpoint(self, step: int, end: int) -> bool:
+        every = self.recorder.state.config.checkpoint_every
+        return bool(every) and step % every == 0 and step < end
+
+    def _validates(self, step: int) -> bool:
+        every = self.recorder.state.config.validate_every
+        return bool(every) and step % every == 0
+
+    def _straight_on(self, step: int, end: int) -> bool:
+        """Whether the loop, at `step`, goes straight on to run it, as far as it knows now: the last step's
+        ApplyStep then takes this step's RunStep along (`TrainingStep.run`)."""
+        return step < end and not (self._at_checkpoint(step, end) or self._validates(step) or self.sampler.due(step, end))
 
     async def _boundary(self, step: int) -> bool:
         """Fold what others recorded and act on it; True when the loop is done."""
@@ -84,6 +105,8 @@ class Trainer:
             raise LostClaim(f"session {state.id} is driven by {state.claimed_by}")
         await self.sampler.record_ready()
         self.sampler.ask_again()
+        if self.shutdown.is_set() or state.at_boundary(step) or state.validation_requested:
+            self.training_step.drop_ahead()  # what comes next asks the PNodes for something else first
         if self.shutdown.is_set():  # the orchestrator stops (Ctrl-C on `computeall up`): keep every step done
             await self.checks.settle(step, wait_all=True)
             await self.checkpoints.save(step)
@@ -107,6 +130,7 @@ class Trainer:
         decision = await self.placement.rebalance(at_checkpoint)
         if decision is None:
             return step
+        self.training_step.drop_ahead()
         await self.checks.settle(step, wait_all=True)  # moving VNodes drops the material checks need
         await self.checkpoints.save(step)
         if isinstance(decision, NoRoom):

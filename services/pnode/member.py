@@ -119,6 +119,7 @@ class BusMember:
         self.pending = 0
         self._arrivals = 0  # control requests received, counted in the order the bus delivered them
         self._newest_pass: dict[str, int] = {}  # session id -> the arrival number of its latest pass request
+        self._applying: dict[str, asyncio.Event] = {}  # session id -> set once its latest ApplyStep was answered
         self.leaving = False
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
@@ -146,6 +147,7 @@ class BusMember:
             stage.abort()
         self.stages.clear()
         self._newest_pass.clear()
+        self._applying.clear()
         log.info("reset: dropped every session (this PNode had been declared lost)")
         return PNodeReply(ok=True, pnode=self.name)
 
@@ -168,6 +170,7 @@ class BusMember:
     async def unload(self, stage, request: Unload) -> PNodeReply:
         self.stages.pop(request.session_id).abort()
         self._newest_pass.pop(request.session_id, None)
+        self._applying.pop(request.session_id, None)
         return PNodeReply(ok=True, pnode=self.name)
 
     # -- what a kind of PNode decides beside its answers ---------------------------------
@@ -278,9 +281,16 @@ class BusMember:
         started = time.time()
         session = getattr(request, "session_id", None)
         hosted = self.stages.get(session)
+        applied = None
+        if isinstance(request, ApplyStep):
+            applied = self._applying[session] = asyncio.Event()
         self.pending += 1
         await self._status(request, "running", step, started)
         try:
+            if isinstance(request, PassRequest) and session in self._applying:
+                # the orchestrator sends a step's RunStep right behind the last step's ApplyStep (one round
+                # trip a step): the pass runs on the updated weights
+                await self._applying[session].wait()
             if isinstance(request, PassRequest) and self._newest_pass.get(session) != arrival:
                 # a newer pass request overtook this one while both awaited their status: the newer runs
                 # (this one's asker has given up on it), and must not be aborted by the older
@@ -300,6 +310,8 @@ class BusMember:
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.pending -= 1
+            if applied is not None:
+                applied.set()
         await self._status(request, "done" if reply.ok else "failed", step, started)
         await self._reply(msg, reply)
 

@@ -127,7 +127,7 @@ async def test_a_rebalance_onto_a_damaged_checkpoint_goes_on_from_the_newest_int
 
     placement = SimpleNamespace(rebalance=moving.rebalance, adopt=_noop)
     trainer = Trainer(recorder, SimpleNamespace(unload=moving.unload), placement,
-                      SimpleNamespace(save=_noop, restore=restore), recovery=None, training_step=None, sampler=None,
+                      SimpleNamespace(save=_noop, restore=restore), recovery=None, training_step=SimpleNamespace(drop_ahead=lambda: None), sampler=None,
                       checks=SimpleNamespace(settle=_noop), quarantine=None, shutdown=asyncio.Event())
     assert await trainer._rebalance(10, at_checkpoint=True) == 5
     (rolled_back,) = recorder.recorded

@@ -16,6 +16,7 @@ from computeall.orchestrator.placement import CHECKPOINT_BYTES_PER_PARAM, Placem
 from computeall.orchestrator.pnode_calls import PNodeCalls
 from computeall.orchestrator.pnodes import PNodeRegistry
 from computeall.orchestrator.session_pnodes import OUTER_SYNC_LANDS, SessionPNodes
+from computeall.orchestrator import stalls
 from computeall.orchestrator.stalls import (
     ANSWER_FLOOR_S, FIRST_ANSWER_S, STALL_FACTOR, STALL_FLOOR_S, Allowance, StallDeadlines,
 )
@@ -281,3 +282,28 @@ def test_an_outer_sync_sends_the_pseudo_gradient_or_its_sparse_message_per_level
     sparse = ReplicaSync(mode="diloco", compression=SparseCompression())
     message = SparseCompression().layout(n).message_bytes
     assert sparse.sent_bytes(n, replicas=4) == 3 * message and message < 4 * n / 100  # under 1% of fp32
+
+
+async def test_a_run_step_sent_behind_an_apply_step_is_allowed_the_time_of_both(monkeypatch):
+    # an ApplyStep that lands an outer sync waits on the replicas' links; the pass sent right behind it
+    # starts only then, and its PNode is no less answering for that
+    monkeypatch.setattr(stalls, "ANSWER_FLOOR_S", 0.0)
+    monkeypatch.setattr(stalls, "STALL_FLOOR_S", 0.0)
+
+    def session(bus: Bus) -> SessionPNodes:
+        pnodes = SessionPNodes(calls(bus), SimpleNamespace(
+            state=SimpleNamespace(id="s", next_step=3, config=SimpleNamespace(slow_after_s=60.0))))
+        pnodes.adopt(["p0"], outer_sync_s=1.0)
+        pnodes.deadlines._took["RunStep"].extend([0.05] * 3)  # its own allowance: 0.2 s
+        pnodes.deadlines._took[OUTER_SYNC_LANDS].extend([0.1] * 3)  # the landing's: 0.4 s
+        return pnodes
+
+    bus = Bus(answers={"p0"}, answer_s={"p0": 0.3})  # the landing and then the pass
+    with pytest.raises(Unanswered):
+        await session(bus).all(run_step)
+    pnodes = session(bus)
+    (reply,) = await pnodes.all(run_step, behind=OUTER_SYNC_LANDS)
+    assert reply.ok
+    sent = RunStep.model_validate_json(bus.sent[-1][1])
+    assert sent.give_up_s == pytest.approx(STALL_FACTOR * 0.05 / 2), "its pass gives up on its own time"
+    assert Allowance(1.0, None).after(Allowance(2.0, 3.0)) == Allowance(3.0, None), "nothing measured: no early stall"

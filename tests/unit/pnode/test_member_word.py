@@ -167,3 +167,32 @@ def test_the_mute_fault_is_parsed_and_checked():
     for bad in ("mute:Nothing", "mute:RunStep@soon", "mute:"):
         with pytest.raises(ValueError, match=r"or mute:REQUEST\[@STEP\]"):
             FaultSpec.parse(bad)
+
+
+class Ordered(Stage):
+    """Records when its update and its pass ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[str] = []
+
+    async def apply(self, request, deadline_s: float) -> PNodeReply:
+        self.log.append(f"apply {request.step} begins")
+        await asyncio.sleep(0.05)
+        self.log.append(f"apply {request.step} ends")
+        return PNodeReply(ok=True, pnode="p1", step=request.step)
+
+    async def run_step(self, request, deadline_s: float) -> PNodeReply:
+        self.log.append(f"run {request.step}")
+        return PNodeReply(ok=True, pnode="p1", step=request.step)
+
+
+async def test_a_run_step_right_behind_an_apply_step_runs_on_the_updated_weights():
+    m, stage = hosting(), Ordered()
+    m.host("s", stage)
+    await m._on_ctl(message(ApplyStep(session_id="s", step=4, lr=0.1), "_INBOX.apply"))
+    await m._on_ctl(message(RunStep(session_id="s", step=5), "_INBOX.run"))
+    while not replies_to(m, "_INBOX.run"):
+        await asyncio.sleep(0.01)
+    assert stage.log == ["apply 4 begins", "apply 4 ends", "run 5"]
+    assert replies_to(m, "_INBOX.apply")[0].ok and replies_to(m, "_INBOX.run")[0].ok
