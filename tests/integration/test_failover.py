@@ -16,6 +16,7 @@ from computeall.protocol.events import CheckpointCommitted, Reallocated, RolledB
 from .cluster import running_cluster, wait_for_pnodes
 from .identities import connect_as
 from .sessions import config, final_digests, losses, run_to_end, wait_for
+from .waiting import exit_code
 
 STEPS = 60  # long enough that every kill lands mid-session whatever the machine's speed
 LONG = 150
@@ -101,16 +102,16 @@ async def test_join_and_graceful_leave(tmp_path):
              "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-x.log", "wb"), stderr=subprocess.STDOUT)
         try:
             await wait_for_pnodes(supervisor, ["pnode-x"])
-            joined = await wait_for(client, sid, lambda s: "pnode-x" in s.allocation.values(), timeout=120)
+            await wait_for(client, sid, lambda s: "pnode-x" in s.allocation.values(), timeout=120)
             leaver = supervisor.services.pop("pnode-2")  # not restarted: it leaves for good
             leaver.process.send_signal(signal.SIGTERM)
             await wait_for(client, sid, lambda s: "pnode-2" not in s.allocation.values(), timeout=120)
-            assert leaver.process.wait(60) == 0, "the leaving PNode exits once its VNodes moved"
+            assert await exit_code(leaver.process, 60) == 0, "the leaving PNode exits once its VNodes moved"
             await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
             got_losses, got_digests, events = await outcome(client, sid)
         finally:
             fourth.send_signal(signal.SIGTERM)
-            fourth.wait(30)
+            await exit_code(fourth, 30)
     reasons = [e.reason for e in events if isinstance(e, Reallocated)]
     assert any("joined" in r for r in reasons) and any("pnode-2 leaving" in r for r in reasons)
     assert not any(isinstance(e, (RolledBack, StepAborted)) for e in events), "joining and leaving lose no step"
@@ -135,7 +136,7 @@ async def test_capacity_exhausted_pauses_and_resumes_when_a_pnode_joins(tmp_path
             got_losses, got_digests, events = await outcome(client, sid)
         finally:
             helper.send_signal(signal.SIGTERM)
-            helper.wait(30)
+            await exit_code(helper, 30)
     assert any(isinstance(e, SessionPaused) and e.auto_resume for e in events)
     assert got_losses == clean_losses and got_digests == clean_digests
 

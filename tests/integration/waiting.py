@@ -7,6 +7,7 @@ condition and fail with `what` once the deadline passes.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -34,3 +35,10 @@ async def wait_until_async(condition: Callable[[], Awaitable[T]], timeout: float
             raise AssertionError(f"{what} not met in {timeout:g}s")
         await asyncio.sleep(interval)
     return value
+
+
+async def exit_code(process: subprocess.Popen, timeout: float) -> int:
+    """`process.wait(timeout)` without blocking the event loop: an embedded cluster's authority answers on
+    it (a test that waited a minute for a PNode to leave left the placement's storage grants unanswered,
+    and the PNode's VNodes never moved)."""
+    return await asyncio.to_thread(process.wait, timeout)
