@@ -110,6 +110,9 @@ class RunStep(PassRequest):
     session_id: str
     step: int
     loss_scale: float = 1.0
+    after_apply: int | None = Field(
+        None, ge=0, description="sent right behind the ApplyStep of this step (one round trip a step): the pass "
+                                "starts once this PNode answered it, and gives up when that update failed")
 
 
 class ApplyStep(WaitsForPeers):

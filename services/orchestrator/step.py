@@ -150,8 +150,10 @@ class TrainingStep:
                 raise
 
     def _run_once(self, step: int, scale: float, behind: str | None = None):
-        return self.pnodes.all(lambda p: RunStep(session_id=self.recorder.state.id, step=step, loss_scale=scale),
-                               behind=behind)
+        """One RunStep per PNode; `behind`: the kind of the ApplyStep of `step - 1` sent just before it."""
+        after = step - 1 if behind else None
+        return self.pnodes.all(lambda p: RunStep(session_id=self.recorder.state.id, step=step, loss_scale=scale,
+                                                 after_apply=after), behind=behind)
 
     async def _scaler_before(self, step: int) -> LossScaler:
         """The loss scaler as it stands before `step`."""

@@ -119,7 +119,8 @@ class BusMember:
         self.pending = 0
         self._arrivals = 0  # control requests received, counted in the order the bus delivered them
         self._newest_pass: dict[str, int] = {}  # session id -> the arrival number of its latest pass request
-        self._applying: dict[str, asyncio.Event] = {}  # session id -> set once its latest ApplyStep was answered
+        self._last_apply: dict[str, tuple[int, bool]] = {}  # session id -> (step, applied) of its last ApplyStep answered
+        self._apply_answered = asyncio.Condition()
         self.leaving = False
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
@@ -147,7 +148,7 @@ class BusMember:
             stage.abort()
         self.stages.clear()
         self._newest_pass.clear()
-        self._applying.clear()
+        self._last_apply.clear()
         log.info("reset: dropped every session (this PNode had been declared lost)")
         return PNodeReply(ok=True, pnode=self.name)
 
@@ -170,7 +171,7 @@ class BusMember:
     async def unload(self, stage, request: Unload) -> PNodeReply:
         self.stages.pop(request.session_id).abort()
         self._newest_pass.pop(request.session_id, None)
-        self._applying.pop(request.session_id, None)
+        self._last_apply.pop(request.session_id, None)
         return PNodeReply(ok=True, pnode=self.name)
 
     # -- what a kind of PNode decides beside its answers ---------------------------------
@@ -281,16 +282,12 @@ class BusMember:
         started = time.time()
         session = getattr(request, "session_id", None)
         hosted = self.stages.get(session)
-        applied = None
-        if isinstance(request, ApplyStep):
-            applied = self._applying[session] = asyncio.Event()
         self.pending += 1
         await self._status(request, "running", step, started)
+        reply = PNodeReply(ok=False, pnode=self.name, step=step, error="not answered")
         try:
-            if isinstance(request, PassRequest) and session in self._applying:
-                # the orchestrator sends a step's RunStep right behind the last step's ApplyStep (one round
-                # trip a step): the pass runs on the updated weights
-                await self._applying[session].wait()
+            if isinstance(request, RunStep) and request.after_apply is not None:
+                await self._after_apply(session, request.after_apply, wait_deadline(request, self.step_deadline_s))
             if isinstance(request, PassRequest) and self._newest_pass.get(session) != arrival:
                 # a newer pass request overtook this one while both awaited their status: the newer runs
                 # (this one's asker has given up on it), and must not be aborted by the older
@@ -310,10 +307,26 @@ class BusMember:
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.pending -= 1
-            if applied is not None:
-                applied.set()
+            if isinstance(request, ApplyStep):
+                async with self._apply_answered:
+                    self._last_apply[session] = (request.step, reply.ok)
+                    self._apply_answered.notify_all()
         await self._status(request, "done" if reply.ok else "failed", step, started)
         await self._reply(msg, reply)
+
+    async def _after_apply(self, session: str, step: int, deadline_s: float) -> None:
+        """Until this PNode answered the session's ApplyStep of `step`, which the orchestrator sent right
+        before this pass (one round trip a step): the pass runs on the weights it updated."""
+        def answered() -> bool:  # that very step's: a rollback leaves the session's last one ahead of it
+            return self._last_apply.get(session, (-1, False))[0] == step
+
+        async with self._apply_answered:
+            try:
+                await asyncio.wait_for(self._apply_answered.wait_for(answered), deadline_s)
+            except asyncio.TimeoutError:
+                raise InputsNeverCame(f"the update of step {step} this pass follows did not come within {deadline_s:.1f}s") from None
+        if not self._last_apply[session][1]:
+            raise PassSuperseded(f"the update of step {step} this pass follows failed here")
 
     async def _timed(self, request) -> PNodeReply:
         """`dispatch`, with the step's timing published once its ApplyStep is done (`StepTiming`)."""

@@ -187,12 +187,33 @@ class Ordered(Stage):
         return PNodeReply(ok=True, pnode="p1", step=request.step)
 
 
-async def test_a_run_step_right_behind_an_apply_step_runs_on_the_updated_weights():
+async def test_a_run_step_sent_behind_an_apply_step_runs_on_the_updated_weights():
     m, stage = hosting(), Ordered()
     m.host("s", stage)
+    # the RunStep may even arrive first (its ApplyStep asked again after nobody listened)
+    await m._on_ctl(message(RunStep(session_id="s", step=5, after_apply=4), "_INBOX.run"))
+    await asyncio.sleep(0.02)
     await m._on_ctl(message(ApplyStep(session_id="s", step=4, lr=0.1), "_INBOX.apply"))
-    await m._on_ctl(message(RunStep(session_id="s", step=5), "_INBOX.run"))
     while not replies_to(m, "_INBOX.run"):
         await asyncio.sleep(0.01)
     assert stage.log == ["apply 4 begins", "apply 4 ends", "run 5"]
     assert replies_to(m, "_INBOX.apply")[0].ok and replies_to(m, "_INBOX.run")[0].ok
+
+    # the session rolled back to step 2: the pass sent behind the update of step 2 waits for that one
+    await m._on_ctl(message(RunStep(session_id="s", step=3, after_apply=2), "_INBOX.rerun"))
+    await asyncio.sleep(0.02)
+    assert stage.log[-1] == "run 5", "not on the update of step 4"
+    await m._on_ctl(message(ApplyStep(session_id="s", step=2, lr=0.1), "_INBOX.apply2"))
+    while not replies_to(m, "_INBOX.rerun"):
+        await asyncio.sleep(0.01)
+    assert stage.log[-3:] == ["apply 2 begins", "apply 2 ends", "run 3"]
+
+
+async def test_a_run_step_behind_an_update_that_never_comes_says_so():
+    m, stage = hosting(), Ordered()
+    m.host("s", stage)
+    await m._on_ctl(message(RunStep(session_id="s", step=5, after_apply=4, give_up_s=0.05), "_INBOX.run"))
+    while not replies_to(m, "_INBOX.run"):
+        await asyncio.sleep(0.01)
+    (reply,) = replies_to(m, "_INBOX.run")
+    assert reply.starved and "update of step 4" in reply.error and stage.log == []
