@@ -120,6 +120,7 @@ class BusMember:
         self._arrivals = 0  # control requests received, counted in the order the bus delivered them
         self._newest_pass: dict[str, int] = {}  # session id -> the arrival number of its latest pass request
         self._last_apply: dict[str, tuple[int, bool]] = {}  # session id -> (step, applied) of its last ApplyStep answered
+        self._loads: dict[str, int] = {}  # session id -> LoadPlans and LoadCheckpoints taken: its state began again
         self._apply_answered = asyncio.Condition()
         self.leaving = False
         self.incarnation = uuid.uuid4().hex
@@ -149,6 +150,7 @@ class BusMember:
         self.stages.clear()
         self._newest_pass.clear()
         self._last_apply.clear()
+        self._loads.clear()
         log.info("reset: dropped every session (this PNode had been declared lost)")
         return PNodeReply(ok=True, pnode=self.name)
 
@@ -172,6 +174,7 @@ class BusMember:
         self.stages.pop(request.session_id).abort()
         self._newest_pass.pop(request.session_id, None)
         self._last_apply.pop(request.session_id, None)
+        self._loads.pop(request.session_id, None)
         return PNodeReply(ok=True, pnode=self.name)
 
     # -- what a kind of PNode decides beside its answers ---------------------------------
@@ -282,6 +285,10 @@ class BusMember:
         started = time.time()
         session = getattr(request, "session_id", None)
         hosted = self.stages.get(session)
+        if isinstance(request, (LoadPlan, LoadCheckpoint)):  # the session's weights begin again from these
+            self._loads[session] = self._loads.get(session, 0) + 1
+            self._last_apply.pop(session, None)
+        loads = self._loads.get(session, 0)
         self.pending += 1
         await self._status(request, "running", step, started)
         reply = PNodeReply(ok=False, pnode=self.name, step=step, error="not answered")
@@ -307,7 +314,7 @@ class BusMember:
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.pending -= 1
-            if isinstance(request, ApplyStep):
+            if isinstance(request, ApplyStep) and self._loads.get(session, 0) == loads:  # not of before a load
                 async with self._apply_answered:
                     self._last_apply[session] = (request.step, reply.ok)
                     self._apply_answered.notify_all()

@@ -12,7 +12,7 @@ import pytest
 from computeall.pnode.member import BusMember, InputsNeverCame, PassSuperseded, wait_deadline
 from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
-from computeall.protocol.pnode_api import ApplyStep, PNodeReply, Reset, RunStep
+from computeall.protocol.pnode_api import ApplyStep, LoadCheckpoint, PNodeReply, Reset, RunStep
 from computeall.protocol.subjects import Subjects
 
 
@@ -187,6 +187,12 @@ class Ordered(Stage):
         return PNodeReply(ok=True, pnode="p1", step=request.step)
 
 
+class Loading(Hosting):
+    async def load_checkpoint(self, stage, request) -> PNodeReply:
+        stage.log.append(f"load {request.step}")
+        return PNodeReply(ok=True, pnode="p1", step=request.step)
+
+
 async def test_a_run_step_sent_behind_an_apply_step_runs_on_the_updated_weights():
     m, stage = hosting(), Ordered()
     m.host("s", stage)
@@ -207,6 +213,26 @@ async def test_a_run_step_sent_behind_an_apply_step_runs_on_the_updated_weights(
     while not replies_to(m, "_INBOX.rerun"):
         await asyncio.sleep(0.01)
     assert stage.log[-3:] == ["apply 2 begins", "apply 2 ends", "run 3"]
+
+
+async def test_an_update_of_before_a_checkpoint_load_is_not_the_one_a_pass_follows():
+    # recovery loaded the checkpoint of step 4 and runs step 4 again: the pass of step 5 sent behind its
+    # update waits for that update, not the one of step 4 answered before the failure
+    m, stage = Loading(Credential(role="pnode", name="p1", servers=["nats://h:1"]), 1 << 30, "cpu", Subjects("ca")), Ordered()
+    m.nc = Bus()
+    m.host("s", stage)
+    for request, inbox in ((ApplyStep(session_id="s", step=4, lr=0.1), "_INBOX.a"),
+                           (LoadCheckpoint(session_id="s", step=4, bucket="b", objects=[]), "_INBOX.l")):
+        await m._on_ctl(message(request, inbox))
+        while not replies_to(m, inbox):
+            await asyncio.sleep(0.01)
+    await m._on_ctl(message(RunStep(session_id="s", step=5, after_apply=4), "_INBOX.run"))
+    await asyncio.sleep(0.02)
+    assert stage.log == ["apply 4 begins", "apply 4 ends", "load 4"], "the pass waits for the update to come"
+    await m._on_ctl(message(ApplyStep(session_id="s", step=4, lr=0.1), "_INBOX.again"))
+    while not replies_to(m, "_INBOX.run"):
+        await asyncio.sleep(0.01)
+    assert stage.log[-3:] == ["apply 4 begins", "apply 4 ends", "run 5"]
 
 
 async def test_a_run_step_behind_an_update_that_never_comes_says_so():
