@@ -23,6 +23,9 @@ from .credentials import Credential, CredentialError, Role
 CREDENTIAL_ENV = "COMPUTEALL_CREDENTIAL"
 INITIAL_ATTEMPTS = 5  # tries of a first connection (a server still starting, a network blip)
 RETRY_S = 1.0
+# A server that refuses a credential writes its -ERR and closes; nats-py, still flushing its CONNECT,
+# may see the close first and report "Connection lost" instead. Asked again, the refusal is read.
+HANDSHAKE_RETRIES = 2
 log = logging.getLogger("computeall.bus")
 
 
@@ -62,9 +65,9 @@ async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
     reconnect = options.pop("allow_reconnect", True)
     failure: BaseException | None = None
     refused = False
-    for attempt in range(INITIAL_ATTEMPTS if reconnect else 1):
+    for attempt in range(INITIAL_ATTEMPTS):
         if attempt:
-            await asyncio.sleep(RETRY_S)
+            await asyncio.sleep(RETRY_S if reconnect else 0)
         try:
             nc = await nats.connect(name=name, allow_reconnect=False, error_cb=error_cb, **credential.nats_options(), **options)
         except (OSError, TimeoutError, nats.errors.Error) as exc:
@@ -72,6 +75,8 @@ async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
             refused = isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower()
             if refused:
                 break  # no retry helps a credential the server refuses
+            if not reconnect and not (isinstance(exc, ConnectionResetError) and attempt < HANDSHAKE_RETRIES):
+                break
             continue
         nc.options["allow_reconnect"] = reconnect
         connected = True

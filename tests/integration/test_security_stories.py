@@ -122,9 +122,9 @@ async def connected(credential: Credential, **options):
 
 async def test_an_anonymous_connection_is_refused(deployment):
     url = deployment.security.local("user", "local").servers[0]
-    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=5,
-                           error_cb=Refusals().record)
+    anonymous = Credential(role="user", name="anonymous", servers=[url])  # no key, no signature
+    with pytest.raises(bus.BusConnectError, match="Authorization Violation"):
+        await bus.connect(anonymous, name="story", allow_reconnect=False, connect_timeout=5)
 
 
 async def test_a_user_cannot_command_another_users_session(deployment):
