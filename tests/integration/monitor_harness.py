@@ -59,6 +59,16 @@ class MonitorProcess:
         self.process = None
         return rc
 
+    def __enter__(self) -> "MonitorProcess":
+        return self
+
+    def __exit__(self, *failure: object) -> None:
+        """A test that failed leaves no monitor behind (one that passed stopped it and checked its exit)."""
+        if self.process:
+            self.process.kill()
+            self.process.wait(15)
+            self.process = None
+
     @property
     def local_key(self) -> str:
         """The local user's API key, as `computeall up` keeps it."""

@@ -54,37 +54,37 @@ def rebuild_cli(monitor: MonitorProcess, capsys) -> dict:
 def test_kill_mid_ingest_then_restart_loses_and_duplicates_nothing_and_rebuild_matches(nats_server, tmp_path, capsys):
     last_log = asyncio.run(publish(nats_server, event_items(session_events("sr", "local", STEPS))))
     last_tel = asyncio.run(publish(nats_server, memory_items(SAMPLES, time.time())))
-    monitor = MonitorProcess(nats_server, tmp_path / "data").start()
-    key = local_key(monitor)
+    with MonitorProcess(nats_server, tmp_path / "data").start() as monitor:
+        key = local_key(monitor)
 
-    def position() -> int:
-        return data(monitor.url, key, "{ monitor { positions } }")["monitor"]["positions"].get("CA_LOG", 0)
+        def position() -> int:
+            return data(monitor.url, key, "{ monitor { positions } }")["monitor"]["positions"].get("CA_LOG", 0)
 
-    partial = wait_until(position, interval=0.01)
-    assert monitor.stop(signal.SIGKILL) == -signal.SIGKILL
-    assert partial < last_log, "the kill came after ingest finished; publish more so it lands mid-ingest"
+        partial = wait_until(position, interval=0.01)
+        assert monitor.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert partial < last_log, "the kill came after ingest finished; publish more so it lands mid-ingest"
 
-    monitor.start()
-    wait_until(lambda: (p := data(monitor.url, key, "{ monitor { positions } }")["monitor"]["positions"])
-               and p.get("CA_LOG") == last_log and p.get("CA_TEL") == last_tel, timeout=60)
-    before = data(monitor.url, key, SNAPSHOT)
-    assert before["monitor"]["events"] == STEPS + 2 and before["monitor"]["malformed"] == 0
-    assert before["session"]["steps"]["step"] == list(range(STEPS))
-    assert before["session"]["tokens"] == STEPS * 1024
-    (p1,) = before["pnodes"]
-    assert len(p1["memory"]) == SAMPLES and len({m["ts"] for m in p1["memory"]}) == SAMPLES
+        monitor.start()
+        wait_until(lambda: (p := data(monitor.url, key, "{ monitor { positions } }")["monitor"]["positions"])
+                   and p.get("CA_LOG") == last_log and p.get("CA_TEL") == last_tel, timeout=60)
+        before = data(monitor.url, key, SNAPSHOT)
+        assert before["monitor"]["events"] == STEPS + 2 and before["monitor"]["malformed"] == 0
+        assert before["session"]["steps"]["step"] == list(range(STEPS))
+        assert before["session"]["tokens"] == STEPS * 1024
+        (p1,) = before["pnodes"]
+        assert len(p1["memory"]) == SAMPLES and len({m["ts"] for m in p1["memory"]}) == SAMPLES
 
-    # rebuilt by the running monitor: the same rows, and the user's key still works
-    reply = rebuild_cli(monitor, capsys)
-    assert reply["where"] == "by the running monitor" and reply["events"] == STEPS + 2
-    assert data(monitor.url, key, SNAPSHOT) == before
+        # rebuilt by the running monitor: the same rows, and the user's key still works
+        reply = rebuild_cli(monitor, capsys)
+        assert reply["where"] == "by the running monitor" and reply["events"] == STEPS + 2
+        assert data(monitor.url, key, SNAPSHOT) == before
 
-    # rebuilt offline, with no monitor running
-    assert monitor.stop() == 0
-    assert rebuild_cli(monitor, capsys)["where"] == "offline"
-    monitor.start()
-    assert data(monitor.url, key, SNAPSHOT) == before
-    assert monitor.stop() == 0
+        # rebuilt offline, with no monitor running
+        assert monitor.stop() == 0
+        assert rebuild_cli(monitor, capsys)["where"] == "offline"
+        monitor.start()
+        assert data(monitor.url, key, SNAPSHOT) == before
+        assert monitor.stop() == 0
 
 
 def test_old_telemetry_is_folded_into_buckets(nats_server, tmp_path):
@@ -92,22 +92,23 @@ def test_old_telemetry_is_folded_into_buckets(nats_server, tmp_path):
     bucket = 60.0
     old_start = (now // bucket) * bucket - 3600  # one hour ago, bucket-aligned: 60 samples per bucket
     last = asyncio.run(publish(nats_server, memory_items(600, old_start) + memory_items(30, now - 30)))
-    monitor = MonitorProcess(
+    with MonitorProcess(
         nats_server, tmp_path / "data", "--raw-telemetry", "300", "--telemetry-bucket", str(bucket), "--retention-every", "0.2"
-    ).start()
-    key = local_key(monitor)
+    ).start() as monitor:
+        key = local_key(monitor)
 
-    def folded():
-        got = data(monitor.url, key, '{ monitor { positions } pnodes { memory { ts rssBytes rssMaxBytes samples } } }')
-        if got["monitor"]["positions"].get("CA_TEL") != last:
-            return None
-        memory = got["pnodes"][0]["memory"]
-        return memory if any(m["samples"] > 1 for m in memory) else None
+        def folded():
+            got = data(monitor.url, key, '{ monitor { positions } pnodes { memory { ts rssBytes rssMaxBytes samples } } }')
+            if got["monitor"]["positions"].get("CA_TEL") != last:
+                return None
+            memory = got["pnodes"][0]["memory"]
+            # every old sample folded: a retention pass may have run while the monitor still caught up
+            return None if any(m["samples"] == 1 and m["ts"] < now - 300 for m in memory) else memory
 
-    memory = wait_until(folded)
-    aggregated = [m for m in memory if m["samples"] > 1]
-    raw = [m for m in memory if m["samples"] == 1]
-    assert [m["samples"] for m in aggregated] == [60] * 10 and len(raw) == 30
-    first = aggregated[0]
-    assert first["ts"] == old_start and first["rssMaxBytes"] == 1059 and first["rssBytes"] == pytest.approx(1029.5)
-    assert monitor.stop() == 0
+        memory = wait_until(folded)
+        aggregated = [m for m in memory if m["samples"] > 1]
+        raw = [m for m in memory if m["samples"] == 1]
+        assert [m["samples"] for m in aggregated] == [60] * 10 and len(raw) == 30
+        first = aggregated[0]
+        assert first["ts"] == old_start and first["rssMaxBytes"] == 1059 and first["rssBytes"] == pytest.approx(1029.5)
+        assert monitor.stop() == 0

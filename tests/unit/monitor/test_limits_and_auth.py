@@ -103,3 +103,25 @@ def test_retention_folds_whole_old_buckets_once(db):
     assert db.con.execute("SELECT count(*) FROM memory_samples_agg").fetchone() == (2,)
     db.transaction(retention.compact, 300.0, 130.0, 60.0, 250.0)  # folded rows older than 50 are dropped
     assert db.con.execute("SELECT bucket_ts FROM memory_samples_agg").fetchall() == [(60.0,)]
+
+
+def test_samples_of_an_already_folded_bucket_merge_into_its_row(db):
+    columns = ("pnode", "ts", "rss_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "bytes_by_category", "pending_requests")
+    insert = lambda rows: db.transaction(lambda con: db.insert(con, "memory_samples", columns, rows))  # noqa: E731
+    insert([("p", float(ts), 100, None, None, "{}", 1) for ts in range(0, 40)])  # a monitor catching up: part of bucket 0
+    db.transaction(retention.compact, 300.0, 130.0, 60.0, 10_000.0)
+    insert([("p", float(ts), 200, None, None, "{}", 3) for ts in range(40, 60)])  # the rest arrives after the fold
+    db.transaction(retention.compact, 300.0, 130.0, 60.0, 10_000.0)
+    (bucket,) = db.con.execute("SELECT bucket_ts, samples, rss_avg, rss_max, pending_avg FROM memory_samples_agg").fetchall()
+    assert bucket[:2] == (0.0, 60) and bucket[3] == 200
+    assert bucket[2] == pytest.approx((40 * 100 + 20 * 200) / 60) and bucket[4] == pytest.approx((40 + 60) / 60)
+
+
+def test_late_requests_merge_into_their_folded_bucket(db):
+    columns = ("pnode", "session_id", "request", "step", "state", "ts", "duration_s")
+    for durations in ([1.0, 2.0], [6.0]):  # the second arrives after bucket 0 was folded
+        rows = [("p", "s", "RunStep", 1, "done", float(i), d) for i, d in enumerate(durations)]
+        db.transaction(lambda con: db.insert(con, "requests", columns, rows))
+        db.transaction(retention.compact, 300.0, 130.0, 60.0, 10_000.0)
+    assert db.con.execute("SELECT bucket_ts, count, duration_avg, duration_max FROM requests_agg").fetchall() == [
+        (0.0, 3, 3.0, 6.0)]
