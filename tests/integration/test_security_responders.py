@@ -53,11 +53,18 @@ async def _ask(nc, subject: str, body: dict | bytes, timeout: float = 10) -> byt
     return (await nc.request(subject, data, timeout=timeout)).data
 
 
+def known(server, *identities: tuple[Role, str]) -> None:
+    """Every identity of a story made before any connects: each new one reloads the server's configuration,
+    and a reload under live connections (the service's lists name every user) is not what these stories test."""
+    for role, name in identities:
+        server.credential(role, name)
+
+
 @contextlib.asynccontextmanager
 async def dataset_service(server, *clients: tuple[Role, str]):
     """The dataset API served with `DatasetHandlers` as the dataset service's identity; the clients connected."""
     handlers = DatasetHandlers()
-    # the clients first: a new identity reloads the server's configuration (the service's lists name every user)
+    known(server, *clients, ("dataset", "dataset"))
     connected = [await connect_as(server, role, name) for role, name in clients]
     service = await connect_as(server, "dataset")
     responder = Responder(service, S, dataset_api.API, handlers.table(), concurrent=True, queue="dataset")
@@ -140,6 +147,7 @@ def test_the_asker_by_its_inbox(nats_server):
         async def unused(request, asker: str) -> monitor_api.MonitorReply:
             raise AssertionError("not asked")
 
+        known(nats_server, ("user", "alice"), ("monitor", "monitor"))
         alice = await connect_as(nats_server, "user", "alice")
         monitor = await connect_as(nats_server, "monitor")
         responder = Responder(monitor, S, monitor_api.API, {monitor_api.AUTH: auth, monitor_api.USER_CREATE: unused,
