@@ -67,6 +67,15 @@ class PassSuperseded(RuntimeError):
     orchestrator asked for the step again (not to be confused with the event `StepAborted`)."""
 
 
+@dataclass
+class RequestOrder:
+    """What one session's control requests tell of one another, in the order they arrived."""
+
+    newest_pass: int = 0  # the arrival number of its latest pass request
+    last_apply: tuple[int, bool] = (-1, False)  # (step, applied) of its last ApplyStep answered
+    loads: int = 0  # LoadPlans and LoadCheckpoints taken: its state began again with each
+
+
 @dataclass(frozen=True)
 class Control:
     """How a member answers one type of control request: with which of its methods, and whether that
@@ -118,9 +127,7 @@ class BusMember:
         self.inbound = Inbound(subjects, lambda session: self.stages.get(session))  # tensor frames, checked
         self.pending = 0
         self._arrivals = 0  # control requests received, counted in the order the bus delivered them
-        self._newest_pass: dict[str, int] = {}  # session id -> the arrival number of its latest pass request
-        self._last_apply: dict[str, tuple[int, bool]] = {}  # session id -> (step, applied) of its last ApplyStep answered
-        self._loads: dict[str, int] = {}  # session id -> LoadPlans and LoadCheckpoints taken: its state began again
+        self._order: dict[str, RequestOrder] = {}  # session id -> what its requests tell of one another
         self._apply_answered = asyncio.Condition()
         self.leaving = False
         self.incarnation = uuid.uuid4().hex
@@ -148,9 +155,7 @@ class BusMember:
         for stage in self.stages.values():
             stage.abort()
         self.stages.clear()
-        self._newest_pass.clear()
-        self._last_apply.clear()
-        self._loads.clear()
+        self._order.clear()
         log.info("reset: dropped every session (this PNode had been declared lost)")
         return PNodeReply(ok=True, pnode=self.name)
 
@@ -172,9 +177,7 @@ class BusMember:
 
     async def unload(self, stage, request: Unload) -> PNodeReply:
         self.stages.pop(request.session_id).abort()
-        self._newest_pass.pop(request.session_id, None)
-        self._last_apply.pop(request.session_id, None)
-        self._loads.pop(request.session_id, None)
+        self._order.pop(request.session_id, None)
         return PNodeReply(ok=True, pnode=self.name)
 
     # -- what a kind of PNode decides beside its answers ---------------------------------
@@ -276,26 +279,27 @@ class BusMember:
             log.warning("rejected a malformed control request: %s", exc.errors()[:3])
             await self._reply(msg, PNodeReply(ok=False, pnode=self.name, error=f"malformed request: {exc.errors()[:3]}"))
             return
+        session = getattr(request, "session_id", None)
+        order = self._order_of(session)
         if isinstance(request, PassRequest):  # before any await: tasks begin in the order they were made
-            self._newest_pass[request.session_id] = arrival
+            order.newest_pass = arrival
         step = getattr(request, "step", None)
         if self.fault and self.fault.mutes(request.type, step):
             log.warning("fault injection: %s of step %s accepted, never to be answered", request.type, step)
             return
         started = time.time()
-        session = getattr(request, "session_id", None)
         hosted = self.stages.get(session)
         if isinstance(request, (LoadPlan, LoadCheckpoint)):  # the session's weights begin again from these
-            self._loads[session] = self._loads.get(session, 0) + 1
-            self._last_apply.pop(session, None)
-        loads = self._loads.get(session, 0)
+            order.loads += 1
+            order.last_apply = RequestOrder.last_apply
+        loads = order.loads
         self.pending += 1
         await self._status(request, "running", step, started)
         reply = PNodeReply(ok=False, pnode=self.name, step=step, error="not answered")
         try:
             if isinstance(request, RunStep) and request.after_apply is not None:
                 await self._after_apply(session, request.after_apply, wait_deadline(request, self.step_deadline_s))
-            if isinstance(request, PassRequest) and self._newest_pass.get(session) != arrival:
+            if isinstance(request, PassRequest) and self._order_of(session).newest_pass != arrival:
                 # a newer pass request overtook this one while both awaited their status: the newer runs
                 # (this one's asker has given up on it), and must not be aborted by the older
                 raise PassSuperseded(f"{request.type} of step {step} was followed by a newer pass request")
@@ -314,9 +318,9 @@ class BusMember:
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.pending -= 1
-            if isinstance(request, ApplyStep) and self._loads.get(session, 0) == loads:  # not of before a load
+            if isinstance(request, ApplyStep) and self._order_of(session).loads == loads:  # not of before a load
                 async with self._apply_answered:
-                    self._last_apply[session] = (request.step, reply.ok)
+                    self._order_of(session).last_apply = (request.step, reply.ok)
                     self._apply_answered.notify_all()
         await self._status(request, "done" if reply.ok else "failed", step, started)
         await self._reply(msg, reply)
@@ -325,15 +329,19 @@ class BusMember:
         """Until this PNode answered the session's ApplyStep of `step`, which the orchestrator sent right
         before this pass (one round trip a step): the pass runs on the weights it updated."""
         def answered() -> bool:  # that very step's: a rollback leaves the session's last one ahead of it
-            return self._last_apply.get(session, (-1, False))[0] == step
+            return self._order_of(session).last_apply[0] == step
 
         async with self._apply_answered:
             try:
                 await asyncio.wait_for(self._apply_answered.wait_for(answered), deadline_s)
             except asyncio.TimeoutError:
                 raise InputsNeverCame(f"the update of step {step} this pass follows did not come within {deadline_s:.1f}s") from None
-        if not self._last_apply[session][1]:
+        if not self._order_of(session).last_apply[1]:
             raise PassSuperseded(f"the update of step {step} this pass follows failed here")
+
+    def _order_of(self, session: str | None) -> RequestOrder:
+        """The session's record (a new one after a reset or an unload); a request of no session, a throwaway."""
+        return self._order.setdefault(session, RequestOrder()) if session else RequestOrder()
 
     async def _timed(self, request) -> PNodeReply:
         """`dispatch`, with the step's timing published once its ApplyStep is done (`StepTiming`)."""
