@@ -26,7 +26,7 @@ from itertools import accumulate
 import numpy as np
 
 from computeall.network import Graph
-from computeall.network.memory_model import StepShape, VNodeMemory, stage_bytes, vnode_memory
+from computeall.network.memory_model import StepShape, stage_bytes, vnode_memory
 from computeall.protocol.config import OptimizerState
 
 # What a PNode that has not measured itself is taken to have: a CPU core's training throughput,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-from pathlib import Path
 
 import pytest
 
@@ -245,5 +244,5 @@ async def topology_labels_read_at_the_default_zoom(page, monitor) -> None:
                    return cy.nodes().every(n => { const p = n.position();
                      return p.x >= e.x1 && p.x <= e.x2 && p.y >= e.y1 && p.y <= e.y2; }); }""")
     assert inside
-    assert await page.locator(f'[data-host="pnode-2"] [data-field="role"]').inner_text() == "· stage 2 of 2"
+    assert await page.locator('[data-host="pnode-2"] [data-field="role"]').inner_text() == "· stage 2 of 2"
     await page.screenshot(path=str(ARTIFACTS / "explains-topology.png"), full_page=True)

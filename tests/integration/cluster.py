@@ -31,7 +31,7 @@ async def wait_for_pnodes(supervisor: Supervisor, names: list[str], timeout: flo
             done.set()
 
     nc = await connect_as(supervisor.credentials, "monitor")
-    sub = await nc.subscribe(Subjects().heartbeat_all(), cb=on_beat)
+    await nc.subscribe(Subjects().heartbeat_all(), cb=on_beat)
     try:
         await asyncio.wait_for(done.wait(), timeout)
     finally:

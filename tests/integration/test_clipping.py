@@ -15,6 +15,7 @@ from computeall.protocol.events import Allocated, CheckpointCommitted, StepCompl
 
 from .cluster import running_cluster
 from .sessions import config, run_to_end
+from .waiting import exit_code
 
 STEPS = 6
 
@@ -43,7 +44,7 @@ async def test_one_and_three_pnodes_clip_to_the_same_bits(tmp_path):
         finally:
             for process in others:
                 process.send_signal(signal.SIGTERM)
-                process.wait(30)
+                await exit_code(process, 30)
 
     (steps3, digests3, pnodes3, ratios3), (steps1, digests1, pnodes1, ratios1) = spread, alone
     assert len(pnodes3) == 3 and pnodes1 == ["pnode-0"]

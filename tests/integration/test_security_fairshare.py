@@ -10,7 +10,6 @@ the orchestrator gives them, not what the test machine's two shared cores happen
 from __future__ import annotations
 
 import asyncio
-import time
 from contextlib import asynccontextmanager
 
 import pytest

@@ -14,10 +14,10 @@ from computeall.protocol.events import CheckpointCommitted, CommandRejected, Ses
 from computeall.protocol.eventlog import EventLog
 from computeall.protocol.object_store import existing_bucket
 
-from .cluster import running_cluster, wait_for_pnodes
+from .cluster import running_cluster
 from .identities import connect_as
-from .sessions import command, config, losses, run_to_end, state, wait_for
-from .waiting import wait_until_async
+from .sessions import command, config, losses, run_to_end, wait_for
+from .waiting import exit_code, wait_until_async
 
 
 async def test_orchestrator_kill_resumes_from_checkpoint_with_identical_losses(tmp_path):
@@ -93,7 +93,7 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
                 both.set()
 
         observer = await connect_as(supervisor.credentials, "orchestrator")  # they watch each other
-        beats = await observer.subscribe(client.subjects.orchestrator_heartbeat_all(), cb=on_beat)
+        await observer.subscribe(client.subjects.orchestrator_heartbeat_all(), cb=on_beat)
         second = subprocess.Popen([sys.executable, "-m", "computeall.orchestrator", *supervisor.credential_args("orchestrator", "orchestrator")],
                                   stdout=open(tmp_path / "orch2.log", "wb"), stderr=subprocess.STDOUT)
         try:
@@ -103,7 +103,7 @@ async def test_two_orchestrators_each_session_driven_by_exactly_one(tmp_path):
         finally:
             await observer.close()
             second.send_signal(signal.SIGTERM)
-            second.wait(15)
+            await exit_code(second, 15)
         drivers = set()
         for sid in sids:
             events = await session_events(client, sid)

@@ -2,7 +2,6 @@
 deadlock on any placement, and report the same loss and state wherever the VNodes live."""
 
 import asyncio
-import json
 import subprocess
 import sys
 

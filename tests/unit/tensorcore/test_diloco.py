@@ -1,7 +1,6 @@
 """diloco's outer step against plain torch, an overlapped one landing later, and its state mid-overlap (its wire
 formats are `wire_formats`', its sparse messages `sparse_sync`', tested there)."""
 
-import pytest
 import torch
 
 from computeall.protocol.config import OptimizerConfig
