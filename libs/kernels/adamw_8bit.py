@@ -1,7 +1,7 @@
 """AdamW8bit: AdamW with 8-bit blockwise moments and, for bf16 weights, only the master's low half.
 
 What a parameter costs between updates, besides its weight and gradient: its two moments as one
-byte each (`blockwise_8bit`: bitsandbytes' dynamic map, a scale per 2048 elements), and its fp32
+byte each (`blockwise_8bit`: bitsandbytes' dynamic map, a scale per 256 elements), and its fp32
 master as the 16 bits the bf16 weight lacks (`split_master`): the weight is the master's upper half,
 rounded, so the pair is the fp32 master exactly, in 2 bytes instead of 4. fp16 weights keep a whole
 fp32 master (fp16 is no half of an fp32); fp32 weights are their own. With `stochastic_rounding`, a
@@ -28,7 +28,7 @@ import torch
 
 from .blockwise_8bit import BLOCK, blocks_of, dequantize, quantize
 
-CHUNK = 256 * BLOCK  # elements updated at once: about 10 fp32 temporaries of 2 MiB
+CHUNK = 2048 * BLOCK  # elements updated at once: about 10 fp32 temporaries of 2 MiB
 
 
 # -- the fp32 master as a bf16 weight and a low half ------------------------------------------
@@ -230,8 +230,14 @@ class AdamW8bit:
                 continue
             for key, moment in (("exp_avg", s.exp_avg), ("exp_avg_sq", s.exp_avg_sq)):
                 if f"{name}.{key}.codes" in flat:
+                    scale = flat[f"{name}.{key}.scale"]
+                    if scale.shape != moment.scale.shape:
+                        raise ValueError(
+                            f"{name}.{key}: its 8-bit state was saved in {scale.numel()} blocks, this version keeps "
+                            f"{moment.scale.numel()} (blocks of {BLOCK} elements): it was written by an earlier version "
+                            "of computeall; resume it with that version, or start the session again")
                     moment.codes.copy_(flat[f"{name}.{key}.codes"].reshape(-1))
-                    moment.scale.copy_(flat[f"{name}.{key}.scale"])
+                    moment.scale.copy_(scale)
                 elif f"{name}.{key}" in flat:
                     quantize(flat[f"{name}.{key}"].float().reshape(-1), moment.signed, moment.codes, moment.scale)
             if f"{name}.master_low" in flat and s.low is not None:

@@ -1,15 +1,18 @@
 """8-bit blockwise dynamic quantization, for Adam's moments: bitsandbytes' scheme, in plain torch.
 
-A tensor's flat form is cut into blocks of `BLOCK` (2048) consecutive elements. Each block is
+A tensor's flat form is cut into blocks of `BLOCK` (256) consecutive elements. Each block is
 divided by its largest magnitude (its absmax, kept in fp32) into [-1, 1], and each element is stored
 as the index (uint8) of the nearest of 256 values: the dynamic map of Dettmers et al., "8-bit
 Optimizers via Block-wise Quantization" (2022), signed for the first moment and unsigned for the
 second, whose values span several decades (the map gives each decade its own exponent). The
 rule is torchao's 8-bit optimizer state (`torchao.optim`: `scale_tensor`, `quantize_8bit_with_qmap`,
-`dequant_with_qmap`) at block size 2048, to the byte: tests/unit/kernels/test_blockwise_8bit.py runs
+`dequant_with_qmap`) at its default block size, 256, to the byte: tests/unit/kernels/test_blockwise_8bit.py runs
 the library, which stays a test dependency (importing it costs a PNode seconds and a compiler stack).
 A block's scale is its absmax, at least 1e-12; an element takes the value at or below it, or the
-one above once it is at least halfway there. A last block shorter than 2048 is scaled on its own.
+one above once it is at least halfway there. A last block shorter than 256 is scaled on its own.
+Blocks of 2048 (bitsandbytes') lost 6% of the loss on seed-64heads: a block spanned four rows of its
+512-wide embedding, and a rare token's second moment, scaled by a frequent token's, fell to zero while
+its first did not, so its update was m / eps (docs/decisions.md).
 (bitsandbytes, which has the same map, rounds small values of a block far off on the CPU: 1e-8 of
 the absmax becomes 2e-5 in its 0.50.)
 
@@ -32,7 +35,7 @@ from functools import cache
 
 import torch
 
-BLOCK = 2048  # elements per block, as bitsandbytes' 8-bit optimizers had it
+BLOCK = 256  # elements per block: torchao's default; within one row of any embedding 256 wide or wider
 _SHIFT = 15  # the table is indexed by an fp32's top 32 - 15 = 17 bits
 _BUCKETS = 1 << (32 - _SHIFT)
 

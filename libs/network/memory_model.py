@@ -37,10 +37,11 @@ class StateBytes:
 STATE_BYTES: dict[OptimizerState, StateBytes] = {
     # fp32 moments, fp32 masters; the update gathers the gradients into a flat fp32 copy
     "fp32": StateBytes(master={"fp32": 0, "bf16": 4, "fp16": 4}, moments=8, update=4),
-    # a byte per moment and an fp32 scale per 2048 of them; a bf16 master's low half (fp16 keeps fp32)
-    "int8": StateBytes(master={"fp32": 0, "bf16": 2, "fp16": 4}, moments=2 + 2 * 4 / 2048, update=0),
+    # a byte per moment and an fp32 scale per 256 of them (kernels.blockwise_8bit.BLOCK); a bf16 master's low
+    # half (fp16 keeps fp32)
+    "int8": StateBytes(master={"fp32": 0, "bf16": 2, "fp16": 4}, moments=2 + 2 * 4 / 256, update=0),
     # the same moments, no master for a bf16 weight (rounded stochastically)
-    "int8-sr": StateBytes(master={"fp32": 0, "bf16": 0, "fp16": 4}, moments=2 + 2 * 4 / 2048, update=0),
+    "int8-sr": StateBytes(master={"fp32": 0, "bf16": 0, "fp16": 4}, moments=2 + 2 * 4 / 256, update=0),
 }
 
 

@@ -84,6 +84,10 @@ def test_the_state_round_trips_and_an_fp32_state_loads():
     assert torch.equal(resumed(saved), p.detach())
     # the same state in fp32 form (what the fp32 optimizer keeps) loads into the same bits
     assert torch.equal(resumed(fp32_state(saved, {"p": weight})), p.detach())
+    # a state saved in blocks of another size is refused, never read as if its scales were this version's
+    coarser = {**saved, "p.exp_avg.scale": saved["p.exp_avg.scale"][:2].clone()}
+    with pytest.raises(ValueError, match=r"saved in 2 blocks, this version keeps 4 \(blocks of 256 elements\)"):
+        resumed(coarser)
 
 
 # -- a bf16 weight without a master: stochastic rounding ---------------------------------------
@@ -117,7 +121,7 @@ def test_stochastic_rounding_depends_on_the_element_and_step_only():
 def test_a_weight_without_master_updates_the_same_bits_whole_or_split_into_shards():
     """As a vocabulary split into row shards (or heads into per-head VNodes) must: every element is
     updated from its own values only, the rounding's dither included; and no master is held."""
-    rows, cols = 3 * 64, 96  # shards of whole 2048-element blocks, as a vocabulary shard of whole rows is
+    rows, cols = 3 * 64, 96  # shards of whole blocks (24 of 256 elements), as a vocabulary shard of whole rows is
     g = torch.Generator().manual_seed(3)
     weight = (torch.randn(rows, cols, generator=g) * 0.02).to(torch.bfloat16)
     whole = torch.nn.Parameter(weight.clone())

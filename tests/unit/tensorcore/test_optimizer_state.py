@@ -4,6 +4,7 @@ per bf16 parameter, and its state loads subset by subset, from either kind."""
 import pytest
 import torch
 
+from computeall.network.memory_model import STATE_BYTES
 from computeall.protocol.config import OptimizerConfig
 from computeall.tensorcore.local_step import local_step
 from computeall.tensorcore.optimizer import VNodeOptimizer
@@ -48,7 +49,8 @@ def test_at_most_10_bytes_per_bf16_parameter_between_updates():
     weights_and_grads = 2 * 2 * n
     held = optimizer.state_bytes()
     assert held["master"] == 2 * n
-    assert weights_and_grads + held["master"] + held["optimizer"] <= 10 * n * 1.02  # the scales: 4 bytes a 2048 block
+    assert weights_and_grads + held["master"] + held["optimizer"] <= 10 * n * 1.02  # the scales: 4 bytes a block
+    assert held["optimizer"] == pytest.approx(STATE_BYTES["int8"].moments * n, rel=0.01)  # what the allocator counts
     _, runtime, fp32 = _setup("fp32")
     assert sum(fp32.state_bytes().values()) > 2.9 * sum(held.values())
 
