@@ -112,7 +112,8 @@ class RunStep(PassRequest):
     loss_scale: float = 1.0
     after_apply: int | None = Field(
         None, ge=0, description="sent right behind the ApplyStep of this step (one round trip a step): the pass "
-                                "starts once this PNode answered it, and gives up when that update failed")
+                                "starts once this PNode answered it, however long that takes, and gives way when "
+                                "that update failed or a newer request of the session supersedes the pass")
 
 
 class ApplyStep(WaitsForPeers):

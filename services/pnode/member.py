@@ -156,6 +156,7 @@ class BusMember:
             stage.abort()
         self.stages.clear()
         self._order.clear()
+        self._wake_waiting_passes()
         log.info("reset: dropped every session (this PNode had been declared lost)")
         return PNodeReply(ok=True, pnode=self.name)
 
@@ -178,6 +179,7 @@ class BusMember:
     async def unload(self, stage, request: Unload) -> PNodeReply:
         self.stages.pop(request.session_id).abort()
         self._order.pop(request.session_id, None)
+        self._wake_waiting_passes()
         return PNodeReply(ok=True, pnode=self.name)
 
     # -- what a kind of PNode decides beside its answers ---------------------------------
@@ -283,6 +285,7 @@ class BusMember:
         order = self._order_of(session)
         if isinstance(request, PassRequest):  # before any await: tasks begin in the order they were made
             order.newest_pass = arrival
+            self._wake_waiting_passes()
         step = getattr(request, "step", None)
         if self.fault and self.fault.mutes(request.type, step):
             log.warning("fault injection: %s of step %s accepted, never to be answered", request.type, step)
@@ -292,13 +295,14 @@ class BusMember:
         if isinstance(request, (LoadPlan, LoadCheckpoint)):  # the session's weights begin again from these
             order.loads += 1
             order.last_apply = RequestOrder.last_apply
+            self._wake_waiting_passes()
         loads = order.loads
         self.pending += 1
         await self._status(request, "running", step, started)
         reply = PNodeReply(ok=False, pnode=self.name, step=step, error="not answered")
         try:
             if isinstance(request, RunStep) and request.after_apply is not None:
-                await self._after_apply(session, request.after_apply, wait_deadline(request, self.step_deadline_s))
+                await self._after_apply(session, request.after_apply, arrival)
             if isinstance(request, PassRequest) and self._order_of(session).newest_pass != arrival:
                 # a newer pass request overtook this one while both awaited their status: the newer runs
                 # (this one's asker has given up on it), and must not be aborted by the older
@@ -325,19 +329,38 @@ class BusMember:
         await self._status(request, "done" if reply.ok else "failed", step, started)
         await self._reply(msg, reply)
 
-    async def _after_apply(self, session: str, step: int, deadline_s: float) -> None:
+    async def _after_apply(self, session: str, step: int, arrival: int) -> None:
         """Until this PNode answered the session's ApplyStep of `step`, which the orchestrator sent right
-        before this pass (one round trip a step): the pass runs on the weights it updated."""
-        def answered() -> bool:  # that very step's: a rollback leaves the session's last one ahead of it
-            return self._order_of(session).last_apply[0] == step
+        before this pass (one round trip a step): the pass runs on the weights it updated. However long
+        that update takes (the orchestrator allows the pass its time too; the pass's own give-up time is
+        for its inputs): what ends the wait sooner is what supersedes the pass, a newer pass request, a
+        load, a reset or an unload of the session; the PNode's own limit ends one nobody follows up."""
+        order = self._order_of(session)
+        loads = order.loads
+
+        def settled() -> bool:  # that very step's update: a rollback leaves the session's last one ahead of it
+            now = self._order_of(session)
+            return now.last_apply[0] == step or now is not order or now.newest_pass != arrival or now.loads != loads
 
         async with self._apply_answered:
             try:
-                await asyncio.wait_for(self._apply_answered.wait_for(answered), deadline_s)
+                await asyncio.wait_for(self._apply_answered.wait_for(settled), self.step_deadline_s)
             except asyncio.TimeoutError:
-                raise InputsNeverCame(f"the update of step {step} this pass follows did not come within {deadline_s:.1f}s") from None
-        if not self._order_of(session).last_apply[1]:
+                raise InputsNeverCame(f"the update of step {step} this pass follows did not come within "
+                                      f"{self.step_deadline_s:.1f}s") from None
+        now = self._order_of(session)
+        if now.last_apply[0] != step:
+            raise PassSuperseded(f"a newer request of the session came while this pass waited for the update of step {step}")
+        if not now.last_apply[1]:
             raise PassSuperseded(f"the update of step {step} this pass follows failed here")
+
+    def _wake_waiting_passes(self) -> None:
+        """Passes waiting for an update (`_after_apply`) look again: what came may supersede them."""
+        async def notify() -> None:
+            async with self._apply_answered:
+                self._apply_answered.notify_all()
+
+        asyncio.ensure_future(notify())
 
     def _order_of(self, session: str | None) -> RequestOrder:
         """The session's record (a new one after a reset or an unload); a request of no session, a throwaway."""

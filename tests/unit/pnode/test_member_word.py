@@ -237,9 +237,41 @@ async def test_an_update_of_before_a_checkpoint_load_is_not_the_one_a_pass_follo
 
 async def test_a_run_step_behind_an_update_that_never_comes_says_so():
     m, stage = hosting(), Ordered()
+    m.step_deadline_s = 0.05  # the PNode's own limit: its give-up time is for its inputs, not its update
     m.host("s", stage)
-    await m._on_ctl(message(RunStep(session_id="s", step=5, after_apply=4, give_up_s=0.05), "_INBOX.run"))
+    await m._on_ctl(message(RunStep(session_id="s", step=5, after_apply=4), "_INBOX.run"))
     while not replies_to(m, "_INBOX.run"):
         await asyncio.sleep(0.01)
     (reply,) = replies_to(m, "_INBOX.run")
     assert reply.starved and "update of step 4" in reply.error and stage.log == []
+
+
+class SlowUpdate(Ordered):
+    async def apply(self, request, deadline_s: float) -> PNodeReply:
+        await asyncio.sleep(0.3)  # longer than the pass's give-up time: a busy machine's update
+        return await super().apply(request, deadline_s)
+
+
+async def test_a_run_step_waits_for_an_update_slower_than_its_give_up_time():
+    m, stage = hosting(), SlowUpdate()
+    m.host("s", stage)
+    await m._on_ctl(message(ApplyStep(session_id="s", step=4, lr=0.1), "_INBOX.apply"))
+    await m._on_ctl(message(RunStep(session_id="s", step=5, after_apply=4, give_up_s=0.05), "_INBOX.run"))
+    while not replies_to(m, "_INBOX.run"):
+        await asyncio.sleep(0.01)
+    assert replies_to(m, "_INBOX.run")[0].ok and stage.log == ["apply 4 begins", "apply 4 ends", "run 5"]
+
+
+async def test_a_newer_pass_request_ends_the_wait_for_an_update():
+    # the orchestrator dropped the pass it sent ahead (a validation came first, a recovery): the old pass gives
+    # way at once, and is no lost state
+    m, stage = hosting(), Ordered()
+    m.host("s", stage)
+    await m._on_ctl(message(RunStep(session_id="s", step=5, after_apply=4), "_INBOX.ahead"))
+    await asyncio.sleep(0.02)
+    await m._on_ctl(message(RunStep(session_id="s", step=4), "_INBOX.again"))
+    while not (replies_to(m, "_INBOX.ahead") and replies_to(m, "_INBOX.again")):
+        await asyncio.sleep(0.01)
+    (ahead,), (again,) = replies_to(m, "_INBOX.ahead"), replies_to(m, "_INBOX.again")
+    assert not ahead.ok and not ahead.starved and not ahead.state_lost and "PassSuperseded" in ahead.error
+    assert again.ok and stage.log == ["run 4"]
