@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import shutil
 import socket
@@ -32,9 +33,28 @@ RELOADED = b"Reloaded server configuration"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nobody listens on, drawn below the kernel's ephemeral range: a port that `bind(0)` picks
+    comes from that range, where an outgoing connection may take it before the server it was picked
+    for binds it (a cluster's nats-server then exits: seen under the loaded suite)."""
+    first_ephemeral = _ephemeral_range()[0]
+    for _ in range(1000):
+        port = _PORTS.randrange(max(1024, first_ephemeral - 20000), first_ephemeral)
+        if port_free(port):
+            return port
+    with socket.socket() as s:  # that whole stretch taken: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_PORTS = random.SystemRandom()  # never a seeded sequence: two test workers would draw the same ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
