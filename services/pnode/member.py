@@ -166,6 +166,7 @@ class BusMember:
         if old is not None:
             old.abort()
         self.stages[session_id] = stage
+        self._order.setdefault(session_id, RequestOrder())
 
     async def run_step(self, stage, request: RunStep) -> PNodeReply:
         return await stage.run_step(request, wait_deadline(request, self.step_deadline_s))
@@ -282,8 +283,11 @@ class BusMember:
             await self._reply(msg, PNodeReply(ok=False, pnode=self.name, error=f"malformed request: {exc.errors()[:3]}"))
             return
         session = getattr(request, "session_id", None)
-        order = self._order_of(session)
-        if isinstance(request, PassRequest):  # before any await: tasks begin in the order they were made
+        if isinstance(request, LoadPlan):
+            self._order.setdefault(session, RequestOrder())
+        # None: a session this PNode neither hosts nor loads; `dispatch` answers so, and nothing is kept of it
+        order = self._order.get(session)
+        if order and isinstance(request, PassRequest):  # before any await: tasks begin in the order they were made
             order.newest_pass = arrival
             self._wake_waiting_passes()
         step = getattr(request, "step", None)
@@ -292,18 +296,18 @@ class BusMember:
             return
         started = time.time()
         hosted = self.stages.get(session)
-        if isinstance(request, (LoadPlan, LoadCheckpoint)):  # the session's weights begin again from these
+        if order and isinstance(request, (LoadPlan, LoadCheckpoint)):  # the session's weights begin again from these
             order.loads += 1
             order.last_apply = RequestOrder.last_apply
             self._wake_waiting_passes()
-        loads = order.loads
+        loads = order.loads if order else 0
         self.pending += 1
         await self._status(request, "running", step, started)
         reply = PNodeReply(ok=False, pnode=self.name, step=step, error="not answered")
         try:
-            if isinstance(request, RunStep) and request.after_apply is not None:
+            if order and isinstance(request, RunStep) and request.after_apply is not None:
                 await self._after_apply(session, request.after_apply, arrival)
-            if isinstance(request, PassRequest) and self._order_of(session).newest_pass != arrival:
+            if order and isinstance(request, PassRequest) and self._order_of(session).newest_pass != arrival:
                 # a newer pass request overtook this one while both awaited their status: the newer runs
                 # (this one's asker has given up on it), and must not be aborted by the older
                 raise PassSuperseded(f"{request.type} of step {step} was followed by a newer pass request")
@@ -322,10 +326,12 @@ class BusMember:
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.pending -= 1
-            if isinstance(request, ApplyStep) and self._order_of(session).loads == loads:  # not of before a load
+            if order and isinstance(request, ApplyStep) and self._order_of(session).loads == loads:  # not of before a load
                 async with self._apply_answered:
                     self._order_of(session).last_apply = (request.step, reply.ok)
                     self._apply_answered.notify_all()
+            if isinstance(request, LoadPlan) and session not in self.stages:  # it failed: nothing of it stays
+                self._order.pop(session, None)
         await self._status(request, "done" if reply.ok else "failed", step, started)
         await self._reply(msg, reply)
 
@@ -362,9 +368,10 @@ class BusMember:
 
         asyncio.ensure_future(notify())
 
-    def _order_of(self, session: str | None) -> RequestOrder:
-        """The session's record (a new one after a reset or an unload); a request of no session, a throwaway."""
-        return self._order.setdefault(session, RequestOrder()) if session else RequestOrder()
+    def _order_of(self, session: str) -> RequestOrder:
+        """The record of a session this PNode hosts or loads; after a reset or an unload, a throwaway
+        that matches no request's."""
+        return self._order.get(session) or RequestOrder()
 
     async def _timed(self, request) -> PNodeReply:
         """`dispatch`, with the step's timing published once its ApplyStep is done (`StepTiming`)."""

@@ -12,7 +12,7 @@ import pytest
 from computeall.pnode.member import BusMember, InputsNeverCame, PassSuperseded, wait_deadline
 from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
-from computeall.protocol.pnode_api import ApplyStep, LoadCheckpoint, PNodeReply, Reset, RunStep
+from computeall.protocol.pnode_api import ApplyStep, LoadCheckpoint, PNodeReply, Reset, RunStep, Unload
 from computeall.protocol.subjects import Subjects
 
 
@@ -275,3 +275,16 @@ async def test_a_newer_pass_request_ends_the_wait_for_an_update():
     (ahead,), (again,) = replies_to(m, "_INBOX.ahead"), replies_to(m, "_INBOX.again")
     assert not ahead.ok and not ahead.starved and not ahead.state_lost and "PassSuperseded" in ahead.error
     assert again.ok and stage.log == ["run 4"]
+
+async def test_requests_of_a_session_it_does_not_host_leave_nothing_behind():
+    # answered that no plan is loaded, right away (a pass sent behind an update does not wait for one),
+    # and no record of such a session is kept: the ids a PNode remembers are those it hosts
+    m = hosting()
+    for request in (RunStep(session_id="never", step=3, after_apply=2), ApplyStep(session_id="never", step=2, lr=0.1)):
+        reply = await asyncio.wait_for(ask(m, request), 1.0)
+        assert (reply.ok, reply.state_lost) == (False, True) and "no plan loaded for session never" in reply.error
+        m.nc.published.clear()
+    assert m._order == {}
+    m.host("s", Stage())
+    await m._handle_ctl(message(Unload(session_id="s")), 1)
+    assert m._order == {} and m.stages == {}
