@@ -7,7 +7,8 @@ recomputing (`train_throughput.with_recompute`), one sequence a step, on one PNo
 cluster, once with `optimizer.state: fp32` (what a PNode held before: the anchor, measured in the same
 run) and once with each 8-bit state (`int8`, `int8-sr`):
 - bytes per parameter: the PNode's peak RSS (Linux's VmHWM) less what its process held before hosting
-  anything (`Heartbeat.process_bytes`), over the network's parameters. The int8 state's against the
+  anything (`Heartbeat.process_bytes`: after its warm-up step of a micro network, `pnode.warm_up`, which
+  pays what any process's first step sets up, 50-55 MiB here), over the network's parameters. The int8 state's against the
   fp32 state's; the target, <= 0.5, is the issue's 10 bytes per bf16 parameter against the 20 the fp32
   state holds per parameter besides activations (`memory_model.STATE_BYTES`);
 - the validation loss after the run (300 steps of tiny-gpt; `--quick` 60) with the int8 state over the

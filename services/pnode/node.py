@@ -34,6 +34,7 @@ from .lean_memory import wants_lean_memory
 from .member import BusMember, wait_deadline
 from .memory import bytes_by_category, vnode_memory
 from .transport import Link
+from .warm_up import warm_up
 from .routing import CheckPartRoute, TensorRoute
 from .stage import SessionStage
 
@@ -69,12 +70,13 @@ class PNode(BusMember):
         self.faults = Faults(fault, self.name) if fault and fault.mode == "corrupt" else None
         self.check_executor = checks.check_executor(self.name)
         self.lean_memory = False  # `lean_memory`: set for good once a plan asks for it
-        self.process_bytes = 0  # resident once started, before hosting anything (`Heartbeat.process_bytes`)
+        self.process_bytes = 0  # resident once started and warmed up (`warm_up`), before hosting anything
 
     # -- what it measures of itself ---------------------------------------------
     async def started(self) -> None:
         self.flops_per_s = await asyncio.get_running_loop().run_in_executor(
             self.executor, throughput.compute_flops_per_s, self.device)
+        await asyncio.get_running_loop().run_in_executor(self.executor, warm_up, self.device)
         if self.device.type == "cpu":  # the offer is host memory: torch and this process live in it too
             self.process_bytes = self.process.memory_info().rss
         await self._measure()  # before the first heartbeat: the one the orchestrator records as PNodeJoined
