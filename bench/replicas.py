@@ -146,7 +146,7 @@ def main() -> int:
         one, two, summed, diloco, near, far = lab
         report(bench, batch, "WAN lab (lan: scaling, home: diloco)", one, two, summed, diloco, inner)
         sparse = f"tiny-gpt, batch {batch} in {batch // MICRO_BATCH} micro-batches, WAN lab: R=2 sparse diloco " \
-                 f"H={SPARSE.inner_steps}, overlapped {SPARSE.overlap_steps}"
+                 f"H={SPARSE.inner_steps}, overlapped {SPARSE.overlap_steps}, means of {rounds} x {lab_steps} steps"
         bench.row(f"{sparse}, home", "tokens/s", far["tokens_per_s"], "the same at loopback", near["tokens_per_s"],
                   at_least(0.95))
         bench.row(f"{sparse}, home", "bytes sent/step", far["reduce_bytes_per_step"], "home: R=2 summing gradients",
