@@ -24,10 +24,10 @@ class Heartbeat(BaseModel):
     device: str
     memory_bytes: int  # what it offers to train in
     ts: float
-    # resident before it hosts anything, once a step of a micro network has paid what any first step
-    # sets up (torch itself, on a CPU PNode; `pnode.warm_up`): the allocator plans within memory_bytes
-    # less this, since the memory model counts only what training adds
-    process_bytes: int = Field(default=0, ge=0)
+    # the allocator plans within memory_bytes less this, since the memory model counts only what training adds
+    process_bytes: int = Field(default=0, ge=0, description=(
+        "resident before it hosts anything, once a step of a micro network paid what any first step sets up "
+        "(torch itself, on a CPU PNode; `pnode.warm_up`)"))
     sessions: list[str] = Field(default_factory=list)
     leaving: bool = False  # SIGTERM received: move my VNodes elsewhere, then I exit
     incarnation: str = ""  # new at every process start: a PNode restarted under the same name lost its state
