@@ -8,12 +8,27 @@ until the answer is in."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from computeall.network.memory_model import hosting_bytes
 from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY
 from computeall.protocol.telemetry import HEARTBEAT_INTERVAL_S, Heartbeat
 
 from .step_time import PNodeCapacity
+
+
+# A PNode that heartbeats but leaves a request unanswered is slow or hostile, and the orchestrator cannot
+# tell which: it gets no work for this long, twice as long each time again. A busy machine's PNode comes
+# back (a session it alone could hold resumes), and one that mutes on purpose costs a recovery less often
+# each time.
+COOL_DOWN_S = 30.0
+
+
+@dataclass(frozen=True)
+class Unresponsive:
+    incarnation: str  # the process that left a request unanswered
+    until: float  # monotonic time its cool-down ends
+    times: int  # verdicts on this incarnation so far
 
 
 class PNodeRegistry:
@@ -26,7 +41,7 @@ class PNodeRegistry:
         self._dead: dict[str, tuple[str, float]] = {}  # pnode -> (incarnation that stopped listening, when)
         self._quarantined: set[str] = set()
         self._caps: dict[str, tuple[str, int]] = {}  # pnode -> (incarnation, the most it may offer)
-        self._unresponsive: dict[str, str] = {}  # pnode -> the incarnation that stopped answering requests
+        self._unresponsive: dict[str, Unresponsive] = {}  # pnode -> its incarnation that stopped answering requests
         self._stale: dict[str, str] = {}  # pnode -> its incarnation that came back after it was declared lost
         # when a connection to the bus was last made again (a PNode's, by its heartbeat, or the
         # orchestrator's own): core NATS messages in flight then may be lost (`PNodeCalls.all`)
@@ -96,11 +111,19 @@ class PNodeRegistry:
         return min(hb.memory_bytes, cap if incarnation == hb.incarnation else DEFAULT_PNODE_MEMORY)
 
     def unresponsive(self, pnode: str) -> None:
-        """It heartbeats but left a request unanswered long past its kind's time: this incarnation
-        gets no more work (a restarted process joins as new)."""
+        """It heartbeats but left a request unanswered long past its kind's time: this incarnation gets
+        no work for `COOL_DOWN_S`, twice as long each time again (a restarted process joins as new)."""
         seen = self._last.get(pnode)
-        if seen is not None:
-            self._unresponsive[pnode] = seen[1].incarnation
+        if seen is None:
+            return
+        incarnation = seen[1].incarnation
+        before = self._unresponsive.get(pnode)
+        times = before.times + 1 if before and before.incarnation == incarnation else 1
+        self._unresponsive[pnode] = Unresponsive(incarnation, time.monotonic() + COOL_DOWN_S * 2 ** (times - 1), times)
+
+    def _cooling_down(self, hb: Heartbeat) -> bool:
+        verdict = self._unresponsive.get(hb.pnode)
+        return verdict is not None and verdict.incarnation == hb.incarnation and time.monotonic() < verdict.until
 
     def quarantine(self, pnode: str) -> None:
         """Caught computing wrong results: never offered for work again (it may still heartbeat)."""
@@ -111,7 +134,7 @@ class PNodeRegistry:
         return sorted(
             (hb for _, hb in self._last.values()
              if self.is_live(hb.pnode) and (include_leaving or not hb.leaving) and hb.pnode not in self._quarantined
-             and self._unresponsive.get(hb.pnode) != hb.incarnation and not self.is_stale(hb.pnode)),
+             and not self._cooling_down(hb) and not self.is_stale(hb.pnode)),
             key=lambda hb: hb.pnode,
         )
 

@@ -57,3 +57,25 @@ def test_a_pnode_back_after_being_declared_lost_gets_no_work_until_reset_and_a_r
     registry.newly_lost()
     assert not registry.beat(beat("p", "c")), "restarted after being declared lost: new, not stale"
     assert [hb.pnode for hb in registry.live()] == ["p"]
+
+
+def test_a_pnode_that_left_a_request_unanswered_cools_down_twice_as_long_each_time(monkeypatch):
+    # slow or hostile, the orchestrator cannot tell: a busy machine's PNode comes back (a session it alone
+    # could hold resumes), one that mutes on purpose costs a recovery less often each time
+    now = [100.0]
+    monkeypatch.setattr(registry_module.time, "monotonic", lambda: now[0])
+    registry = PNodeRegistry(timeout_s=5.0)
+    live = lambda: [hb.pnode for hb in registry.live()]  # noqa: E731
+    for cool_down in (registry_module.COOL_DOWN_S, 2 * registry_module.COOL_DOWN_S):
+        registry.beat(beat("p", "a"))
+        registry.unresponsive("p")
+        assert live() == []
+        now[0] += cool_down - 1.0
+        registry.beat(beat("p", "a"))  # heartbeating all along
+        assert live() == [], "still cooling down"
+        now[0] += 2.0
+        registry.beat(beat("p", "a"))
+        assert live() == ["p"]
+    registry.unresponsive("p")
+    registry.beat(beat("p", "b"))  # restarted: a new process owes nothing
+    assert live() == ["p"]
