@@ -11,12 +11,16 @@ import pytest
 
 from computeall.cli.follow import start_session
 from computeall.cli.session_view import failovers, session_events
-from computeall.protocol.events import CheckpointCommitted, Reallocated, RolledBack, SessionPaused, StepAborted
+from computeall.orchestrator.pnodes import COOL_DOWN_S
+from computeall.protocol.events import (
+    Allocated, CheckpointCommitted, PNodeLost, Reallocated, RolledBack, SessionPaused, SessionResumed, StepAborted,
+)
+from computeall.protocol.faults import FaultSpec
 
 from .cluster import running_cluster, wait_for_pnodes
 from .identities import connect_as
 from .sessions import config, final_digests, losses, run_to_end, wait_for
-from .waiting import exit_code
+from .waiting import exit_code, wait_until_async
 
 STEPS = 60  # long enough that every kill lands mid-session whatever the machine's speed
 LONG = 150
@@ -151,6 +155,28 @@ async def test_capacity_exhausted_pauses_and_resumes_when_a_pnode_joins(tmp_path
             await exit_code(helper, 30)
     assert any(isinstance(e, SessionPaused) and e.auto_resume for e in events)
     assert got_losses == clean_losses and got_digests == clean_digests
+
+
+async def test_a_lone_pnode_too_slow_to_answer_gets_its_session_back_after_a_cool_down(tmp_path):
+    """pnode-0, the only PNode, takes the ApplyStep of step 3 and never answers, heartbeating on, as a
+    PNode on a machine busy beyond its allowance does: it is treated as lost and the session pauses for
+    capacity; once the PNode's cool-down ends, the session resumes on it (the fault lasts, so it is lost
+    again then, for twice as long)."""
+    async with running_cluster(tmp_path, pnodes=1, faults={"pnode-0": FaultSpec.parse("mute:ApplyStep@3")}) as (client, _):
+        sid, _ = await start_session(client, config(steps=12, checkpoint_every=2, min_pnodes=1))
+        paused = await wait_for(client, sid, lambda s: s.status == "paused", timeout=120)
+        assert paused.auto_resume and "not enough capacity" in paused.pause_reason
+
+        async def placed_again() -> list:
+            events = [e.payload for _, e in await session_events(client, sid)]
+            resumed = next((i for i, e in enumerate(events) if isinstance(e, SessionResumed)), len(events))
+            return events if any(isinstance(e, (Allocated, Reallocated)) for e in events[resumed:]) else []
+
+        events = await wait_until_async(placed_again, COOL_DOWN_S + 60, "the session resumed and placed again")
+    pause = next(i for i, e in enumerate(events) if isinstance(e, SessionPaused))
+    assert [e.pnode for e in events[:pause] if isinstance(e, PNodeLost)] == ["pnode-0"]
+    again = next(e for e in events[pause:] if isinstance(e, (Allocated, Reallocated)))
+    assert again.pnodes == ["pnode-0"], "placed on the PNode that cooled down"
 
 
 async def test_chaos_random_kills_and_restarts(tmp_path):
