@@ -48,6 +48,7 @@ def map_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     tensor bytes, and recompute saved a quarter of what it frees (docs/decisions.md). Fixing the
     threshold keeps tensors in mappings of their own; the cost is page faults on each new tensor,
     about 15% of a seed-network step: a PNode sets it when a plan asks (`computeall.pnode.lean_memory`).
+    What the heaps hold free from before (the stage's build) is handed back then too (`malloc_trim`).
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -55,4 +56,6 @@ def map_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
         mallopt = ctypes.CDLL(None).mallopt
     except AttributeError:  # another C library (musl) has no mallopt
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    fixed = bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    ctypes.CDLL(None).malloc_trim(0)
+    return fixed
