@@ -52,7 +52,7 @@ class PNodeCalls:
         try:
             reply = _reply_of(pnode, request, msg.data)
         except PNodeFailure:
-            self.registry.unresponsive(pnode)  # what it computed cannot be trusted to be what was asked
+            self.registry.misbehaved(pnode)  # what it computed cannot be trusted to be what was asked
             raise
         if reply.state_lost:  # it restarted before its new heartbeat reached us: lost, as if silent
             raise PNodeFailure([pnode], f"lost {pnode} (restarted, its state is gone: {reply.error})")

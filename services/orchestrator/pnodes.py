@@ -7,6 +7,7 @@ until the answer is in."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -25,10 +26,10 @@ COOL_DOWN_S = 30.0
 
 
 @dataclass(frozen=True)
-class Unresponsive:
-    incarnation: str  # the process that left a request unanswered
-    until: float  # monotonic time its cool-down ends
-    times: int  # verdicts on this incarnation so far
+class Benched:
+    incarnation: str  # the process that gets no work
+    until: float  # monotonic time it may work again (inf: never)
+    times: int  # requests it left unanswered so far
 
 
 class PNodeRegistry:
@@ -41,7 +42,7 @@ class PNodeRegistry:
         self._dead: dict[str, tuple[str, float]] = {}  # pnode -> (incarnation that stopped listening, when)
         self._quarantined: set[str] = set()
         self._caps: dict[str, tuple[str, int]] = {}  # pnode -> (incarnation, the most it may offer)
-        self._unresponsive: dict[str, Unresponsive] = {}  # pnode -> its incarnation that stopped answering requests
+        self._benched: dict[str, Benched] = {}  # pnode -> its incarnation that left a request unanswered or misbehaved
         self._stale: dict[str, str] = {}  # pnode -> its incarnation that came back after it was declared lost
         # when a connection to the bus was last made again (a PNode's, by its heartbeat, or the
         # orchestrator's own): core NATS messages in flight then may be lost (`PNodeCalls.all`)
@@ -117,12 +118,19 @@ class PNodeRegistry:
         if seen is None:
             return
         incarnation = seen[1].incarnation
-        before = self._unresponsive.get(pnode)
+        before = self._benched.get(pnode)
         times = before.times + 1 if before and before.incarnation == incarnation else 1
-        self._unresponsive[pnode] = Unresponsive(incarnation, time.monotonic() + COOL_DOWN_S * 2 ** (times - 1), times)
+        self._benched[pnode] = Benched(incarnation, time.monotonic() + COOL_DOWN_S * 2 ** (times - 1), times)
 
-    def _cooling_down(self, hb: Heartbeat) -> bool:
-        verdict = self._unresponsive.get(hb.pnode)
+    def misbehaved(self, pnode: str) -> None:
+        """It answered in a way no honest PNode does (in another's name, or what does not parse): this
+        incarnation gets no more work (a restarted process joins as new)."""
+        seen = self._last.get(pnode)
+        if seen is not None:
+            self._benched[pnode] = Benched(seen[1].incarnation, math.inf, 0)
+
+    def _benched_now(self, hb: Heartbeat) -> bool:
+        verdict = self._benched.get(hb.pnode)
         return verdict is not None and verdict.incarnation == hb.incarnation and time.monotonic() < verdict.until
 
     def quarantine(self, pnode: str) -> None:
@@ -134,7 +142,7 @@ class PNodeRegistry:
         return sorted(
             (hb for _, hb in self._last.values()
              if self.is_live(hb.pnode) and (include_leaving or not hb.leaving) and hb.pnode not in self._quarantined
-             and not self._cooling_down(hb) and not self.is_stale(hb.pnode)),
+             and not self._benched_now(hb) and not self.is_stale(hb.pnode)),
             key=lambda hb: hb.pnode,
         )
 

@@ -79,3 +79,17 @@ def test_a_pnode_that_left_a_request_unanswered_cools_down_twice_as_long_each_ti
     registry.unresponsive("p")
     registry.beat(beat("p", "b"))  # restarted: a new process owes nothing
     assert live() == ["p"]
+
+
+def test_a_pnode_that_answered_in_another_name_gets_no_more_work(monkeypatch):
+    # no honest PNode does that, however busy: no cool-down ends it, only a new process
+    now = [100.0]
+    monkeypatch.setattr(registry_module.time, "monotonic", lambda: now[0])
+    registry = PNodeRegistry(timeout_s=5.0)
+    registry.beat(beat("p", "a"))
+    registry.misbehaved("p")
+    now[0] += 100 * registry_module.COOL_DOWN_S
+    registry.beat(beat("p", "a"))
+    assert registry.live() == []
+    registry.beat(beat("p", "b"))
+    assert [hb.pnode for hb in registry.live()] == ["p"]
