@@ -255,16 +255,20 @@ class EmbeddedNats:
             self._apply_members(timeout)
 
     def _apply_members(self, timeout: float) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return  # not running (a cluster's server that died): its next start writes the members' configuration
         users = self.users()
         text = self.config(users)
-        if self.process is None or self.config_file.exists() and self.config_file.read_text() == text:
+        if self.config_file.exists() and self.config_file.read_text() == text:
             return
         self._write_config(text)
         seen = self.log_file.stat().st_size
         self.process.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + timeout
         while RELOADED not in self.log_file.read_bytes()[seen:]:
-            if time.monotonic() > deadline or self.process.poll() is not None:
+            if self.process.poll() is not None:
+                return  # it died meanwhile: the same
+            if time.monotonic() > deadline:
                 raise RuntimeError(f"nats-server did not reload its configuration; see {self.log_file}")
             time.sleep(0.02)
         before, self._leaf_users = self._leaf_users, leaf_users(users)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from computeall.cli.nats_server import nats_binary
+from computeall.cli.nats_server import EmbeddedNats, nats_binary
 from computeall.cli.security.roles import permissions
 from computeall.cli.security.server_config import ServerSettings, server_config
 from computeall.protocol.subjects import Subjects
@@ -54,3 +55,15 @@ def test_a_section_cannot_replace_a_basic_block(tmp_path):
 
     with pytest.raises(ValueError, match="`authorization` block already"):
         server_config(ServerSettings(host="127.0.0.1", port=1, store_dir="/d", sections=(Clobber(),)), USERS)
+
+
+def test_members_applied_while_a_server_is_down_wait_for_its_next_start(tmp_path, security):
+    # a cluster's server that died must not fail the grants the authority applies to the others (a session
+    # placed then failed with "did not reload"): its next start writes the members' configuration anyway
+    server = EmbeddedNats(tmp_path / "nats", security=security)
+    server.store_dir.mkdir(parents=True)
+    server.process = SimpleNamespace(poll=lambda: -9, send_signal=lambda sig: pytest.fail("signalled a dead server"))
+    server.apply_members()
+    assert not server.config_file.exists(), "nothing written for a server that is not running"
+    assert str(server.config_file) in server.command(), "its start writes the configuration"
+    assert server.config_file.exists()
