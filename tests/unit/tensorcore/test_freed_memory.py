@@ -19,8 +19,9 @@ PROBE = textwrap.dedent("""
     mapped = map_large_allocations() if sys.argv[1] == "fixed" else False
     torch.ones(4 << 20)  # 16 MiB, freed at once: glibc's default raises its mmap threshold to it
     before = rss_kib()
-    kept = [torch.ones(1 << 20) for _ in range(8)]  # 8 x 4 MiB, below the raised threshold: from the heap
-    del kept
+    freed = [torch.ones(1 << 20) for _ in range(8)]  # 8 x 4 MiB, below the raised threshold: from the heap
+    kept = torch.ones(1 << 16)  # a tensor that lives on above them, as a step's kept activations do
+    del freed  # holes below the heap's top: glibc gives back only from the top
     print(mapped, (rss_kib() - before) // 1024)
 """)
 
