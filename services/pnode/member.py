@@ -160,11 +160,15 @@ class BusMember:
         log.info("reset: dropped every session (this PNode had been declared lost)")
         return PNodeReply(ok=True, pnode=self.name)
 
-    def host(self, session_id: str, stage) -> None:
-        """`stage` is the session's from now on; a pass of the one it replaces gives up."""
-        old = self.stages.get(session_id)
+    def _release(self, session_id: str) -> None:
+        """Free the session's stage (a pass of it gives up); its request-order record stays."""
+        old = self.stages.pop(session_id, None)
         if old is not None:
             old.abort()
+
+    def host(self, session_id: str, stage) -> None:
+        """`stage` is the session's from now on; a pass of one it replaces gives up (two LoadPlans at once)."""
+        self._release(session_id)
         self.stages[session_id] = stage
         self._order.setdefault(session_id, RequestOrder())
 
@@ -178,7 +182,7 @@ class BusMember:
         return await stage.run_validation(request, wait_deadline(request, self.step_deadline_s))
 
     async def unload(self, stage, request: Unload) -> PNodeReply:
-        self.stages.pop(request.session_id).abort()
+        self._release(request.session_id)
         self._order.pop(request.session_id, None)
         self._wake_waiting_passes()
         return PNodeReply(ok=True, pnode=self.name)
@@ -285,6 +289,7 @@ class BusMember:
         session = getattr(request, "session_id", None)
         if isinstance(request, LoadPlan):
             self._order.setdefault(session, RequestOrder())
+            self._release(session)  # before its new stage is built: a reload never holds the session twice
         # None: a session this PNode neither hosts nor loads; `dispatch` answers so, and nothing is kept of it
         order = self._order.get(session)
         if order and isinstance(request, PassRequest):  # before any await: tasks begin in the order they were made

@@ -9,10 +9,15 @@ import asyncio
 
 import pytest
 
+from computeall.cli.swarm import micro_gpt
+from computeall.network import Graph, load_network
 from computeall.pnode.member import BusMember, InputsNeverCame, PassSuperseded, wait_deadline
 from computeall.protocol.credentials import Credential
 from computeall.protocol.faults import FaultSpec
-from computeall.protocol.pnode_api import ApplyStep, LoadCheckpoint, PNodeReply, Reset, RunStep, Unload
+from computeall.protocol.config import OptimizerConfig
+from computeall.protocol.pnode_api import (
+    ApplyStep, BatchSource, LoadCheckpoint, LoadPlan, PNodeReply, Reset, RunStep, Unload,
+)
 from computeall.protocol.subjects import Subjects
 
 
@@ -288,3 +293,36 @@ async def test_requests_of_a_session_it_does_not_host_leave_nothing_behind():
     m.host("s", Stage())
     await m._handle_ctl(message(Unload(session_id="s")), 1)
     assert m._order == {} and m.stages == {}
+
+
+class Reloading(Hosting):
+    """Records what it still held of the session when it began to build the session's new stage."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.held_while_building: list[object] = []
+
+    async def load_plan(self, request) -> PNodeReply:
+        self.held_while_building.append(self.stages.get(request.session_id))
+        self.host(request.session_id, Stage())
+        return PNodeReply(ok=True, pnode=self.name)
+
+
+async def test_a_reload_frees_the_stage_it_replaces_before_it_builds_the_new_one():
+    # a PNode's peak is its one copy of the session: a reload (after a rollback or a cool-down) that built
+    # the new stage beside the old one held the session twice, and read as twice the bytes a parameter
+    graph = Graph(load_network(micro_gpt(2)))
+    old = Stage()
+    m = Reloading(Credential(role="pnode", name="p1", servers=["nats://h:1"]), 1 << 30, "cpu", Subjects("ca"))
+    m.nc = Bus()
+    m.host("s", old)
+    reply = await ask(m, plan_of(graph))
+    assert reply.ok and old.aborted.is_set()
+    assert m.held_while_building == [None], "the old stage was still held while the new one was built"
+    assert isinstance(m.stages["s"], Stage) and m.stages["s"] is not old
+
+
+def plan_of(graph) -> LoadPlan:
+    batches = BatchSource(dataset="d", split="train", seed=1, micro_batch_size=2, context=graph.spec.context)
+    return LoadPlan(session_id="s", network=graph.spec.model_dump(), assignment={v: "p1" for v in graph.vnodes},
+                    seed=4, batches=batches, micro_batches=1, optimizer=OptimizerConfig())
