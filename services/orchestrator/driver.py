@@ -30,6 +30,7 @@ from .recovery import Recovery
 from .samples import Sampler
 from .session_pnodes import SessionPNodes
 from .session_storage import Grants, SessionStorage
+from .stalls import StallDeadlines
 from .step import TrainingStep
 from .training import Trainer
 from .verification.checks import SessionChecks
@@ -52,6 +53,7 @@ class SessionDriver:
         takeover_from: str | None = None,
         pnode_wait_s: float = 120.0,
         grants: Grants = "authority",
+        deadlines: StallDeadlines | None = None,
     ) -> None:
         self.calls = calls
         self.subjects = subjects
@@ -59,7 +61,7 @@ class SessionDriver:
         self.jobs = jobs
         self.pnode_wait_s = pnode_wait_s
         self.recorder = SessionRecorder(session, orchestrator_id, takeover_from)
-        self.pnodes = SessionPNodes(calls, self.recorder)
+        self.pnodes = SessionPNodes(calls, self.recorder, deadlines)
         self.shutdown = asyncio.Event()  # `shut_down`: the orchestrator stops
         self.storage = SessionStorage(calls.nc, subjects, session.state.id, grants)
 

@@ -53,6 +53,7 @@ from .pnode_calls import PNodeCalls
 from .pnodes import PNodeRegistry
 from .reads import SessionReads
 from .session_storage import Grants
+from .stalls import StallDeadlines
 
 log = logging.getLogger("computeall.orchestrator")
 
@@ -79,6 +80,9 @@ class Orchestrator:
         self._created_seq = 0  # the newest SessionCreated read from the log
         self.drivers: dict[str, asyncio.Task] = {}
         self.driving: dict[str, SessionDriver] = {}  # the drivers of those tasks, to ask them to shut down
+        # session -> how long its requests may go unanswered: a pause for capacity ends a driver, and what
+        # its stalls taught (a first pass slower than allowed, twice as long allowed each time) must not
+        self.deadlines: dict[str, StallDeadlines] = {}
         self.jobs = NetworkJobs()  # network checks and allocation, in child processes
         self._capacity_checks: dict[str, tuple] = {}  # session -> the live PNodes it did not fit on
         self._stop = asyncio.Event()
@@ -323,7 +327,7 @@ class Orchestrator:
         sid = session.state.id
         pnodes = self.fair.pnodes_of(session.state.owner)  # the owner's part of the pool
         driver = SessionDriver(self.calls, self.subjects, session, pnodes, self.id, self.jobs, takeover_from,
-                               grants=self.grants)
+                               grants=self.grants, deadlines=self.deadlines.setdefault(sid, StallDeadlines()))
         task = asyncio.create_task(_after(self.drivers.get(sid), driver))
         self.drivers[sid] = task
         self.driving[sid] = driver
@@ -332,7 +336,9 @@ class Orchestrator:
     def _driver_done(self, sid: str, task: asyncio.Task) -> None:
         if self.drivers.get(sid) is task:  # not a driver that ended after the next one started
             del self.drivers[sid]
-            self.driving.pop(sid, None)
+            driver = self.driving.pop(sid, None)
+            if driver and driver.state.status in TERMINAL:
+                self.deadlines.pop(sid, None)
         if not task.cancelled() and task.exception():
             log.error("session %s: driver crashed", sid, exc_info=task.exception())
 

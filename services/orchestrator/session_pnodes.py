@@ -37,13 +37,13 @@ RUN_STEP, APPLY_STEP = (kind.model_fields["type"].default for kind in (RunStep, 
 
 
 class SessionPNodes:
-    def __init__(self, calls: PNodeCalls, recorder: SessionRecorder) -> None:
+    def __init__(self, calls: PNodeCalls, recorder: SessionRecorder, deadlines: StallDeadlines | None = None) -> None:
         self.calls = calls
         self.recorder = recorder
         self.pnodes: list[str] = []
         self.first_replica: list[str] = []  # the PNodes of replica 0 (all of them without replicas)
         self.generations: dict[str, int] = {}  # the PNode incarnations that hold the plan
-        self.deadlines = StallDeadlines()
+        self.deadlines = deadlines or StallDeadlines()  # the session's, kept by the orchestrator across its drivers
         self.outer_sync_s = 0.0  # what diloco's outer sync takes over the links, the allocation's estimate
 
     def adopt(self, pnodes: list[str], first_replica: list[str] | None = None, estimated_step_s: float = 0.0,
