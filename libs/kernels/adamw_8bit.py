@@ -56,23 +56,29 @@ _MASK32 = 0xFFFFFFFF
 
 
 def _mix32(h: torch.Tensor) -> torch.Tensor:
-    """murmur3's finalizer on 32-bit values held in int64: every input bit moves every output bit."""
-    h = h ^ (h >> 16)
-    h = (h * 0x85EBCA6B) & _MASK32
-    h = h ^ (h >> 13)
-    h = (h * 0xC2B2AE35) & _MASK32
-    return h ^ (h >> 16)
+    """murmur3's finalizer on 32-bit values held in int64, in place: every input bit moves every output bit."""
+    h ^= h >> 16
+    h.mul_(0x85EBCA6B).bitwise_and_(_MASK32)
+    h ^= h >> 13
+    h.mul_(0xC2B2AE35).bitwise_and_(_MASK32)
+    h ^= h >> 16
+    return h
 
 
 def stochastic_bf16(values: torch.Tensor, step: int) -> torch.Tensor:
     """fp32 -> bf16, rounded away from zero with the odds of the 16 dropped bits: they are added to a
     dither and the sum truncated. The dither is a hash of the value's own bits and the step, not a
     generator's stream: it depends on nothing but the element, so the bits are the same however the
-    parameters are split (vocabulary shards, heads), placed, chunked or threaded."""
+    parameters are split (vocabulary shards, heads), placed, chunked or threaded. In place where it can:
+    the int64 hash of a chunk is the update's largest temporary."""
     bits = values.view(torch.int32)
-    key = (bits.to(torch.int64) & _MASK32) ^ _mix32(torch.tensor(step * 0x9E3779B1 & _MASK32, dtype=torch.int64))
-    dither = (_mix32(key) & 0xFFFF).to(torch.int32)
-    return ((bits + dither) >> 16).to(torch.int16).view(torch.bfloat16)
+    salt = _mix32(torch.tensor(step * 0x9E3779B1 & _MASK32, dtype=torch.int64))
+    key = bits.to(torch.int64).bitwise_and_(_MASK32).bitwise_xor_(salt)
+    dither = _mix32(key).bitwise_and_(0xFFFF).to(torch.int32)
+    del key
+    dither += bits
+    dither >>= 16
+    return dither.to(torch.int16).view(torch.bfloat16)
 
 
 @dataclass

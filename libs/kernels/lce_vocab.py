@@ -20,7 +20,9 @@ from typing import Sequence
 
 import torch
 
-from .lce_chunked import chunk_rows
+from computeall.network.ops.tied_head import logits_chunk_rows
+
+from .lce_chunked import WeightGradient
 
 STATS = 3  # per token and shard: max logit, sum of exp(logit - max), the target's logit (0 elsewhere)
 
@@ -40,7 +42,7 @@ def shard_stats(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, lo
     """x (N, D), the shard's rows weight (R, D) in x's dtype, targets (N,) -> (N, STATS) fp32."""
     n, rows = x.shape[0], weight.shape[0]
     out = torch.empty(n, STATS, dtype=torch.float32, device=x.device)
-    step = chunk_rows(rows, n)
+    step = logits_chunk_rows(rows, x.shape[1], n)
     for s in range(0, n, step):
         e = min(s + step, n)
         logits = (x[s:e] @ weight.t()).float()  # (C, R)
@@ -88,8 +90,8 @@ def shard_grads(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, lo
     (accumulated in fp32), from its statistics and `coefficients`' row for it."""
     n, rows = x.shape[0], weight.shape[0]
     grad_x = torch.empty_like(x) if need_x else None
-    grad_w32 = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_w else None
-    step = chunk_rows(rows, n)
+    grad_w = WeightGradient(weight.shape, x.device) if need_w else None
+    step = logits_chunk_rows(rows, x.shape[1], n)
     for s in range(0, n, step):
         e = min(s + step, n)
         x_c = x[s:e]
@@ -100,9 +102,9 @@ def shard_grads(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, lo
         grad[hit, local[hit]] -= coefficient[s:e, 1][hit]  # one row per token: no order to keep
         if grad_x is not None:
             grad_x[s:e] = grad.to(x.dtype) @ weight
-        if grad_w32 is not None:
-            grad_w32.addmm_(grad.t(), x_c.float())
-    return grad_x, (grad_w32.to(weight.dtype) if grad_w32 is not None else None)
+        if grad_w is not None:
+            grad_w.add(grad, x_c.float())
+    return grad_x, (grad_w.rounded(weight.dtype) if grad_w is not None else None)
 
 
 class ShardedLinearCrossEntropy(torch.autograd.Function):

@@ -50,7 +50,10 @@ class MicroGradients:
 
     def add(self, micro: int, name: str, grad: torch.Tensor) -> None:
         parts = self._parts.setdefault(micro, {})
-        parts[name] = add_parts(parts.get(name), grad)
+        held = parts.get(name)
+        # a tied weight's parts of one micro-batch: the first is a backward's own result, held here alone,
+        # so the next adds into it (the same bits as a + b): a large table's sum was a third copy of it
+        parts[name] = grad if held is None else held.add_(grad)
 
     def close(self, micro: int, vid: str) -> None:
         """`vid` ran its backward of `micro`: its own parameters' gradients of `micro` are complete."""

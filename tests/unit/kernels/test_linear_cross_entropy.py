@@ -5,14 +5,17 @@ from computeall.kernels import linear_cross_entropy
 from computeall.kernels import lce_chunked
 from computeall.kernels.lce_chunked import linear_cross_entropy_chunked
 from computeall.kernels.lce_reference import linear_cross_entropy_reference
+from computeall.network.ops import tied_head
 
 from .helpers import check_linear_cross_entropy
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of a few rows, so every test crosses several chunk boundaries (and a ragged last one)."""
-    monkeypatch.setattr(lce_chunked, "CHUNK_ELEMENTS", 3 * 1000)
+    """Chunks of a few rows, so every test crosses several chunk boundaries (and a ragged last one), and
+    the weight's gradient in blocks of a few rows (a ragged last one too)."""
+    monkeypatch.setattr(tied_head, "LOGITS_CHUNK_ELEMENTS", 3 * 1000)
+    monkeypatch.setattr(lce_chunked, "GRAD_BLOCK_ELEMENTS", 7 * 64)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
