@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 from computeall.cli.embedded import running_cluster
 from computeall.cli.supervisor import Supervisor
@@ -10,7 +13,7 @@ from computeall.protocol.subjects import Subjects
 
 from .identities import connect_as
 
-__all__ = ["running_cluster", "stdlib_corpus", "wait_for_pnodes"]
+__all__ = ["extra_pnode", "running_cluster", "stdlib_corpus", "wait_for_pnodes"]
 
 
 def stdlib_corpus(max_bytes: int = 300_000) -> list[str]:
@@ -36,3 +39,12 @@ async def wait_for_pnodes(supervisor: Supervisor, names: list[str], timeout: flo
         await asyncio.wait_for(done.wait(), timeout)
     finally:
         await nc.close()
+
+
+def extra_pnode(supervisor: Supervisor, name: str, logs: Path, *args: str) -> subprocess.Popen:
+    """A PNode the supervisor does not keep running, for a test to kill, mute or stop itself: the
+    supervisor's credential for `name`, as the cluster's own PNodes run; its output in `logs/<name>.log`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", name),
+         "--processes-on-machine", "3", *args],
+        stdout=open(logs / f"{name}.log", "wb"), stderr=subprocess.STDOUT)

@@ -4,8 +4,6 @@ and each session ends with the losses and final parameters of a run where nothin
 import asyncio
 import random
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +15,7 @@ from computeall.protocol.events import (
 )
 from computeall.protocol.faults import FaultSpec
 
-from .cluster import running_cluster, wait_for_pnodes
+from .cluster import extra_pnode, running_cluster, wait_for_pnodes
 from .identities import connect_as
 from .sessions import config, final_digests, losses, run_to_end, wait_for
 from .waiting import exit_code, wait_until_async
@@ -74,10 +72,7 @@ async def test_kill_during_a_checkpoint_write_never_uses_it(tmp_path, cfg):
         # pnode-x takes the checkpoint write of step 10 and never answers it, writing nothing of it, and is
         # killed then: the others' parts of step 10 are written, its part never is (a PNode killed as the
         # request arrived could write its small part and answer first: the loaded suite saw that race)
-        hostage = subprocess.Popen(
-            [sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", "pnode-x"),
-             "--processes-on-machine", "3", "--fault", "mute:SaveCheckpoint@10"],
-            stdout=open(tmp_path / "pnode-x.log", "wb"), stderr=subprocess.STDOUT)
+        hostage = extra_pnode(supervisor, "pnode-x", tmp_path, "--fault", "mute:SaveCheckpoint@10")
         killed = asyncio.Event()
 
         async def kill_on_save(msg) -> None:
@@ -113,9 +108,7 @@ async def test_join_and_graceful_leave(tmp_path):
         clean_losses, clean_digests, _ = await clean_run(client, cfg)
         sid, _ = await start_session(client, cfg)
         await wait_for(client, sid, lambda s: s.next_step >= 3)
-        fourth = subprocess.Popen(
-            [sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", "pnode-x"),
-             "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-x.log", "wb"), stderr=subprocess.STDOUT)
+        fourth = extra_pnode(supervisor, "pnode-x", tmp_path)
         try:
             await wait_for_pnodes(supervisor, ["pnode-x"])
             await wait_for(client, sid, lambda s: "pnode-x" in s.allocation.values(), timeout=120)
@@ -144,9 +137,7 @@ async def test_capacity_exhausted_pauses_and_resumes_when_a_pnode_joins(tmp_path
             supervisor.services.pop(name).process.kill()
         paused = await wait_for(client, sid, lambda s: s.status == "paused", timeout=60)
         assert paused.auto_resume and "not enough capacity" in paused.pause_reason
-        helper = subprocess.Popen(
-            [sys.executable, "-m", "computeall.pnode", *supervisor.credential_args("pnode", "pnode-new"),
-             "--processes-on-machine", "3"], stdout=open(tmp_path / "pnode-new.log", "wb"), stderr=subprocess.STDOUT)
+        helper = extra_pnode(supervisor, "pnode-new", tmp_path)
         try:
             await wait_for(client, sid, lambda s: s.status == "completed", timeout=180)
             got_losses, got_digests, events = await outcome(client, sid)

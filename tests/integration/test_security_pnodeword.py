@@ -32,7 +32,7 @@ from computeall.protocol.events import (
 from computeall.protocol.membership_api import DEFAULT_PNODE_MEMORY
 from computeall.protocol.secret_args import JOIN
 
-from .cluster import running_cluster, wait_for_pnodes
+from .cluster import extra_pnode, running_cluster, wait_for_pnodes
 from .identities import connect_as
 from .monitor_harness import data
 from .sessions import config, final_digests, losses, run_to_end, wait_for
@@ -133,8 +133,7 @@ async def test_a_pnode_that_accepts_requests_and_never_answers_is_replaced_withi
         hostages = (("pnode-x", "mute:RunStep@5", lambda p: isinstance(p, StepCompleted) and p.step == 4),
                     ("pnode-y", "mute:ApplyStep", lambda p: isinstance(p, Allocated)))
         for hostage, fault, before_it in hostages:
-            args = [*supervisor.credential_args("pnode", hostage), "--processes-on-machine", "3", "--fault", fault]
-            process = pnode_process(args, tmp_path / f"{hostage}.log")
+            process = extra_pnode(supervisor, hostage, tmp_path, "--fault", fault)
             try:
                 await wait_for_pnodes(supervisor, [hostage])
                 sid, _ = await start_session(client, cfg.model_copy(update={"min_pnodes": 4}))
