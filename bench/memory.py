@@ -13,8 +13,9 @@ run) and once with each 8-bit state (`int8`, `int8-sr`):
   state holds per parameter besides activations (`memory_model.STATE_BYTES`);
 - the validation loss after the run (300 steps of tiny-gpt; `--quick` 60) with the int8 state over the
   fp32 state's, from the same seed: target <= 1.01.
-Small networks carry activations and the LM head's logits chunks that weigh more per parameter than on a
-large one; bench/llama1b.py measures a 1B network.
+Small networks carry what does not grow with their parameters: on tiny-gpt about 14 MiB that a first step at
+a network's own shapes leaves with torch's bf16 matmuls (oneDNN), 3.5 bytes a parameter there;
+bench/llama1b.py measures a 1B network.
 """
 
 from __future__ import annotations
