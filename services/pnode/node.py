@@ -4,7 +4,6 @@ the bus (membership, heartbeats, leaving, control requests) is `member.BusMember
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -113,11 +112,10 @@ class PNode(BusMember):
             return BatchFeed(self.nc, pnode_batch_subject(self.subjects, self.name), request.session_id, request.batches,
                              split, micro_batches)
 
-        def build() -> SessionStage:
-            gc.collect()  # what a replaced stage held (`BusMember._release`), cycles too, is freed before this takes room
-            return SessionStage(request, self.name, self.device, self.executor, feeds, self._link(), self.faults)
-
-        stage = await asyncio.get_running_loop().run_in_executor(self.executor, build)
+        stage = await asyncio.get_running_loop().run_in_executor(
+            self.executor,
+            lambda: SessionStage(request, self.name, self.device, self.executor, feeds, self._link(), self.faults),
+        )
         self.host(request.session_id, stage)
         log.info("session %s: hosting %s", request.session_id, ", ".join(stage.local) or "nothing")
         shape = StepShape(request.batches.micro_batch_size, len(request.block), request.optimizer.state)
