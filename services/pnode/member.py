@@ -254,13 +254,15 @@ class BusMember:
         asyncio.ensure_future(self._leave())
 
     async def _leave(self) -> None:
+        # sessions hosted or being loaded (a reload lets the old stage go before the new one is built:
+        # a PNode that left then, hosting nothing for a moment, was lost to its session instead of leaving)
         deadline = time.monotonic() + self.leave_grace_s
-        while self.stages and time.monotonic() < deadline:
+        while self._order and time.monotonic() < deadline:
             if time.monotonic() - self._orchestrator_seen > 3.0:
                 break  # no orchestrator to hand the VNodes to (the whole system is stopping)
             await asyncio.sleep(0.2)
-        if self.stages:
-            log.warning("leaving with %d session(s) still hosted", len(self.stages))
+        if self._order:
+            log.warning("leaving with %d session(s) still hosted", len(self._order))
         self._stop.set()
 
     async def _on_orchestrator_heartbeat(self, msg) -> None:

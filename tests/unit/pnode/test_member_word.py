@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import asyncio
+import time
 
 import pytest
 
@@ -326,3 +327,35 @@ def plan_of(graph) -> LoadPlan:
     batches = BatchSource(dataset="d", split="train", seed=1, micro_batch_size=2, context=graph.spec.context)
     return LoadPlan(session_id="s", network=graph.spec.model_dump(), assignment={v: "p1" for v in graph.vnodes},
                     seed=4, batches=batches, micro_batches=1, optimizer=OptimizerConfig())
+
+
+class SlowLoad(Hosting):
+    """Builds its stage once `built` is set."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.built = asyncio.Event()
+
+    async def load_plan(self, request) -> PNodeReply:
+        await self.built.wait()
+        self.host(request.session_id, Stage())
+        return PNodeReply(ok=True, pnode=self.name)
+
+
+async def test_a_pnode_told_to_leave_while_it_loads_a_session_leaves_only_once_it_is_unloaded():
+    # a reload lets the old stage go before it builds the new one: a PNode that counted only its built
+    # stages held none for that moment, exited at once on SIGTERM and was lost to its session (CI)
+    m = SlowLoad(Credential(role="pnode", name="p1", servers=["nats://h:1"]), 1 << 30, "cpu", Subjects("ca"))
+    m.nc = Bus()
+    m._orchestrator_seen = time.monotonic() + 3600  # an orchestrator is there to move the VNodes away
+    loading = asyncio.ensure_future(ask(m, plan_of(Graph(load_network(micro_gpt(2))))))
+    await asyncio.sleep(0.05)
+    m.stop()
+    await asyncio.sleep(0.5)
+    assert not m._stop.is_set(), "left while loading"
+    m.built.set()
+    assert (await loading).ok and "s" in m.stages
+    await asyncio.sleep(0.5)
+    assert not m._stop.is_set(), "left while hosting"
+    await m.unload(m.stages["s"], Unload(session_id="s"))
+    await asyncio.wait_for(m._stop.wait(), 2.0)
