@@ -152,9 +152,8 @@ class BusMember:
         return await answer(stage, request)
 
     async def reset(self, request: Reset) -> PNodeReply:
-        for stage in self.stages.values():
-            stage.abort()
-        self.stages.clear()
+        for session in list(self.stages):
+            self._release(session)
         self._order.clear()
         self._wake_waiting_passes()
         log.info("reset: dropped every session (this PNode had been declared lost)")
