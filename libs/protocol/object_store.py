@@ -47,15 +47,21 @@ def uploads_bucket(subjects: Subjects, user: str) -> str:
 async def open_bucket(js: JetStreamContext, bucket: str, replicas: int = 1) -> ObjectStore:
     """The bucket, created on first use (file storage: checkpoints survive a restart) at `replicas`
     copies (`bus.replicas`), or raised to `replicas` when it has fewer (a bus grown from 1 server to
-    3). Only the service that owns a bucket creates it; the others use `existing_bucket`."""
-    try:
-        store = await js.object_store(bucket)
-    except BucketNotFoundError:
-        return await js.create_object_store(bucket, ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas))
-    info = await js.stream_info(f"OBJ_{bucket}")
-    if info.config.num_replicas < replicas:
-        await js.update_stream(dataclasses.replace(info.config, num_replicas=replicas))
-    return store
+    3). Only the service that owns a bucket creates it; the others use `existing_bucket`. Rides out a
+    failover of the bus: every try looks again at what the last one left."""
+
+    async def attempt() -> ObjectStore:
+        try:
+            store = await js.object_store(bucket)
+        except BucketNotFoundError:
+            config = ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas)
+            return await js.create_object_store(bucket, config)
+        info = await js.stream_info(f"OBJ_{bucket}")
+        if info.config.num_replicas < replicas:
+            await js.update_stream(dataclasses.replace(info.config, num_replicas=replicas))
+        return store
+
+    return await through_failover(attempt, f"opening bucket {bucket}")
 
 
 async def existing_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
@@ -115,3 +121,4 @@ async def put_file(store: ObjectStore, name: str, file: IO[bytes]) -> None:
         await store.put(name, file)
 
     await through_failover(attempt, f"writing {name}")
+
