@@ -26,6 +26,11 @@ RETRY_S = 1.0
 # A server that refuses a credential writes its -ERR and closes; nats-py, still flushing its CONNECT,
 # may see the close first and report "Connection lost" instead. Asked again, the refusal is read.
 HANDSHAKE_RETRIES = 2
+# nats-server refuses a connection whose CONNECT it reads while it reloads its configuration (a member
+# joined, a session's grants changed: several a minute on a busy bus), its users half applied ("authentication
+# error" between "Reloaded: accounts" and "Reloaded server configuration" in its log). A reload takes a few ms.
+REFUSAL_RETRIES = 2
+REFUSAL_PAUSE_S = 0.25
 log = logging.getLogger("computeall.bus")
 
 
@@ -65,16 +70,20 @@ async def connect(credential: Credential, *, name: str, **options: Any) -> NATS:
     reconnect = options.pop("allow_reconnect", True)
     failure: BaseException | None = None
     refused = False
+    refusals = 0
     for attempt in range(INITIAL_ATTEMPTS):
         if attempt:
-            await asyncio.sleep(RETRY_S if reconnect else 0)
+            await asyncio.sleep(REFUSAL_PAUSE_S if refused else RETRY_S if reconnect else 0)
         try:
             nc = await nats.connect(name=name, allow_reconnect=False, error_cb=error_cb, **credential.nats_options(), **options)
         except (OSError, TimeoutError, nats.errors.Error) as exc:
             failure = exc
             refused = isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower()
             if refused:
-                break  # no retry helps a credential the server refuses
+                refusals += 1
+                if refusals > REFUSAL_RETRIES:
+                    break  # refused again after any reload: the credential itself is refused
+                continue
             if not reconnect and not (isinstance(exc, ConnectionResetError) and attempt < HANDSHAKE_RETRIES):
                 break
             continue
