@@ -178,34 +178,40 @@ class AdamW8bit:
         each parameter's (|update|^2, |master before|^2), summed chunk by chunk."""
         self.step_count += 1
         step = int(self.step_count.item())
-        beta1, beta2 = self.betas
-        step_size = self.lr / (1 - beta1**step)
-        bias2_sqrt = math.sqrt(1 - beta2**step)
+        step_size = self.lr / (1 - self.betas[0]**step)
+        bias2_sqrt = math.sqrt(1 - self.betas[1]**step)
         for name, s in self.states.items():
-            flat = s.param.detach().view(-1)
             grad = None if s.param.grad is None else s.param.grad.reshape(-1)
-            sums = [0.0, 0.0]
-            for start in range(0, flat.numel(), CHUNK):
-                stop = min(start + CHUNK, flat.numel())
-                g = torch.zeros(stop - start, device=flat.device) if grad is None else grad[start:stop].float()
-                g.div_(grad_scale)
-                m, v = s.exp_avg.read(start, stop), s.exp_avg_sq.read(start, stop)
-                master = s.read_master(start, stop)
-                before = master.clone() if measure is not None else None
-                master.mul_(1 - self.lr * self.weight_decay)
-                m.lerp_(g, 1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                denom = (v.sqrt() / bias2_sqrt).add_(self.eps)
-                master.addcdiv_(m, denom, value=-step_size)
-                s.exp_avg.write(start, stop, m)
-                s.exp_avg_sq.write(start, stop, v)
-                s.write_master(start, master, step)
-                if before is not None:
-                    sums[1] += float(torch.linalg.vector_norm(before, dtype=torch.float64)) ** 2
-                    sums[0] += float(torch.linalg.vector_norm(before.sub_(s.read_master(start, stop)),
-                                                              dtype=torch.float64)) ** 2
-            if measure is not None:
+            sums = [0.0, 0.0] if measure is not None else None
+            for start in range(0, s.param.numel(), CHUNK):
+                stop = min(start + CHUNK, s.param.numel())
+                self._update_chunk(s, grad, start, stop, grad_scale, step_size, bias2_sqrt, step, sums)
+            if sums is not None:
                 measure[name] = (sums[0], sums[1])
+
+    def _update_chunk(self, s: ParamState, grad: torch.Tensor | None, start: int, stop: int, grad_scale: float,
+                      step_size: float, bias2_sqrt: float, step: int, sums: list[float] | None) -> None:
+        """Elements [start, stop) of one parameter. Its temporaries go as soon as they are used, and all
+        of them on return: the update of the largest parameter is often a step's peak."""
+        beta1, beta2 = self.betas
+        g = torch.zeros(stop - start, device=s.param.device) if grad is None else grad[start:stop].float()
+        g.div_(grad_scale)
+        m, v = s.exp_avg.read(start, stop), s.exp_avg_sq.read(start, stop)
+        master = s.read_master(start, stop)
+        before = master.clone() if sums is not None else None
+        master.mul_(1 - self.lr * self.weight_decay)
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        denom = v.sqrt().div_(bias2_sqrt).add_(self.eps)
+        master.addcdiv_(m, denom, value=-step_size)
+        del g, denom
+        s.exp_avg.write(start, stop, m)
+        s.exp_avg_sq.write(start, stop, v)
+        del m, v
+        s.write_master(start, master, step)
+        if before is not None:
+            sums[1] += float(torch.linalg.vector_norm(before, dtype=torch.float64)) ** 2
+            sums[0] += float(torch.linalg.vector_norm(before.sub_(s.read_master(start, stop)), dtype=torch.float64)) ** 2
 
     def zero_grad(self) -> None:
         for s in self.states.values():

@@ -20,7 +20,7 @@ Two ways to find that value: `nearest_reference`, the plain search (readable, sl
 search per element), and the path `quantize` takes, one table lookup per element. The top 17 bits
 of an fp32 (sign, exponent, 8 mantissa bits) cut [-1, 1] into intervals narrower than the map's
 spacing, so at most one decision point between two values falls in each; the table keeps, per
-interval, the value below it, the value above it and the first fp32 that takes the upper one, found
+interval, the value below it, how far above it the upper one is and the first fp32 that takes it, found
 by bisection with the reference rule itself. So the two agree on every fp32.
 
 Every block is quantized on its own, elementwise within itself: the result does not depend on how
@@ -69,8 +69,8 @@ def nearest_reference(y: torch.Tensor, signed: bool) -> torch.Tensor:
 @dataclass(frozen=True)
 class _Table:
     below: torch.Tensor  # (BUCKETS,) int32: the index an interval's values take under `first_up`
-    above: torch.Tensor  # (BUCKETS,) int32: from `first_up` on
-    first_up: torch.Tensor  # (BUCKETS,) fp32: the least value that takes `above` (+inf: none does)
+    rise: torch.Tensor  # (BUCKETS,) int32: what they add to it from `first_up` on (1, but at the infinities)
+    first_up: torch.Tensor  # (BUCKETS,) fp32: the least value that takes below + rise (+inf: none does)
 
 
 def _values(bits: torch.Tensor) -> torch.Tensor:
@@ -103,7 +103,7 @@ def _table(signed: bool) -> _Table:
         up = nearest(value_at(mid, split)) == above[split]
         hi, lo = torch.where(up, mid, hi), torch.where(up, lo, mid)
     first_up[split] = value_at(hi, split)
-    return _Table(below.to(torch.int32), above.to(torch.int32), first_up)
+    return _Table(below.to(torch.int32), (above - below).to(torch.int32), first_up)
 
 
 def blocks_of(numel: int) -> int:
@@ -132,9 +132,12 @@ def quantize(x: torch.Tensor, signed: bool, codes: torch.Tensor | None = None,
         block_max = absmax[where]
         torch.amax(block.abs(), dim=1, out=block_max).clamp_(min=SCALE_FLOOR)
         y = (block / block_max.unsqueeze(1)).reshape(-1)
-        prefix = (y.view(torch.int32) >> _SHIFT) & (_BUCKETS - 1)
+        prefix = y.view(torch.int32) >> _SHIFT
+        prefix &= _BUCKETS - 1
         up = y >= torch.index_select(table.first_up, 0, prefix)
-        chosen = torch.where(up, torch.index_select(table.above, 0, prefix), torch.index_select(table.below, 0, prefix))
+        del y
+        chosen = torch.index_select(table.below, 0, prefix)
+        chosen += torch.index_select(table.rise, 0, prefix).mul_(up)  # in place: a chunk's temporaries are few
         block_codes.view(-1).copy_(chosen)
     return codes, absmax
 
