@@ -121,4 +121,3 @@ async def put_file(store: ObjectStore, name: str, file: IO[bytes]) -> None:
         await store.put(name, file)
 
     await through_failover(attempt, f"writing {name}")
-

@@ -57,4 +57,3 @@ def test_a_bucket_that_is_not_there_is_made():
     js = FailingOverJetStream(failures=0, exists=False)
     assert asyncio.run(open_bucket(js, "b")) == "store b"
     assert js.calls == ["object_store", "create"]
-
