@@ -94,6 +94,10 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
                         "4096 values, a sign and one of two magnitudes each, the rest kept for later: ~150x fewer bytes)")
     p.add_argument("--overlap-steps", type=int, default=0, metavar="N",
                    help="diloco: inner steps that run while an outer sync travels (default 0: wait for it)")
+    p.add_argument("--inner-decisions", choices=["shared", "own"], default="shared",
+                   help="diloco: who decides an inner step's skip and clip: the orchestrator from replica 0's norm "
+                        "(shared, default), or each replica from its own on its PNodes (own: no step waits for the "
+                        "orchestrator over a slow link)")
     p.add_argument("--data-start-step", type=int, default=0, metavar="N",
                    help="step k trains on the batch of step N+k: go on with another session's data (same data, seed, batch size)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (default: only at the end)")
@@ -177,7 +181,8 @@ def session_config(args: argparse.Namespace, min_pnodes: int = 1) -> SessionConf
             min_pnodes=min_pnodes,
             replicas=args.replicas,
             sync=ReplicaSync(mode=args.sync, inner_steps=args.inner_steps, overlap_steps=args.overlap_steps,
-                             compression=SparseCompression() if args.sparse_sync else None),
+                             compression=SparseCompression() if args.sparse_sync else None,
+                             inner_decisions=args.inner_decisions),
             checkpoint_every=args.checkpoint_every,
             validate_every=args.validate_every,
             sample_every=args.sample_every,

@@ -122,6 +122,9 @@ class ApplyStep(WaitsForPeers):
 
     `clip_factor` multiplies every gradient first (global norm clipping, decided from every PNode's
     `grad_sq_norms`); `measure_update`: reply with the update's and the weights' squared norms.
+    With `replica_max_norm` (diloco's `inner_decisions: own`) the PNode decides the skip and the clip
+    itself, from its replica's norms, and the request may come before the step's pass has ended: it
+    is carried out once the pass request that came right before it has been answered.
     """
 
     type: Literal["ApplyStep"] = "ApplyStep"
@@ -130,6 +133,9 @@ class ApplyStep(WaitsForPeers):
     lr: float
     skip: bool = False
     clip_factor: float = Field(1.0, gt=0, le=1)
+    replica_max_norm: float | None = Field(
+        None, ge=0, description="decide skip and clip here, from this replica's gradient norms, with this max norm "
+                                "(0: never clip); `skip` and `clip_factor` are then not read")
     measure_update: bool = False
     keep: list[KeepMaterial] = Field(default_factory=list)  # items picked for a check: keep what recomputing them needs
     release: list[str] = Field(default_factory=list)  # check ids settled: their material can go

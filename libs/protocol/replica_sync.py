@@ -6,7 +6,10 @@ the same bits. `diloco`: each replica takes `inner_steps` AdamW steps on its own
 then the replicas average their pseudo-gradients (anchor - local parameters, sent as bf16 or
 int8, or sparse: `compression`) and take one outer Nesterov step from the anchor, which lands
 `overlap_steps` inner steps later, so the sync travels while they compute. Far fewer bytes cross
-the network; the result depends on R (still deterministic for a fixed R).
+the network; the result depends on R (still deterministic for a fixed R). An inner step's skip and
+clip factor are decided from replica 0's gradient norm for every replica by the orchestrator
+(`inner_decisions: shared`), or by each replica's PNodes from its own (`own`): then no step waits
+for a round trip to the orchestrator, which a slow link to it makes a tenth of a step.
 """
 
 from __future__ import annotations
@@ -104,16 +107,26 @@ class ReplicaSync(BaseModel):
         None, description="diloco: send sparse pseudo-gradients with error feedback instead (SparseLoCo)")
     overlap_steps: int = Field(
         0, ge=0, description="diloco: inner steps that run while an outer sync travels; its step lands after them")
+    inner_decisions: Literal["shared", "own"] = Field(
+        "shared", description="diloco: who decides an inner step's skip and clip factor: `shared`, the orchestrator, "
+                              "from replica 0's gradient norm for every replica; `own`, each replica from its own norm "
+                              "on its PNodes (as DiLoCo's workers do), so a step never waits for the orchestrator")
 
     @model_validator(mode="after")
     def _diloco_settings_need_diloco(self) -> ReplicaSync:
-        if self.mode != "diloco" and (self.compression is not None or self.overlap_steps):
-            raise ValueError("sync.compression and sync.overlap_steps apply to diloco's outer sync: "
+        if self.mode != "diloco" and (self.compression is not None or self.overlap_steps
+                                      or self.inner_decisions != "shared"):
+            raise ValueError("sync.compression, sync.overlap_steps and sync.inner_decisions apply to diloco: "
                              "set sync.mode: diloco, or leave them out")
         if self.overlap_steps >= self.inner_steps:
             raise ValueError(f"sync.overlap_steps is {self.overlap_steps}: an outer step must land before the next "
                              f"sync starts, so it must be below inner_steps ({self.inner_steps})")
         return self
+
+    @property
+    def replicas_decide(self) -> bool:
+        """Each replica's PNodes decide its inner steps' skip and clip (`inner_decisions: own`)."""
+        return self.mode == "diloco" and self.inner_decisions == "own"
 
     def is_outer_step(self, step: int) -> bool:
         """diloco: whether the replicas start an outer sync after `step` (its inner update applied)."""

@@ -17,6 +17,14 @@ sent right behind this step's ApplyStep (`RunAhead`): each PNode runs it once it
 costs one control round trip instead of two, which a slow link to the PNodes makes most of a step's
 overhead. The bits are the same: each PNode does the same work in the same order. Whatever else the
 loop does first (a checkpoint, a validation, a recovery) drops it (`drop_ahead`).
+
+With diloco's `inner_decisions: own` each replica's PNodes decide its skip and clip themselves, so
+nothing a step applies waits for the orchestrator: the ApplyStep goes right behind its RunStep, the
+next RunStep right behind that, and the step is recorded from the replies as they come
+(`_updated_by_replicas`). A PNode never waits for a message from here between two steps. A fixed
+loss scale is required (a dynamic one is decided here from every PNode's overflow); a verified
+session, whose checks pick what to keep before each update, still sends the update after the
+replies, to be decided the same way.
 """
 
 from __future__ import annotations
@@ -31,12 +39,12 @@ from computeall.protocol.events import (
 )
 from computeall.protocol.pnode_api import ApplyStep, PNodeReply, RunStep
 
-from . import clipping
+from computeall.protocol import clipping
 from .diagnostics import update_ratios
-from .errors import StepStalled
+from .errors import SessionError, StepStalled
 from .loss_scale import LossScaler, replay
 from .recorder import SessionRecorder
-from .session_pnodes import APPLY_STEP, OUTER_SYNC_LANDS, SessionPNodes
+from .session_pnodes import APPLY_STEP, OUTER_SYNC_LANDS, RUN_STEP, SessionPNodes
 from .verification.checks import SessionChecks
 
 log = logging.getLogger("computeall.orchestrator.step")
@@ -51,9 +59,14 @@ class RunAhead:
     replies: asyncio.Future  # of list[PNodeReply]
 
     def drop(self) -> None:
-        self.replies.cancel()
-        # what it ends with is nobody's business now (a PNode's pass it superseded, a loss recovery handles)
-        self.replies.add_done_callback(lambda f: f.cancelled() or f.exception())
+        _dropped(self.replies)
+
+
+def _dropped(replies: asyncio.Future) -> None:
+    """Replies no longer waited for: what they end with is nobody's business now (a PNode's pass they
+    superseded, a loss recovery handles)."""
+    replies.cancel()
+    replies.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 class TrainingStep:
@@ -66,6 +79,11 @@ class TrainingStep:
         self.scaler: LossScaler | None = None
         self.scaler_step = -1  # the step the scaler's state is for
         self.ahead: RunAhead | None = None
+        self.replicas_decide = recorder.state.config.sync.replicas_decide
+        if self.replicas_decide and dynamic_scaling:
+            raise SessionError("sync.inner_decisions: own needs a fixed loss scale (each replica would move its own), "
+                               "and this session's scale is dynamic (an fp16 VNode, or loss_scale.mode: dynamic): "
+                               "set loss_scale.mode: off, compute in bf16, or use inner_decisions: shared")
 
     def drop_ahead(self) -> None:
         """The loop does something else before the next step: the RunStep sent ahead is not waited for
@@ -78,28 +96,35 @@ class TrainingStep:
         """`then_next`: the loop runs `step + 1` right after this one, nothing in between it knows of."""
         state = self.recorder.state
         config = state.config
-        lr = config.lr.at(step, config.steps)
         t0 = time.monotonic()
         scaler = await self._scaler_before(step)
         scale = scaler.scale
-        replies = await self._replies(step, scale)
+        update = ApplyStep(session_id=state.id, step=step, lr=config.lr.at(step, config.steps),
+                           measure_update=bool(config.update_ratio_every) and step % config.update_ratio_every == 0,
+                           replica_max_norm=config.grad_clip if self.replicas_decide else None)
+        apply_kind = OUTER_SYNC_LANDS if config.sync.lands_after(step) else APPLY_STEP
+        if self.replicas_decide and not self.checks.on:
+            replies, applying = await self._updated_by_replicas(step, scale, update, apply_kind, then_next)
+        else:
+            replies, applying = await self._replies(step, scale), None
         self.checks.pick(step, replies, scale)  # only now: every PNode has committed to its results
         overflowed = sorted(r.pnode for r in replies if not r.grads_finite)
         decision = scaler.update(bool(overflowed))  # one decision, every PNode applies or skips
         self.scaler_step = step + 1
         # replica 0's PNodes hold the whole pipeline: summed gradients are alike on every replica; with
-        # diloco each replica's differ, and replica 0's norm decides every replica's factor (deterministic for fixed R)
+        # diloco each replica's differ, and replica 0's norm decides every replica's factor (deterministic
+        # for fixed R), or each replica's its own (`inner_decisions: own`, decided on its PNodes): the step
+        # records replica 0's
         first = set(self.pnodes.first_replica)
         clip = clipping.decide([r for r in replies if r.pnode in first], config.grad_clip)
-        measure = decision.apply and bool(config.update_ratio_every) and step % config.update_ratio_every == 0
-        apply_kind = OUTER_SYNC_LANDS if config.sync.lands_after(step) else APPLY_STEP
-        applying = asyncio.ensure_future(self.pnodes.all(lambda p: ApplyStep(
-            session_id=state.id, step=step, lr=lr, skip=not decision.apply, clip_factor=clip.factor,
-            measure_update=measure, **self.checks.apply_fields(p),
-        ), kind=apply_kind))
-        if then_next:
-            after = self._run_once(step + 1, scaler.scale, behind=apply_kind)
-            self.ahead = RunAhead(step + 1, scaler.scale, asyncio.ensure_future(after))
+        measured = update.measure_update and (not clip.skip if self.replicas_decide else decision.apply)
+        if applying is None:
+            decided = update.model_copy(update={"skip": not decision.apply, "clip_factor": clip.factor,
+                                                "measure_update": measured})
+            applying = asyncio.ensure_future(self.pnodes.all(
+                lambda p: decided.model_copy(update=self.checks.apply_fields(p)), kind=apply_kind))
+            if then_next:
+                self._run_ahead(step + 1, scaler.scale, apply_kind)
         try:
             applied = await applying
         except BaseException:
@@ -115,18 +140,51 @@ class TrainingStep:
             return
         compute = sum(r.compute_s for r in replies)
         if not decision.apply:
-            await self.recorder.record(StepSkipped(step=step, reason=f"non-finite gradients on {', '.join(overflowed)}"))
+            others = " (their replicas dropped the step, the others applied theirs)" if self.replicas_decide else ""
+            await self.recorder.record(StepSkipped(step=step, reason=f"non-finite gradients on {', '.join(overflowed)}{others}"))
         if decision.changed:
             await self.recorder.record(LossScaleChanged(step=step, old=decision.old, new=decision.new, reason=decision.reason))
         await self.recorder.record(
-            StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=lr, loss_scale=decision.old,
+            StepCompleted(step=step, loss=loss, tokens=tokens, step_time_s=elapsed, lr=update.lr, loss_scale=decision.old,
                           compute_s=compute, wait_s=max(0.0, elapsed - compute),
                           wire_bytes=sum(sum(r.sent_bytes.values()) for r in replies), grad_norm=clip.grad_norm,
                           clipped=clip.clipped, compute_s_by_pnode={r.pnode: r.compute_s for r in replies},
                           reduce_bytes=sum(r.reduce_bytes for r in replies + applied))
         )
-        if measure:
+        if measured:
             await self.recorder.record(UpdateRatios(step=step, ratios=update_ratios(a for a in applied if a.pnode in first)))
+
+    async def _updated_by_replicas(self, step: int, scale: float, update: ApplyStep, apply_kind: str,
+                                   then_next: bool) -> tuple[list[PNodeReply], asyncio.Future]:
+        """`inner_decisions: own`: the RunStep's replies, and the update sent right behind it (and the next
+        step's RunStep behind that, when it comes next): the PNodes go from pass to update to pass without
+        a word from here. A stall sends all of it again."""
+        while True:
+            ahead, self.ahead = self.ahead, None
+            if ahead is not None and (ahead.step, ahead.scale) != (step, scale):
+                ahead.drop()
+                ahead = None
+            running = ahead.replies if ahead is not None else asyncio.ensure_future(self._run_once(step, scale))
+            applying = asyncio.ensure_future(self.pnodes.all(lambda p: update, kind=apply_kind, behind=RUN_STEP))
+            if then_next:
+                self._run_ahead(step + 1, scale, apply_kind)
+            t0 = time.monotonic()
+            try:
+                return await running, applying
+            except StepStalled as stall:
+                log.warning("session %s: step %d stalled (%s); running it again after %.1fs",
+                            self.recorder.state.id, step, stall, time.monotonic() - t0)
+                await self.recorder.record(StepAborted(step=step, reason=f"{stall}; run again"))
+                _dropped(applying)
+                self.drop_ahead()
+            except BaseException:
+                _dropped(applying)
+                self.drop_ahead()
+                raise
+
+    def _run_ahead(self, step: int, scale: float, behind: str) -> None:
+        """Send `step`'s RunStep right behind the update before it (of kind `behind`)."""
+        self.ahead = RunAhead(step, scale, asyncio.ensure_future(self._run_once(step, scale, behind=behind)))
 
     async def _replies(self, step: int, scale: float) -> list[PNodeReply]:
         """Every PNode's RunStep reply: of the one sent ahead, when it is this step's at this scale, and

@@ -10,6 +10,8 @@ PNode publish tensors only as itself. The plan says who produces each tensor thi
   of one level of the butterfly, over exactly the micro-batches that partner sums; diloco's outer
   sync of its pseudo-gradients likewise, for a step up to `overlap_steps` back (it travels while
   they run), as large as its wire makes it (`SparseCompression.layout` for sparse messages);
+- the gradient norms of a step (replicas that decide their own inner steps): another PNode of this
+  replica, named by its first VNode, one float64 for each VNode it hosts;
 - a spot check's material: a PNode hosting the checked VNode in some replica (the checker then
   takes only the host the orchestrator named, `checks.CheckInbox`).
 
@@ -33,10 +35,11 @@ from computeall.protocol.replica_sync import ReplicaSync
 from computeall.protocol.verification import CheckItem
 from computeall.protocol.wire import TensorHeader, WireError
 
-from .routing import CheckPartRoute, TensorRoute
+from .routing import CheckPartRoute, TensorRoute, first_vnodes
 
 MAX_ELEMENT_BYTES = 4  # fp32: the widest a tensor travels in (a wire format never widens)
 MAX_PARAM_TENSORS = 16  # parameter tensors of one VNode, at most, in a check's material
+NORM_BYTES = 8  # a VNode's squared gradient norm: a float64
 
 Route = TensorRoute | CheckPartRoute
 
@@ -77,6 +80,10 @@ class Admission:
         self._partners = {(v, *exchange.theirs): assignments[exchange.partner][v]
                           for exchange in plan.exchanges for v in local}
         self._sync = plan.replicas.sync if plan.replicas else ReplicaSync()
+        # the replica's other PNodes, by their first VNode, and how many VNodes each hosts (a value each)
+        firsts = first_vnodes(assignment, graph.order) if self._sync.replicas_decide else {}
+        hosted = {p: sum(1 for v in graph.order if assignment[v] == p) for p in firsts}
+        self._norm_senders = {vid: (p, hosted[p]) for p, vid in firsts.items() if p != pnode}
         self._block = len(plan.block)
         self._hosts = {v: frozenset(a[v] for a in assignments) for v in graph.order} if plan.verify else {}
         self._micros = {"train": plan.block, "val": range(plan.batches.validation_batches)}
@@ -84,7 +91,7 @@ class Admission:
         self.next_step = 0  # the training step this stage runs next
         self._kinds: dict[str, Callable[[TensorHeader], tuple[Route, Expected]]] = {
             "act": self._activation, "grad": self._gradient, "sum": self._sum, "outer": self._outer,
-            "check": self._check_part,
+            "norms": self._norms, "check": self._check_part,
         }
 
     # -- where the stage is --------------------------------------------------------------------
@@ -171,6 +178,16 @@ class Admission:
             replicas = (route.micro_end - route.micro) // self._block
             max_bytes = replicas * self._sync.compression.layout(max_bytes // MAX_ELEMENT_BYTES).message_bytes
         return route, Expected(what, (partner,), max_bytes)
+
+    def _norms(self, header: TensorHeader) -> tuple[Route, Expected]:
+        route = TensorRoute.from_wire(header.key, header.meta)
+        what = f"the message of gradient norms of step {route.step} named by {route.src}"
+        sender = self._norm_senders.get(route.src)
+        if sender is None:
+            raise WireError(f"{what} is not expected here: no other PNode of this replica that decides its own "
+                            f"steps hosts {route.src} first")
+        pnode, values = sender
+        return route, Expected(what, (pnode,), values * NORM_BYTES)
 
     def _partner(self, route: TensorRoute, what: str, exchange: str, exchanged: bool) -> str:
         """The PNode of the partner replica that sends this PNode `route`'s partial sum, where this

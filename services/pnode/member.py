@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -55,6 +55,7 @@ from .step_timing import StepClock
 log = logging.getLogger("computeall.pnode")
 
 REQUESTS = TypeAdapter(PNodeRequest)
+RUNS_KEPT = 8  # the answered RunSteps a session remembers: an update its replica decides follows the one before it
 
 
 class InputsNeverCame(RuntimeError):
@@ -73,6 +74,9 @@ class RequestOrder:
 
     newest_pass: int = 0  # the arrival number of its latest pass request
     last_apply: tuple[int, bool] = (-1, False)  # (step, applied) of its last ApplyStep answered
+    # (step, ok) of its latest RunSteps answered, by arrival number: an update its replica decides
+    # follows the pass request that came right before it (`_after_pass`)
+    runs_answered: dict[int, tuple[int, bool]] = field(default_factory=dict)
     loads: int = 0  # LoadPlans and LoadCheckpoints taken: its state began again with each
 
 
@@ -128,7 +132,7 @@ class BusMember:
         self.pending = 0
         self._arrivals = 0  # control requests received, counted in the order the bus delivered them
         self._order: dict[str, RequestOrder] = {}  # session id -> what its requests tell of one another
-        self._apply_answered = asyncio.Condition()
+        self._answered = asyncio.Condition()
         self.leaving = False
         self.incarnation = uuid.uuid4().hex
         self.leave_grace_s = 60.0
@@ -296,6 +300,7 @@ class BusMember:
         if order and isinstance(request, PassRequest):  # before any await: tasks begin in the order they were made
             order.newest_pass = arrival
             self._wake_waiting_passes()
+        after_pass = order.newest_pass if order and isinstance(request, ApplyStep) and request.replica_max_norm is not None else None
         step = getattr(request, "step", None)
         if self.fault and self.fault.mutes(request.type, step):
             log.warning("fault injection: %s of step %s accepted, never to be answered", request.type, step)
@@ -310,9 +315,14 @@ class BusMember:
         self.pending += 1
         await self._status(request, "running", step, started)
         reply = PNodeReply(ok=False, pnode=self.name, step=step, error="not answered")
+        began = True  # an update that gave way before it began (`_after_pass`) is none a pass follows
         try:
             if order and isinstance(request, RunStep) and request.after_apply is not None:
                 await self._after_apply(session, request.after_apply, arrival)
+            if after_pass is not None:
+                began = False
+                await self._after_pass(session, request.step, after_pass)
+                began = True
             if order and isinstance(request, PassRequest) and self._order_of(session).newest_pass != arrival:
                 # a newer pass request overtook this one while both awaited their status: the newer runs
                 # (this one's asker has given up on it), and must not be aborted by the older
@@ -332,10 +342,15 @@ class BusMember:
             reply = PNodeReply(ok=False, pnode=self.name, step=step, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.pending -= 1
-            if order and isinstance(request, ApplyStep) and self._order_of(session).loads == loads:  # not of before a load
-                async with self._apply_answered:
-                    self._order_of(session).last_apply = (request.step, reply.ok)
-                    self._apply_answered.notify_all()
+            if order and isinstance(request, (ApplyStep, RunStep)) and began and self._order_of(session).loads == loads:
+                async with self._answered:  # not of before a load
+                    now = self._order_of(session)
+                    if isinstance(request, ApplyStep):
+                        now.last_apply = (request.step, reply.ok)
+                    else:
+                        now.runs_answered[arrival] = (request.step, reply.ok)
+                        now.runs_answered = dict(list(now.runs_answered.items())[-RUNS_KEPT:])
+                    self._answered.notify_all()
             if isinstance(request, LoadPlan) and session not in self.stages:  # it failed: nothing of it stays
                 self._order.pop(session, None)
         await self._status(request, "done" if reply.ok else "failed", step, started)
@@ -354,9 +369,9 @@ class BusMember:
             now = self._order_of(session)
             return now.last_apply[0] == step or now is not order or now.newest_pass != arrival or now.loads != loads
 
-        async with self._apply_answered:
+        async with self._answered:
             try:
-                await asyncio.wait_for(self._apply_answered.wait_for(settled), self.step_deadline_s)
+                await asyncio.wait_for(self._answered.wait_for(settled), self.step_deadline_s)
             except asyncio.TimeoutError:
                 raise InputsNeverCame(f"the update of step {step} this pass follows did not come within "
                                       f"{self.step_deadline_s:.1f}s") from None
@@ -366,11 +381,36 @@ class BusMember:
         if not now.last_apply[1]:
             raise PassSuperseded(f"the update of step {step} this pass follows failed here")
 
+    async def _after_pass(self, session: str, step: int, arrival: int) -> None:
+        """Until the pass request that arrived as `arrival` (right before this update of `step`, which its
+        replica decides: `ApplyStep.replica_max_norm`) has been answered here, so the update runs on its
+        gradients; a load, a reset or an unload of the session ends the wait sooner, the PNode's own limit
+        one whose pass never ends."""
+        order = self._order_of(session)
+        loads = order.loads
+
+        def settled() -> bool:
+            now = self._order_of(session)
+            return arrival in now.runs_answered or now is not order or now.loads != loads
+
+        async with self._answered:
+            try:
+                await asyncio.wait_for(self._answered.wait_for(settled), self.step_deadline_s)
+            except asyncio.TimeoutError:
+                raise InputsNeverCame(f"the pass of step {step} this update follows did not end within "
+                                      f"{self.step_deadline_s:.1f}s") from None
+        ran = self._order_of(session).runs_answered.get(arrival) if self._order_of(session).loads == loads else None
+        if ran is None:
+            raise PassSuperseded(f"the session's state began again while the update of step {step} waited for its pass")
+        if ran != (step, True):
+            raise PassSuperseded(f"the pass this update of step {step} follows "
+                                 f"{'failed here' if not ran[1] else f'was of step {ran[0]}'}")
+
     def _wake_waiting_passes(self) -> None:
         """Passes waiting for an update (`_after_apply`) look again: what came may supersede them."""
         async def notify() -> None:
-            async with self._apply_answered:
-                self._apply_answered.notify_all()
+            async with self._answered:
+                self._answered.notify_all()
 
         asyncio.ensure_future(notify())
 

@@ -5,7 +5,9 @@ consumers; the backward pass sends each consumer's gradient of that output back 
 producer, one per consumer (they are summed on the producer's side, in graph order). With
 replicas, a VNode's partial sum of gradients over some micro-batches goes to the PNode hosting
 that VNode in another replica (`replica_sum.py`), and so does diloco's outer sync of its
-pseudo-gradients (`outer_sync.py`), named by the micro-batches of the replicas it covers. The route
+pseudo-gradients (`outer_sync.py`), named by the micro-batches of the replicas it covers. Where
+each replica decides its own inner steps, its PNodes tell each other their gradients' squared norms
+(`replica_norms.py`), named by the sender's first VNode. The route
 travels as the frame's `meta` (docs/protocol.md, "Tensor frames"); the receiving stage files the
 tensor under the route's key until the work item that reads it runs.
 """
@@ -71,8 +73,9 @@ class TensorRoute(BaseModel):
     phase: Phase
     step: int
     micro: int
-    kind: Literal["act", "grad", "sum", "outer"]
-    src: str  # the VNode whose output this is (a gradient: of that output; a sum or outer sync: of its parameters)
+    kind: Literal["act", "grad", "sum", "outer", "norms"]
+    src: str  # the VNode whose output this is (a gradient: of that output; a sum or outer sync: of its parameters;
+    # norms: the sender's first VNode)
     consumer: str | None = None  # a gradient: the VNode that computed it
     micro_end: int | None = None  # a sum or outer sync: over micro-batches [micro, micro_end)
 
@@ -102,6 +105,12 @@ class TensorRoute(BaseModel):
         return cls(session=session, phase="train", step=step, micro=lo, kind="outer", src=src, micro_end=hi)
 
     @classmethod
+    def norms(cls, session: str, step: int, micro: int, src: str) -> TensorRoute:
+        """The squared gradient norms of `step` of the VNodes hosted with `src` (the sender's first VNode), to
+        the other PNodes of its replica, whose block of micro-batches begins with `micro`."""
+        return cls(session=session, phase="train", step=step, micro=micro, kind="norms", src=src)
+
+    @classmethod
     def from_wire(cls, key: str, meta: dict) -> TensorRoute:
         """The route of a received frame; `WireError` naming what is missing or wrong."""
         try:
@@ -128,6 +137,14 @@ class TensorRoute(BaseModel):
         if self.kind in ("sum", "outer"):
             return PartialSumKey(self.phase, self.step, self.src, self.micro, self.micro_end)
         return GradientKey(self.phase, self.step, self.micro, self.src, self.consumer)
+
+
+def first_vnodes(assignment: dict[str, str], order: list[str]) -> dict[str, str]:
+    """{PNode of a replica: the first VNode it hosts, in graph order}: what names its norms on the wire."""
+    firsts: dict[str, str] = {}
+    for vid in order:
+        firsts.setdefault(assignment[vid], vid)
+    return firsts
 
 
 class CheckPartRoute(BaseModel):

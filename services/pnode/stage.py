@@ -10,7 +10,10 @@ in consumer order, so gradients accumulate alike on every placement and schedule
 compute the same bits.
 
 With data-parallel replicas the stage runs its replica's block of each step's micro-batches, and
-its gradients are summed with the other replicas' before it replies (`replica_sum.py`).
+its gradients are summed with the other replicas' before it replies (`replica_sum.py`). Where each
+diloco replica decides its own inner steps, the stage tells its replica's other PNodes its
+gradients' norms as the pass ends, and its update decides skip and clip from all of them
+(`replica_norms.py`).
 
 Every output edge of a VNode carries its wire format (`wire_formats.py`), local or remote: local
 consumers read the decoded form, remote ones are sent the encoded form and decode the same bytes.
@@ -39,6 +42,7 @@ import torch
 from computeall.network import Graph, NetworkSpec
 from computeall.network.in_flight import default_in_flight
 from computeall.network.ops import DATA_INPUTS, OPS
+from computeall.protocol import clipping
 from computeall.protocol.pnode_api import ApplyStep, LoadPlan, PNodeReply, RunStep, RunValidation
 from computeall.tensorcore.optimizer import VNodeOptimizer
 from computeall.tensorcore.recompute import Recomputer
@@ -53,6 +57,7 @@ from .checks import CheckInbox
 from .faults import Faults
 from .member import InputsNeverCame, PassSuperseded
 from .transport import Link, Outbox
+from .replica_norms import ReplicaNorms
 from .replica_sum import ReplicaSum
 from .routing import ActivationKey, GradientKey, PassId, TensorRoute
 from .schedule import PassSchedule, WorkItem, pass_schedule
@@ -120,6 +125,9 @@ class SessionStage:
         self.reads_data = any(i in DATA_INPUTS for v in self.local for i in self.graph.vnodes[v].inputs)
         self.has_loss = any(OPS[self.graph.vnodes[v].op].is_loss for v in self.local)
         self.replica_sum = ReplicaSum(plan, self.runtime, self.optimizer, link, self._compute)
+        decides = plan.replicas is not None and plan.replicas.sync.replicas_decide
+        self.replica_norms = ReplicaNorms(plan, pnode, self.graph.order, link) if decides else None
+        self.grad_sq_norms: tuple[int, dict[str, float] | None] = (-1, None)  # (step, its norms) of the last pass
         # spot checks: a ledger of each step and material kept for checks; the checks this PNode runs
         self.audit = StepAudit(pnode, self.graph, self.runtime, self._wire, plan.verify, faults) if plan.verify or faults else None
         self.runtime.observer = self.audit
@@ -133,6 +141,8 @@ class SessionStage:
         self.train_feed.forget()
         self.outbox.close()
         self.replica_sum.close()
+        if self.replica_norms:
+            self.replica_norms.close()
         if self.audit:
             self.audit.drop()
 
@@ -149,6 +159,10 @@ class SessionStage:
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
         if route.kind in ("sum", "outer"):  # between replicas
             self.replica_sum.receive(route, tensor)
+            return
+        if route.kind == "norms":
+            if self.replica_norms:
+                self.replica_norms.receive(route, tensor)
             return
         if route.phase == self.current.phase and route.step < self.current.step:
             return  # from an aborted or finished pass
@@ -195,18 +209,23 @@ class SessionStage:
         return _Pass(phase, step, micro_batches, micros, feed, backward, schedule)
 
     async def apply(self, request: ApplyStep, deadline_s: float) -> PNodeReply:
+        skip, clip_factor = request.skip, request.clip_factor
+        if request.replica_max_norm is not None:
+            clip = await self._replica_clip(request.step, request.replica_max_norm, deadline_s)
+            skip, clip_factor = clip.skip, clip.factor
+
         def work() -> tuple[dict[str, float], dict[str, float]] | None:
             if self.audit:  # before the update: a check recomputes with the parameters the step used
                 self.audit.keep(request.keep)
                 self.audit.release(request.release)
             measured = None
-            if request.skip:
-                pass  # every PNode drops this step's gradients
+            if skip:
+                pass  # every PNode of the replica (without replica decisions: every PNode) drops the step's gradients
             elif request.measure_update:
                 measured = measured_update(self.runtime.owners(), partial(
-                    self.optimizer.measured_step, request.lr, self.loss_scale, request.clip_factor))
+                    self.optimizer.measured_step, request.lr, self.loss_scale, clip_factor))
             else:
-                self.optimizer.step(request.lr, self.loss_scale, request.clip_factor)
+                self.optimizer.step(request.lr, self.loss_scale, clip_factor)
             self.runtime.zero_grad()
             return measured
 
@@ -215,6 +234,16 @@ class SessionStage:
         updates, weights = measured or (None, None)
         return PNodeReply(ok=True, pnode=self.pnode, step=request.step, reduce_bytes=sent,
                           update_sq_norms=updates, weight_sq_norms=weights)
+
+    async def _replica_clip(self, step: int, max_norm: float, deadline_s: float) -> clipping.Clip:
+        """The skip and clip of `step` this replica decides: from its PNodes' norms, this one's included."""
+        ran, own = self.grad_sq_norms
+        if ran != step:
+            raise ValueError(f"an update of step {step} decided here, but this PNode's last pass was of step {ran}")
+        if self.replica_norms is None:
+            raise ValueError(f"session {self.plan.session_id}'s plan does not let its replicas decide their steps "
+                             f"(sync.inner_decisions: own); the orchestrator must decide them")
+        return clipping.clip(await self.replica_norms.gathered(step, own, deadline_s), max_norm)
 
     async def _run(self, p: _Pass, deadline_s: float) -> PNodeReply:
         self.running = ended = asyncio.Event()
@@ -256,6 +285,9 @@ class SessionStage:
             reduce_bytes = await self.replica_sum.finish()  # every replica holds the summed gradients now
             # for the orchestrator's overflow check and global clipping: None when not finite
             norms = await self._compute(self.runtime.grad_sq_norms, self.loss_scale)
+            self.grad_sq_norms = (p.step, norms)
+            if self.replica_norms:
+                self.replica_norms.share(p.step, norms)
         return PNodeReply(
             ok=True, pnode=self.pnode, step=p.step, loss_sum=p.loss_sum if self.has_loss else None,
             micro_losses=p.micro_losses, tokens=p.tokens, grads_finite=not p.backward or norms is not None,

@@ -1,8 +1,10 @@
-"""diloco's sparse, overlapped outer sync on real processes and a real NATS: over 100x fewer bytes
-between replicas than summing fp32 gradients every step; deterministic for a fixed replica count (two
-runs, a replica per PNode or two PNodes per replica, and a kill -9 with a checkpoint taken while a
-sync travelled all end with the same losses and each replica's final state); `replay verify`
-reproduces it from such a checkpoint.
+"""diloco's sparse, overlapped outer sync on real processes and a real NATS, each replica deciding its
+own inner steps (`inner_decisions: own`: skip and clip from its own gradient norm, on its PNodes, which
+tell each other theirs): over 100x fewer bytes between replicas than summing fp32 gradients every step;
+deterministic for a fixed replica count (two runs, a replica per PNode or two PNodes per replica, and a
+kill -9 with a checkpoint taken while a sync travelled all end with the same losses and each replica's
+final state); `replay verify` reproduces it from such a checkpoint. The clip is low enough to act on
+most steps, so a replica of two PNodes that left out the other's norms would clip otherwise.
 
 Every checkpoint falls inside an overlap (a sync starts after steps 3, 7, ... and lands a step
 later; checkpoints come every 4 steps), so resuming needs the outer step still to land and the
@@ -28,12 +30,15 @@ from .sessions import config, run_to_end, wait_for
 pytestmark = pytest.mark.timeout(900)  # six sessions, one killed and resumed
 
 STEPS = 24
-SPARSE = ReplicaSync(mode="diloco", inner_steps=4, overlap_steps=1, compression=SparseCompression())
+SPARSE = ReplicaSync(mode="diloco", inner_steps=4, overlap_steps=1, compression=SparseCompression(),
+                     inner_decisions="own")
+CLIP = 0.5  # below most steps' gradient norm
 THREADS_OF = "4"  # processes on the machine, for every PNode
 
 
 def cfg(sync: ReplicaSync):
-    return config(steps=STEPS, micro_batches=2, replicas=2, sync=sync, checkpoint_every=4, keep_checkpoints=10)
+    return config(steps=STEPS, micro_batches=2, replicas=2, sync=sync, checkpoint_every=4, keep_checkpoints=10,
+                  grad_clip=CLIP)
 
 
 async def run(client, sync: ReplicaSync = SPARSE) -> tuple[str, list]:
@@ -87,6 +92,8 @@ async def test_sparse_overlapped_sync_is_100x_smaller_and_the_same_bits_on_any_p
     assert losses(clean) != losses(summed)
     assert len(losses(clean)) == STEPS and all(c[0] == s[0] for c, s in zip(losses(clean), losses(summed)))
 
+    clipped = [p.clipped for p in clean if isinstance(p, StepCompleted)]
+    assert sum(clipped) > len(clipped) // 2, f"replica 0 clipped {sum(clipped)} of {len(clipped)} steps"
     assert pnodes_per_replica(clean) == [1, 1] and pnodes_per_replica(wide) == [2, 2]
     for other in (again, killed, wide):
         assert losses(other) == losses(clean)

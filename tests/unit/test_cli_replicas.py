@@ -23,13 +23,15 @@ def test_replicas_and_diloco_reach_the_session_config():
     assert config.replicas == "auto" and config.sync.mode == "diloco" and config.sync.inner_steps == 7
     assert session_config(parse("--micro-batches", "4", "--replicas", "4")).replicas == 4
     sparse = session_config(parse("--micro-batches", "4", "--replicas", "2", "--sync", "diloco", "--inner-steps", "4",
-                                  "--sparse-sync", "--overlap-steps", "1")).sync
-    assert sparse.compression == SparseCompression() and sparse.overlap_steps == 1
+                                  "--sparse-sync", "--overlap-steps", "1", "--inner-decisions", "own")).sync
+    assert sparse.compression == SparseCompression() and sparse.overlap_steps == 1 and sparse.replicas_decide
 
 
 def test_a_sparse_sync_without_diloco_is_refused_in_plain_words():
-    with pytest.raises(UserError, match="sync.compression and sync.overlap_steps apply to diloco's outer sync"):
+    with pytest.raises(UserError, match="sync.compression, sync.overlap_steps and sync.inner_decisions apply to diloco"):
         session_config(parse("--micro-batches", "4", "--replicas", "2", "--sparse-sync"))
+    with pytest.raises(UserError, match="set sync.mode: diloco"):
+        session_config(parse("--micro-batches", "4", "--replicas", "2", "--inner-decisions", "own"))
 
 
 def test_a_replica_count_that_would_change_the_sum_is_refused_in_plain_words():

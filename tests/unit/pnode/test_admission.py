@@ -20,6 +20,7 @@ from computeall.protocol import wire
 from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.limits import TENSORS_PENDING_PER_SENDER
 from computeall.protocol.pnode_api import BatchSource, LoadPlan, ReplicaPlan
+from computeall.protocol.replica_sync import ReplicaSync
 from computeall.protocol.subjects import Subjects
 
 from ..tensorcore.helpers import tiny_graph
@@ -35,13 +36,14 @@ def assignment(a: str = "a", b: str = "b") -> dict[str, str]:
     return {v: a if v in ON_A else b for v in GRAPH.order}
 
 
-def plan(replicas: int = 1, index: int = 0, verify: bool = False, micro_batches: int = 4) -> LoadPlan:
+def plan(replicas: int = 1, index: int = 0, verify: bool = False, micro_batches: int = 4,
+         sync: ReplicaSync | None = None) -> LoadPlan:
     assignments = [assignment(f"a{r}", f"b{r}") if replicas > 1 else assignment() for r in range(replicas)]
     return LoadPlan(
         session_id="s1", network=GRAPH.spec.model_dump(), assignment=assignments[index], seed=0,
         batches=BatchSource(dataset="d", split="train", seed=0, micro_batch_size=MICRO_BATCH, context=CONTEXT),
         micro_batches=micro_batches, optimizer=OptimizerConfig(), verify=verify,
-        replicas=ReplicaPlan(index=index, assignments=assignments) if replicas > 1 else None,
+        replicas=ReplicaPlan(index=index, assignments=assignments, sync=sync or ReplicaSync()) if replicas > 1 else None,
     )
 
 
@@ -118,7 +120,7 @@ def test_unexpected_keys_and_routes_are_refused():
         admission.admit("a", header(act(src="b0.attn")))
     with pytest.raises(wire.WireError, match="travels under key"):
         admission.admit("a", header(act(), key="s1/train/0/0/act/b0.res2/x"))
-    with pytest.raises(wire.WireError, match="kind 'weights' is none of act, grad, sum, outer, check"):
+    with pytest.raises(wire.WireError, match="kind 'weights' is none of act, grad, sum, outer, norms, check"):
         admission.admit("a", header(SimpleNamespace(wire_key="k", wire_meta=lambda: {"session": "s1", "kind": "weights"})))
     with pytest.raises(wire.WireError, match="incomplete routing metadata"):
         admission.admit("a", header(SimpleNamespace(wire_key="k", wire_meta=lambda: {"session": "s1", "kind": "act"})))
@@ -253,3 +255,21 @@ async def test_a_check_takes_its_material_from_the_named_host_only():
     assert (await inbox.take(route.check, "a0", timeout_s=1))["input.0"].digest == "host's"
     with pytest.raises(wire.WireError, match="has 1 parts and a1 sent them all"):
         inbox.receive(route.model_copy(update={"part": "input.1"}), Part(torch.zeros(2), "more", sender="a1"))
+
+
+def test_gradient_norms_come_only_from_the_other_pnodes_of_a_replica_that_decides_its_steps():
+    own = ReplicaSync(mode="diloco", inner_steps=4, inner_decisions="own")
+    admission = Admission(plan(replicas=2, index=0, sync=own), GRAPH, "b0")
+    admission.running(3)
+    norms = TensorRoute.norms("s1", 3, 0, "embed")  # a0 hosts embed first, and 8 VNodes
+    assert admission.admit("a0", header(norms, nbytes=8 * len(ON_A))) == norms
+    with pytest.raises(wire.WireError, match="norms of step 3 named by embed comes from a0, not from a1"):
+        admission.admit("a1", header(norms, nbytes=8))
+    with pytest.raises(wire.WireError, match=f"claims {8 * len(ON_A) + 8} bytes; it is {8 * len(ON_A)} at most"):
+        admission.admit("a0", header(norms, nbytes=8 * len(ON_A) + 8))
+    with pytest.raises(wire.WireError, match="no other PNode of this replica that decides its own steps hosts b0.attn first"):
+        admission.admit("a0", header(TensorRoute.norms("s1", 3, 0, "b0.attn"), nbytes=8))
+    shared = Admission(plan(replicas=2, index=0, sync=own.model_copy(update={"inner_decisions": "shared"})), GRAPH, "b0")
+    shared.running(3)
+    with pytest.raises(wire.WireError, match="is not expected here"):
+        shared.admit("a0", header(norms, nbytes=8))

@@ -282,6 +282,61 @@ async def test_a_newer_pass_request_ends_the_wait_for_an_update():
     assert not ahead.ok and not ahead.starved and not ahead.state_lost and "PassSuperseded" in ahead.error
     assert again.ok and stage.log == ["run 4"]
 
+class SlowPass(Ordered):
+    """A pass that takes a while, then ends or gives way to a newer one (`abort`ed by the test)."""
+
+    async def run_step(self, request, deadline_s: float) -> PNodeReply:
+        self.log.append(f"run {request.step} begins")
+        try:
+            await asyncio.wait_for(self.aborted.wait(), 0.1)
+        except asyncio.TimeoutError:
+            self.log.append(f"run {request.step} ends")
+            return PNodeReply(ok=True, pnode="p1", step=request.step)
+        self.aborted.clear()
+        raise PassSuperseded(f"train step {request.step} was superseded")
+
+
+async def test_an_update_its_replica_decides_waits_for_the_pass_before_it():
+    # sent right behind its RunStep (no round trip to the orchestrator): it begins once that pass ended,
+    # and the pass sent behind it runs on what it updated
+    m, stage = hosting(), SlowPass()
+    m.host("s", stage)
+    for request, inbox in ((RunStep(session_id="s", step=4), "_INBOX.run4"),
+                           (ApplyStep(session_id="s", step=4, lr=0.1, replica_max_norm=1.0), "_INBOX.apply4"),
+                           (RunStep(session_id="s", step=5, after_apply=4), "_INBOX.run5")):
+        await m._on_ctl(message(request, inbox))
+    while not replies_to(m, "_INBOX.run5"):
+        await asyncio.sleep(0.01)
+    assert stage.log == ["run 4 begins", "run 4 ends", "apply 4 begins", "apply 4 ends", "run 5 begins", "run 5 ends"]
+    assert all(replies_to(m, inbox)[0].ok for inbox in ("_INBOX.run4", "_INBOX.apply4", "_INBOX.run5"))
+
+
+async def test_an_update_whose_pass_gave_way_gives_way_too_and_is_not_the_one_a_pass_follows():
+    # the step stalled and was sent again: the first try's update never begins, and the second try's
+    # pass behind its own update does not mistake the first one's failure for it
+    m, stage = hosting(), SlowPass()
+    m.host("s", stage)
+    for request, inbox in ((RunStep(session_id="s", step=4), "_INBOX.run"),
+                           (ApplyStep(session_id="s", step=4, lr=0.1, replica_max_norm=1.0), "_INBOX.apply"),
+                           (RunStep(session_id="s", step=5, after_apply=4), "_INBOX.ahead")):
+        await m._on_ctl(message(request, inbox))
+    await asyncio.sleep(0.02)
+    stage.abort()  # the orchestrator's second try supersedes the first pass
+    while not replies_to(m, "_INBOX.apply"):
+        await asyncio.sleep(0.01)
+    for request, inbox in ((RunStep(session_id="s", step=4), "_INBOX.run2"),
+                           (ApplyStep(session_id="s", step=4, lr=0.1, replica_max_norm=1.0), "_INBOX.apply2"),
+                           (RunStep(session_id="s", step=5, after_apply=4), "_INBOX.ahead2")):
+        await m._on_ctl(message(request, inbox))
+    while not (replies_to(m, "_INBOX.ahead") and replies_to(m, "_INBOX.ahead2")):
+        await asyncio.sleep(0.01)
+    (apply,), (ahead,) = replies_to(m, "_INBOX.apply"), replies_to(m, "_INBOX.ahead")
+    assert not apply.ok and "the pass this update of step 4 follows failed here" in apply.error
+    assert not ahead.ok and "PassSuperseded" in ahead.error
+    assert replies_to(m, "_INBOX.ahead2")[0].ok
+    assert stage.log[-6:] == ["run 4 begins", "run 4 ends", "apply 4 begins", "apply 4 ends", "run 5 begins", "run 5 ends"]
+
+
 async def test_requests_of_a_session_it_does_not_host_leave_nothing_behind():
     # answered that no plan is loaded, right away (a pass sent behind an update does not wait for one),
     # and no record of such a session is kept: the ids a PNode remembers are those it hosts

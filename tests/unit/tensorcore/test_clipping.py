@@ -5,7 +5,7 @@ gives the same bits."""
 import pytest
 import torch
 
-from computeall.orchestrator import clipping
+from computeall.protocol import clipping
 from computeall.protocol.config import OptimizerConfig
 from computeall.protocol.pnode_api import PNodeReply
 from computeall.tensorcore.local_step import local_step
