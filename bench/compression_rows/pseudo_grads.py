@@ -82,7 +82,7 @@ async def pseudo_grad_rows(bench: Bench, quick: bool) -> None:
     network, steps = ("micro-gpt.yaml", 300) if quick else ("tiny-gpt.yaml", 300)
     with tempfile.TemporaryDirectory(prefix="bench-compression-") as tmp:
         async with running_cluster(Path(tmp), pnodes=2) as (client, _):
-            anchor = await with_sent_data(client.nc, client.subjects, session(network, steps, ReplicaSync()),
+            anchor = await with_sent_data(client, session(network, steps, ReplicaSync()),
                                           progress=False)  # uploaded once, then found
             anchor_bytes, anchor_loss = await _run(client, anchor)
             for method in METHODS:
