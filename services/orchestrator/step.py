@@ -22,9 +22,8 @@ With diloco's `inner_decisions: own` each replica's PNodes decide its skip and c
 nothing a step applies waits for the orchestrator: the ApplyStep goes right behind its RunStep, the
 next RunStep right behind that, and the step is recorded from the replies as they come
 (`_updated_by_replicas`). A PNode never waits for a message from here between two steps. A fixed
-loss scale is required (a dynamic one is decided here from every PNode's overflow); a verified
-session, whose checks pick what to keep before each update, still sends the update after the
-replies, to be decided the same way.
+loss scale is required (a dynamic one is decided here from every PNode's overflow); spot checks,
+which pick what to keep before each update, do not cover replicas (`SessionConfig` refuses them).
 """
 
 from __future__ import annotations
@@ -103,7 +102,7 @@ class TrainingStep:
                            measure_update=bool(config.update_ratio_every) and step % config.update_ratio_every == 0,
                            replica_max_norm=config.grad_clip if self.replicas_decide else None)
         apply_kind = OUTER_SYNC_LANDS if config.sync.lands_after(step) else APPLY_STEP
-        if self.replicas_decide and not self.checks.on:
+        if self.replicas_decide:
             replies, applying = await self._updated_by_replicas(step, scale, update, apply_kind, then_next)
         else:
             replies, applying = await self._replies(step, scale), None
@@ -160,10 +159,7 @@ class TrainingStep:
         step's RunStep behind that, when it comes next): the PNodes go from pass to update to pass without
         a word from here. A stall sends all of it again."""
         while True:
-            ahead, self.ahead = self.ahead, None
-            if ahead is not None and (ahead.step, ahead.scale) != (step, scale):
-                ahead.drop()
-                ahead = None
+            ahead = self._take_ahead(step, scale)
             running = ahead.replies if ahead is not None else asyncio.ensure_future(self._run_once(step, scale))
             applying = asyncio.ensure_future(self.pnodes.all(lambda p: update, kind=apply_kind, behind=RUN_STEP))
             if then_next:
@@ -172,11 +168,9 @@ class TrainingStep:
             try:
                 return await running, applying
             except StepStalled as stall:
-                log.warning("session %s: step %d stalled (%s); running it again after %.1fs",
-                            self.recorder.state.id, step, stall, time.monotonic() - t0)
-                await self.recorder.record(StepAborted(step=step, reason=f"{stall}; run again"))
                 _dropped(applying)
                 self.drop_ahead()
+                await self._stalled(step, stall, t0)
             except BaseException:
                 _dropped(applying)
                 self.drop_ahead()
@@ -189,23 +183,32 @@ class TrainingStep:
     async def _replies(self, step: int, scale: float) -> list[PNodeReply]:
         """Every PNode's RunStep reply: of the one sent ahead, when it is this step's at this scale, and
         sent again while it stalls on messages lost with a nats-server."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None and (ahead.step, ahead.scale) != (step, scale):
-            ahead.drop()
-            ahead = None
+        ahead = self._take_ahead(step, scale)
         t0 = time.monotonic()
         while True:
             try:
                 return await (ahead.replies if ahead is not None else self._run_once(step, scale))
             except StepStalled as stall:
-                log.warning("session %s: step %d stalled (%s); running it again after %.1fs",
-                            self.recorder.state.id, step, stall, time.monotonic() - t0)
-                await self.recorder.record(StepAborted(step=step, reason=f"{stall}; run again"))
+                await self._stalled(step, stall, t0)
                 ahead, t0 = None, time.monotonic()
             except BaseException:
                 if ahead is not None:
                     ahead.drop()
                 raise
+
+    def _take_ahead(self, step: int, scale: float) -> RunAhead | None:
+        """The RunStep sent ahead, when it is `step`'s at `scale` (else it is dropped)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and (ahead.step, ahead.scale) != (step, scale):
+            ahead.drop()
+            return None
+        return ahead
+
+    async def _stalled(self, step: int, stall: StepStalled, since: float) -> None:
+        """`step` stalls on messages lost with a nats-server: recorded, to be run again."""
+        log.warning("session %s: step %d stalled (%s); running it again after %.1fs",
+                    self.recorder.state.id, step, stall, time.monotonic() - since)
+        await self.recorder.record(StepAborted(step=step, reason=f"{stall}; run again"))
 
     def _run_once(self, step: int, scale: float, behind: str | None = None):
         """One RunStep per PNode; `behind`: the kind of the ApplyStep of `step - 1` sent just before it."""

@@ -20,6 +20,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -369,12 +370,7 @@ class BusMember:
             now = self._order_of(session)
             return now.last_apply[0] == step or now is not order or now.newest_pass != arrival or now.loads != loads
 
-        async with self._answered:
-            try:
-                await asyncio.wait_for(self._answered.wait_for(settled), self.step_deadline_s)
-            except asyncio.TimeoutError:
-                raise InputsNeverCame(f"the update of step {step} this pass follows did not come within "
-                                      f"{self.step_deadline_s:.1f}s") from None
+        await self._until(settled, f"the update of step {step} this pass follows did not come")
         now = self._order_of(session)
         if now.last_apply[0] != step:
             raise PassSuperseded(f"a newer request of the session came while this pass waited for the update of step {step}")
@@ -393,18 +389,22 @@ class BusMember:
             now = self._order_of(session)
             return arrival in now.runs_answered or now is not order or now.loads != loads
 
-        async with self._answered:
-            try:
-                await asyncio.wait_for(self._answered.wait_for(settled), self.step_deadline_s)
-            except asyncio.TimeoutError:
-                raise InputsNeverCame(f"the pass of step {step} this update follows did not end within "
-                                      f"{self.step_deadline_s:.1f}s") from None
+        await self._until(settled, f"the pass of step {step} this update follows did not end")
         ran = self._order_of(session).runs_answered.get(arrival) if self._order_of(session).loads == loads else None
         if ran is None:
             raise PassSuperseded(f"the session's state began again while the update of step {step} waited for its pass")
         if ran != (step, True):
             raise PassSuperseded(f"the pass this update of step {step} follows "
                                  f"{'failed here' if not ran[1] else f'was of step {ran[0]}'}")
+
+    async def _until(self, settled: Callable[[], bool], never: str) -> None:
+        """Until `settled()` holds, looked at whenever a RunStep or an ApplyStep is answered (or a pass
+        woken), at most the PNode's own limit: then `InputsNeverCame` says what `never` happened."""
+        async with self._answered:
+            try:
+                await asyncio.wait_for(self._answered.wait_for(settled), self.step_deadline_s)
+            except asyncio.TimeoutError:
+                raise InputsNeverCame(f"{never} within {self.step_deadline_s:.1f}s") from None
 
     def _wake_waiting_passes(self) -> None:
         """Passes waiting for an update (`_after_apply`) look again: what came may supersede them."""

@@ -13,6 +13,7 @@ of one PNode sends nothing.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 
@@ -24,6 +25,8 @@ from computeall.tensorcore.wire_formats import Encoded
 from .member import InputsNeverCame
 from .routing import TensorRoute, first_vnodes
 from .transport import Link, Outbox
+
+log = logging.getLogger("computeall.pnode.replica_norms")
 
 
 class ReplicaNorms:
@@ -47,6 +50,10 @@ class ReplicaNorms:
             self.outbox.put(peer, Encoded.raw(bits), TensorRoute.norms(self.session, step, self.micro, self.tag))
 
     def receive(self, route: TensorRoute, tensor: torch.Tensor) -> None:
+        if tensor.dtype != torch.int64 or tensor.dim() != 1:
+            log.warning("dropped the gradient norms of step %d named by %s: %s of shape %s, not a vector of int64 "
+                        "(float64 bits)", route.step, route.src, tensor.dtype, tuple(tensor.shape))
+            return
         self.inbox[(route.step, route.src)] = tensor
         self.arrived.set()
 

@@ -57,8 +57,6 @@ class PNodes:
 
 
 class Checks:
-    on = False  # not a verified session
-
     def pick(self, *_) -> None:
         pass
 

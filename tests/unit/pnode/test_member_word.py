@@ -296,19 +296,24 @@ class SlowPass(Ordered):
         raise PassSuperseded(f"train step {request.step} was superseded")
 
 
+async def send_step(m: Hosting, tag: str) -> None:
+    """A step's pass, its update decided by the replica, and the next pass, back to back: `<kind><tag>` inboxes."""
+    for request, inbox in ((RunStep(session_id="s", step=4), f"_INBOX.run{tag}"),
+                           (ApplyStep(session_id="s", step=4, lr=0.1, replica_max_norm=1.0), f"_INBOX.apply{tag}"),
+                           (RunStep(session_id="s", step=5, after_apply=4), f"_INBOX.ahead{tag}")):
+        await m._on_ctl(message(request, inbox))
+
+
 async def test_an_update_its_replica_decides_waits_for_the_pass_before_it():
     # sent right behind its RunStep (no round trip to the orchestrator): it begins once that pass ended,
     # and the pass sent behind it runs on what it updated
     m, stage = hosting(), SlowPass()
     m.host("s", stage)
-    for request, inbox in ((RunStep(session_id="s", step=4), "_INBOX.run4"),
-                           (ApplyStep(session_id="s", step=4, lr=0.1, replica_max_norm=1.0), "_INBOX.apply4"),
-                           (RunStep(session_id="s", step=5, after_apply=4), "_INBOX.run5")):
-        await m._on_ctl(message(request, inbox))
-    while not replies_to(m, "_INBOX.run5"):
+    await send_step(m, "")
+    while not replies_to(m, "_INBOX.ahead"):
         await asyncio.sleep(0.01)
     assert stage.log == ["run 4 begins", "run 4 ends", "apply 4 begins", "apply 4 ends", "run 5 begins", "run 5 ends"]
-    assert all(replies_to(m, inbox)[0].ok for inbox in ("_INBOX.run4", "_INBOX.apply4", "_INBOX.run5"))
+    assert all(replies_to(m, inbox)[0].ok for inbox in ("_INBOX.run", "_INBOX.apply", "_INBOX.ahead"))
 
 
 async def test_an_update_whose_pass_gave_way_gives_way_too_and_is_not_the_one_a_pass_follows():
@@ -316,18 +321,12 @@ async def test_an_update_whose_pass_gave_way_gives_way_too_and_is_not_the_one_a_
     # pass behind its own update does not mistake the first one's failure for it
     m, stage = hosting(), SlowPass()
     m.host("s", stage)
-    for request, inbox in ((RunStep(session_id="s", step=4), "_INBOX.run"),
-                           (ApplyStep(session_id="s", step=4, lr=0.1, replica_max_norm=1.0), "_INBOX.apply"),
-                           (RunStep(session_id="s", step=5, after_apply=4), "_INBOX.ahead")):
-        await m._on_ctl(message(request, inbox))
+    await send_step(m, "")
     await asyncio.sleep(0.02)
     stage.abort()  # the orchestrator's second try supersedes the first pass
     while not replies_to(m, "_INBOX.apply"):
         await asyncio.sleep(0.01)
-    for request, inbox in ((RunStep(session_id="s", step=4), "_INBOX.run2"),
-                           (ApplyStep(session_id="s", step=4, lr=0.1, replica_max_norm=1.0), "_INBOX.apply2"),
-                           (RunStep(session_id="s", step=5, after_apply=4), "_INBOX.ahead2")):
-        await m._on_ctl(message(request, inbox))
+    await send_step(m, "2")
     while not (replies_to(m, "_INBOX.ahead") and replies_to(m, "_INBOX.ahead2")):
         await asyncio.sleep(0.01)
     (apply,), (ahead,) = replies_to(m, "_INBOX.apply"), replies_to(m, "_INBOX.ahead")
