@@ -35,11 +35,14 @@ RELOADED = b"Reloaded server configuration"
 def free_port() -> int:
     """A port nobody listens on, drawn below the kernel's ephemeral range: a port that `bind(0)` picks
     comes from that range, where an outgoing connection may take it before the server it was picked
-    for binds it (a cluster's nats-server then exits: seen under the loaded suite)."""
+    for binds it (a cluster's nats-server then exits: seen under the loaded suite). Never one this
+    process drew before: a cluster draws all its servers' ports before the first one binds, and two
+    draws of one port gave a server a port its neighbour took first."""
     first_ephemeral = _ephemeral_range()[0]
     for _ in range(1000):
         port = _PORTS.randrange(max(1024, first_ephemeral - 20000), first_ephemeral)
-        if port_free(port):
+        if port not in _DRAWN and port_free(port):
+            _DRAWN.add(port)
             return port
     with socket.socket() as s:  # that whole stretch taken: let the kernel choose
         s.bind(("127.0.0.1", 0))
@@ -47,6 +50,7 @@ def free_port() -> int:
 
 
 _PORTS = random.SystemRandom()  # never a seeded sequence: two test workers would draw the same ports
+_DRAWN: set[int] = set()  # the ports `free_port` handed out: their servers keep them across restarts
 
 
 def _ephemeral_range() -> tuple[int, int]:
