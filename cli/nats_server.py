@@ -36,8 +36,8 @@ def free_port() -> int:
     """A port nobody listens on, drawn below the kernel's ephemeral range: a port that `bind(0)` picks
     comes from that range, where an outgoing connection may take it before the server it was picked
     for binds it (a cluster's nats-server then exits: seen under the loaded suite). Never one this
-    process drew before: a cluster draws all its servers' ports before the first one binds, and two
-    draws of one port gave a server a port its neighbour took first."""
+    process drew before: a cluster draws all its servers' ports before the first one binds, so a port
+    drawn twice would go to whichever of them binds it first, and the other would exit."""
     first_ephemeral = _ephemeral_range()[0]
     for _ in range(1000):
         port = _PORTS.randrange(max(1024, first_ephemeral - 20000), first_ephemeral)
